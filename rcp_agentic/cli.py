@@ -1,0 +1,141 @@
+"""The ``rcp-agentic`` command: ``index`` files and folders, ``query`` an engine.
+
+``--engine`` defaults to ``$RCP_AGENTIC_ENGINE`` or ``./.rcp-agentic``. Errors are
+printed as ``error: <message> [RCP <code>]`` on stderr with exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+from .errors import InvalidParams, RCPError
+
+
+def _engine_dir(arg: str | None) -> Path:
+    from .engine import default_engine_dir
+
+    return Path(arg) if arg else default_engine_dir()
+
+
+def _open(args: argparse.Namespace, *, create: bool) -> Any:
+    from .engine import Engine
+
+    path = _engine_dir(args.engine)
+    if not create and not (path / "engine.db").exists():
+        raise InvalidParams(f"no engine at {path}: run `rcp-agentic index PATH --engine {path}` "
+                            "first", field="engine")
+    return Engine(path, chroma_url=getattr(args, "chroma_url", None))
+
+
+def cmd_index(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    for p in args.paths:
+        if not os.path.exists(p):
+            raise InvalidParams(f"no such file or folder: {p}", field="paths")
+    engine = _open(args, create=True)
+    with tqdm(desc="indexing", unit="doc", disable=args.quiet or None, file=sys.stderr) as bar:
+        result = engine.index_paths(args.paths, on_document=lambda _id: bar.update(1))
+    stats = engine.stats()
+    print(f"Indexed {result.documents} documents ({result.chunks} chunks, {result.pages} pages) "
+          f"in {result.seconds:.1f}s ({result.seconds_embedding:.1f}s embedding) "
+          f"into {engine.path}")
+    print(f"Engine now holds {stats.get('documents', 0)} documents, {stats.get('chunk', 0)} "
+          f"chunks, {stats.get('page', 0)} pages; index version {engine.index_version}")
+    if result.skipped:
+        print(f"Skipped {len(result.skipped)} file(s):")
+        for s in result.skipped:
+            print(f"  {s.path}: {s.reason}")
+    return 0
+
+
+def _snippet(text: str | None, width: int) -> str:
+    flat = " ".join((text or "").split())
+    return textwrap.shorten(flat, width=width, placeholder=" …") if flat else ""
+
+
+def cmd_query(args: argparse.Namespace) -> int:
+    engine = _open(args, create=False)
+    options: dict[str, Any] = {"mode": args.mode, "unit": args.unit}
+    if args.filter:
+        try:
+            options["filter"] = json.loads(args.filter)
+        except json.JSONDecodeError as exc:
+            raise InvalidParams(f"--filter is not valid JSON: {exc}", field="filter") from None
+    result = engine.retrieve(args.text, k=args.k, **{k: v for k, v in options.items() if v})
+    if args.json:
+        print(json.dumps(result.to_wire(), ensure_ascii=False, indent=2))
+        return 0
+    if not result.hits:
+        print("No hits.")
+        return 0
+    rows = []
+    for hit in result.hits:
+        cite = hit.citation
+        where = Path(cite.source).name if cite and cite.source else ""
+        if cite and cite.page is not None:
+            where += f" p.{cite.page}"
+        rows.append((hit, where))
+    id_w = min(48, max(2, *(len(h.id) for h, _w in rows)))
+    src_w = min(32, max(6, *(len(w) for _h, w in rows)))
+    print(f"{'#':>2}  {'score':>8}  {'id':<{id_w}}  {'source':<{src_w}}  text")
+    for rank, (hit, where) in enumerate(rows, start=1):
+        print(f"{rank:>2}  {hit.score:>8.4f}  {hit.id[:id_w]:<{id_w}}  {where[:src_w]:<{src_w}}  "
+              f"{_snippet(hit.text, 60)}")
+    usage = result.usage
+    if usage:
+        print(f"({len(result.hits)} hits from {usage.candidates} candidates in "
+              f"{usage.latency_ms:.1f} ms; index version {result.index_version})")
+        for note in usage.notes or []:
+            print(f"note: {note}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="rcp-agentic",
+                                     description="Retrieval engine for agentic RAG (RCP/1).")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    idx = sub.add_parser("index", help="index files and folders (txt, md, html, pdf, jsonl)")
+    idx.add_argument("paths", nargs="+", metavar="PATH")
+    idx.add_argument("--engine", metavar="DIR", help="engine directory (default: "
+                     "$RCP_AGENTIC_ENGINE or ./.rcp-agentic)")
+    idx.add_argument("--chroma-url", metavar="URL", help="use a `chroma run` server")
+    idx.add_argument("--quiet", action="store_true", help="no progress bar")
+    idx.set_defaults(func=cmd_index)
+
+    q = sub.add_parser("query", help="retrieve hits for a query")
+    q.add_argument("text", metavar="TEXT")
+    q.add_argument("--engine", metavar="DIR")
+    q.add_argument("--chroma-url", metavar="URL")
+    q.add_argument("--k", type=int, default=5)
+    q.add_argument("--mode", choices=["dense", "sparse", "hybrid"])
+    q.add_argument("--unit", choices=["chunk", "passage", "page", "document"])
+    q.add_argument("--filter", metavar="JSON", help='RCP filter, e.g. \'{"field":"file_type",'
+                   '"op":"eq","value":"md"}\'')
+    q.add_argument("--json", action="store_true", help="print the RCP retrieve result")
+    q.set_defaults(func=cmd_query)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the console script."""
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    logging.getLogger("pypdf").setLevel(logging.ERROR)
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args))
+    except RCPError as exc:
+        print(f"error: {exc.message} [RCP {exc.code}]", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,87 @@
+"""EngineConfig: every knob of an engine, resolved defaults → file → environment → arguments.
+
+The file is ``<engine dir>/config.json``, written when an engine is created so a
+reopened engine chunks and scores the way it was built. Environment variables
+are ``RCP_AGENTIC_<FIELD>`` (e.g. ``RCP_AGENTIC_CHROMA_URL``); values are JSON
+or plain strings.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from .errors import InvalidParams
+
+FieldType = Literal["keyword", "text", "int", "float", "bool", "date"]
+CONFIG_FILE = "config.json"
+ENV_PREFIX = "RCP_AGENTIC_"
+
+
+class EngineConfig(BaseModel):
+    """Configuration of one engine directory."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+    chunk_size: int = Field(200, ge=16, le=8192, description="tokens per chunk (cl100k)")
+    chunk_overlap: int = Field(30, ge=0, description="tokens of sentence overlap between chunks")
+    embed_batch_size: int = Field(64, ge=1, le=4096)
+    candidate_k: int = Field(100, ge=1, description="default recall depth per retriever")
+    max_k: int = Field(200, ge=1, description="advertised retrieve.maxK; larger k is clamped")
+    max_candidate_k: int = Field(1000, ge=1, description="candidate_k is clamped to this")
+    rrf_k: int = Field(60, ge=1)
+    default_mode: Literal["dense", "sparse", "hybrid"] = "hybrid"
+    bm25_k1: float = Field(1.2, gt=0)
+    bm25_b: float = Field(0.75, ge=0, le=1)
+    dense_exact_max: int = Field(
+        50_000, ge=0,
+        description="up to this many vectors of one unit, dense recall is exact (numpy); above, Chroma HNSW")
+    chroma_url: str | None = Field(None, description="a `chroma run` server; None = embedded Chroma")
+    filter_fields: dict[str, FieldType] = Field(
+        default_factory=dict, description="metadata fields declared filterable, with their types")
+    infer_filter_fields: bool = Field(
+        True, description="declare new metadata fields on ingest with the type of their first value")
+    query_cache_size: int = Field(1024, ge=0)
+    torch_threads: int | None = Field(None, ge=1, description="None = torch's default")
+    blas_threads: int | None = Field(
+        1, ge=1, description="numpy BLAS threads for query-time math (None = leave as is)")
+
+    @field_validator("chunk_overlap")
+    @classmethod
+    def _overlap_below_size(cls, v: int, info: Any) -> int:
+        size = info.data.get("chunk_size", 200)
+        if v >= size:
+            raise ValueError("chunk_overlap must be smaller than chunk_size")
+        return v
+
+    @classmethod
+    def resolve(cls, engine_dir: Path | None = None, **overrides: Any) -> "EngineConfig":
+        """Defaults, then ``engine_dir/config.json``, then the environment, then ``overrides``."""
+        values: dict[str, Any] = {}
+        if engine_dir is not None and (engine_dir / CONFIG_FILE).is_file():
+            values.update(json.loads((engine_dir / CONFIG_FILE).read_text("utf-8")))
+        for name in cls.model_fields:
+            raw = os.environ.get(ENV_PREFIX + name.upper())
+            if raw is not None:
+                try:
+                    values[name] = json.loads(raw)
+                except json.JSONDecodeError:
+                    values[name] = raw
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        try:
+            return cls(**values)
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            loc = ".".join(str(p) for p in err["loc"]) or "config"
+            raise InvalidParams(f"bad engine configuration: {loc}: {err['msg']}", field=loc) from None
+
+    def save(self, engine_dir: Path) -> None:
+        """Write the persistent part of the configuration to ``engine_dir/config.json``."""
+        data = self.model_dump(exclude={"chroma_url", "torch_threads", "blas_threads"})
+        tmp = engine_dir / (CONFIG_FILE + ".tmp")
+        tmp.write_text(json.dumps(data, indent=2, sort_keys=True), "utf-8")
+        tmp.replace(engine_dir / CONFIG_FILE)

@@ -1,0 +1,1 @@
+"""Corpus ingestion: loading files and folders into source documents, then chunking them."""

@@ -1,0 +1,412 @@
+"""Load files and folders into :class:`SourceDocument` objects.
+
+Plain text, Markdown, HTML, PDF and JSON Lines are supported. A bad file never stops a
+walk: it comes out as a :class:`SkippedFile` with a short reason, so callers can report it.
+"""
+
+from __future__ import annotations
+
+import codecs
+import errno
+import io
+import json
+import os
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from html.parser import HTMLParser
+from pathlib import Path
+from typing import Any
+
+from pypdf import PdfReader
+
+__all__ = ["SUPPORTED_EXTENSIONS", "Page", "SkippedFile", "SourceDocument", "load_path"]
+
+_FILE_TYPES: dict[str, str] = {
+    ".txt": "txt",
+    ".md": "md",
+    ".markdown": "md",
+    ".html": "html",
+    ".htm": "html",
+    ".pdf": "pdf",
+    ".jsonl": "jsonl",
+}
+SUPPORTED_EXTENSIONS: frozenset[str] = frozenset(_FILE_TYPES)
+
+_SNIFF_BYTES = 8192
+
+
+@dataclass(frozen=True)
+class Page:
+    """One page of a paged source: ``text[start:end]`` of its document is the page's text."""
+
+    number: int
+    start: int
+    end: int
+
+
+@dataclass
+class SourceDocument:
+    """A loaded document: its text plus where it came from."""
+
+    id: str | None
+    text: str
+    title: str | None = None
+    source: str | None = None
+    file_type: str | None = None
+    meta: dict[str, Any] = field(default_factory=dict)
+    pages: list[Page] = field(default_factory=list)
+    modified: float | None = None
+
+
+@dataclass(frozen=True)
+class SkippedFile:
+    """A file (or a ``<file>#L<n>`` JSON Lines record) that was not loaded, and why."""
+
+    path: str
+    reason: str
+
+
+class _Skip(Exception):
+    """Raised inside a loader to turn the current file into a SkippedFile."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+def load_path(path: str | os.PathLike[str]) -> Iterator[SourceDocument | SkippedFile]:
+    """A file, or a folder walked recursively in sorted order (hidden files/dirs starting with '.' skipped)."""
+    root = Path(os.path.abspath(os.fspath(path)))
+    # Checked here rather than in the generator so a bad argument fails at call time.
+    if not root.exists():
+        raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), os.fspath(path))
+    return _load_root(root)
+
+
+def _load_root(root: Path) -> Iterator[SourceDocument | SkippedFile]:
+    if root.is_dir():
+        for entry in _walk(root, set()):
+            if isinstance(entry, SkippedFile):
+                yield entry
+            else:
+                yield from _load_file(entry, entry.relative_to(root.parent).as_posix())
+    elif root.is_file():
+        yield from _load_file(root, root.name)
+    else:
+        yield SkippedFile(str(root), "not a regular file")
+
+
+def _walk(folder: Path, seen: set[tuple[int, int]]) -> Iterator[Path | SkippedFile]:
+    try:
+        st = folder.stat()
+        # Symlinked folders are followed; each real folder is walked once, which also stops loops.
+        if (st.st_dev, st.st_ino) in seen:
+            return
+        seen.add((st.st_dev, st.st_ino))
+        with os.scandir(folder) as it:
+            entries = sorted(it, key=lambda e: e.name)
+    except OSError as exc:
+        yield SkippedFile(str(folder), f"unreadable folder: {exc.strerror or exc}")
+        return
+    for entry in entries:
+        if entry.name.startswith("."):
+            continue
+        child = folder / entry.name
+        if entry.is_dir():
+            yield from _walk(child, seen)
+        elif entry.is_file():
+            yield child
+        elif entry.is_symlink():
+            yield SkippedFile(str(child), "broken symlink")
+        else:
+            yield SkippedFile(str(child), "not a regular file")
+
+
+def _load_file(path: Path, doc_id: str) -> Iterator[SourceDocument | SkippedFile]:
+    source = str(path)
+    ext = path.suffix.lower()
+    file_type = _FILE_TYPES.get(ext)
+    if file_type is None:
+        yield SkippedFile(source, f"unsupported extension {ext}" if ext else "no file extension")
+        return
+    try:
+        modified = path.stat().st_mtime
+        data = path.read_bytes()
+        base = SourceDocument(id=doc_id, text="", source=source, file_type=file_type,
+                              modified=modified)
+        if file_type == "jsonl":
+            yield from _load_jsonl(data, base)
+            return
+        if file_type == "pdf":
+            base.text, base.pages, base.title = _read_pdf(data)
+        elif file_type == "html":
+            base.text, base.title = _read_html(data)
+        else:
+            base.text = _decode(data)
+            base.title = _markdown_title(base.text) if file_type == "md" else None
+        yield base
+    except _Skip as skip:
+        yield SkippedFile(source, skip.reason)
+    except OSError as exc:
+        yield SkippedFile(source, f"unreadable file: {exc.strerror or exc}")
+
+
+def _decode(data: bytes, encoding: str = "utf-8-sig") -> str:
+    """Bytes to text with newlines normalised; raises _Skip for empty or binary content."""
+    if not data.strip():
+        raise _Skip("empty file")
+    if b"\0" in data[:_SNIFF_BYTES]:
+        raise _Skip("binary file")
+    try:
+        text = data.decode(encoding)
+    except UnicodeDecodeError:
+        raise _Skip("binary file") from None
+    if not text.strip():
+        raise _Skip("empty file")
+    return text.replace("\r\n", "\n").replace("\r", "\n")
+
+
+# --- Markdown ---------------------------------------------------------------------------
+
+_ATX_HEADING = re.compile(r" {0,3}#{1,6}(?:[ \t]+(.*?))?(?:[ \t]+#+)?[ \t]*")
+_FENCE = re.compile(r" {0,3}(`{3,}|~{3,})")
+
+
+def _markdown_title(text: str) -> str | None:
+    """The first ATX heading outside fenced code blocks (where '# ...' is often a shell comment)."""
+    fence: str | None = None
+    for line in text.split("\n"):
+        opener = _FENCE.match(line)
+        if fence is not None:
+            if opener and opener.group(1)[0] == fence[0] and len(opener.group(1)) >= len(fence):
+                fence = None
+            continue
+        if opener:
+            fence = opener.group(1)
+            continue
+        heading = _ATX_HEADING.fullmatch(line)
+        if heading and heading.group(1) and heading.group(1).strip():
+            return heading.group(1).strip()
+    return None
+
+
+# --- HTML -------------------------------------------------------------------------------
+
+_META_CHARSET = re.compile(rb"""<meta[^>]+charset\s*=\s*["']?([A-Za-z0-9_.:-]+)""", re.IGNORECASE)
+_HTML_SPACE = re.compile(r"[ \t\n\r\f]+")
+_SKIPPED_TAGS = frozenset({"script", "style", "template", "noscript", "svg", "math"})
+_BLOCK_TAGS = frozenset({
+    "address", "article", "aside", "blockquote", "body", "caption", "center", "details",
+    "dialog", "div", "dl", "fieldset", "figcaption", "figure", "footer", "form", "h1", "h2",
+    "h3", "h4", "h5", "h6", "header", "hgroup", "hr", "html", "legend", "main", "menu", "nav",
+    "ol", "p", "pre", "section", "summary", "table", "tbody", "tfoot", "thead", "ul",
+})
+_LINE_TAGS = frozenset({"br", "dd", "dt", "li", "option", "tr"})
+_CELL_TAGS = frozenset({"td", "th"})
+
+
+def _read_html(data: bytes) -> tuple[str, str | None]:
+    encoding = "utf-8-sig"
+    declared = _META_CHARSET.search(data[:4096])
+    if declared and not data.startswith(codecs.BOM_UTF8):
+        try:
+            name = codecs.lookup(declared.group(1).decode("ascii")).name
+        except LookupError:
+            name = encoding
+        # A UTF-16/32 declaration in bytes we can read as ASCII is wrong; browsers use UTF-8.
+        if not name.startswith(("utf-16", "utf-32")):
+            encoding = name
+    parser = _HTMLText()
+    parser.feed(_decode(data, encoding))
+    parser.close()
+    text = parser.text()
+    if not text:
+        raise _Skip("no text extracted")
+    return text, parser.title()
+
+
+class _HTMLText(HTMLParser):
+    """Visible text of an HTML page: blocks separated by newlines, whitespace collapsed outside <pre>."""
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self._out: list[str] = []
+        self._pending_newlines = 0
+        self._pending_space = False
+        self._skip_depth = 0
+        self._in_head = False
+        self._pre_depth = 0
+        self._pre_just_opened = False
+        self._title_parts: list[str] | None = None
+        self._title: str | None = None
+
+    def text(self) -> str:
+        return "".join(self._out).strip()
+
+    def title(self) -> str | None:
+        return self._title
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self._pre_just_opened = False
+        if tag in _SKIPPED_TAGS:
+            self._skip_depth += 1
+        elif tag == "head":
+            self._in_head = True
+        elif tag == "body":
+            self._in_head = False  # tolerate a missing </head>
+        elif tag == "title" and self._title is None and not self._skip_depth:
+            self._title_parts = []
+        elif tag == "pre":
+            self._pre_depth += 1
+            self._pre_just_opened = True
+        self._break(tag)
+
+    def handle_endtag(self, tag: str) -> None:
+        self._pre_just_opened = False
+        if tag in _SKIPPED_TAGS:
+            self._skip_depth = max(0, self._skip_depth - 1)
+        elif tag == "head":
+            self._in_head = False
+        elif tag == "title" and self._title_parts is not None:
+            self._title = _HTML_SPACE.sub(" ", "".join(self._title_parts)).strip() or None
+            self._title_parts = None
+        elif tag == "pre":
+            self._pre_depth = max(0, self._pre_depth - 1)
+        if tag not in ("br", "hr"):  # void elements break once, on their start tag
+            self._break(tag)
+
+    def handle_data(self, data: str) -> None:
+        if self._title_parts is not None:
+            self._title_parts.append(data)
+        elif self._skip_depth or self._in_head:
+            return
+        elif self._pre_depth:
+            if self._pre_just_opened and data.startswith("\n"):
+                data = data[1:]  # HTML ignores a newline right after <pre>
+            self._pre_just_opened = False
+            self._emit(data)
+        else:
+            collapsed = _HTML_SPACE.sub(" ", data)
+            core = collapsed.strip(" ")
+            if collapsed.startswith(" "):
+                self._pending_space = True
+            if core:
+                self._emit(core)
+                self._pending_space = collapsed.endswith(" ")
+
+    def _break(self, tag: str) -> None:
+        if tag in _BLOCK_TAGS:
+            self._pending_newlines = 2
+        elif tag in _LINE_TAGS:
+            self._pending_newlines = max(self._pending_newlines, 1)
+        elif tag in _CELL_TAGS:
+            self._pending_space = True
+
+    def _emit(self, chunk: str) -> None:
+        if not chunk:
+            return
+        if self._out:
+            if self._pending_newlines:
+                self._out.append("\n" * self._pending_newlines)
+            elif self._pending_space:
+                self._out.append(" ")
+        self._pending_newlines = 0
+        self._pending_space = False
+        self._out.append(chunk)
+
+
+# --- PDF --------------------------------------------------------------------------------
+
+def _read_pdf(data: bytes) -> tuple[str, list[Page], str | None]:
+    try:
+        reader = PdfReader(io.BytesIO(data))
+        if reader.is_encrypted and not reader.decrypt(""):
+            raise _Skip("unreadable PDF: encrypted")
+        page_texts = [(page.extract_text() or "").strip() for page in reader.pages]
+        title = _pdf_title(reader)
+    except _Skip:
+        raise
+    except Exception as exc:  # pypdf raises many types (and RecursionError) on damaged files
+        raise _Skip(f"unreadable PDF: {_describe(exc)}") from exc
+    parts: list[str] = []
+    pages: list[Page] = []
+    offset = 0
+    for number, page_text in enumerate(page_texts, 1):
+        # Separators go only between pages with text; an empty page is a zero-width span.
+        if page_text and parts:
+            parts.append("\n\n")
+            offset += 2
+        pages.append(Page(number, offset, offset + len(page_text)))
+        if page_text:
+            parts.append(page_text)
+            offset += len(page_text)
+    if not parts:
+        raise _Skip("no text extracted")
+    return "".join(parts), pages, title
+
+
+def _pdf_title(reader: PdfReader) -> str | None:
+    try:
+        title = reader.metadata.title if reader.metadata else None
+    except Exception:  # noqa: BLE001 - damaged metadata should not cost us the text
+        return None
+    return (title.strip() or None) if isinstance(title, str) else None
+
+
+def _describe(exc: BaseException) -> str:
+    detail = " ".join(str(exc).split()) or type(exc).__name__
+    return detail if len(detail) <= 200 else detail[:197] + "..."
+
+
+# --- JSON Lines -------------------------------------------------------------------------
+
+def _load_jsonl(data: bytes, base: SourceDocument) -> Iterator[SourceDocument | SkippedFile]:
+    if not data.strip():
+        raise _Skip("empty file")
+    if b"\0" in data[:_SNIFF_BYTES]:
+        raise _Skip("binary file")
+    data = data.removeprefix(codecs.BOM_UTF8)
+    # Split bytes on "\n" only: str.splitlines() would also split on U+2028 inside JSON strings.
+    for number, raw in enumerate(data.split(b"\n"), 1):
+        if not raw.strip():
+            continue
+        where = f"{base.source}#L{number}"
+        try:
+            yield _jsonl_record(raw, number, base)
+        except _Skip as skip:
+            yield SkippedFile(where, skip.reason)
+
+
+def _jsonl_record(raw: bytes, number: int, base: SourceDocument) -> SourceDocument:
+    try:
+        record = json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise _Skip(f"invalid UTF-8 on line {number}") from None
+    except json.JSONDecodeError as exc:
+        raise _Skip(f"invalid JSON on line {number}: {exc.msg} at column {exc.colno}") from None
+    if not isinstance(record, dict):
+        raise _Skip(f"line {number} is not a JSON object")
+    body = record.get("text")
+    if not isinstance(body, str):
+        raise _Skip(f'no "text" string on line {number}')
+    if not body.strip():
+        raise _Skip(f"empty text on line {number}")
+    id_key = next((k for k in ("_id", "id") if record.get(k) is not None), None)
+    if id_key is None:
+        doc_id = f"{base.id}#L{number}"
+    else:
+        value = record[id_key]
+        doc_id = value if isinstance(value, str) else json.dumps(value)
+    raw_title = record.get("title")
+    title = raw_title.strip() if isinstance(raw_title, str) else None
+    dropped = {"text", id_key} | ({"title"} if isinstance(raw_title, str) else set())
+    return SourceDocument(
+        id=doc_id,
+        text=f"{title}\n\n{body}" if title else body,
+        title=title or None,
+        source=f"{base.source}#L{number}",
+        file_type="jsonl",
+        meta={k: v for k, v in record.items() if k not in dropped},
+        modified=base.modified,
+    )

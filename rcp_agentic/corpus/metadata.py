@@ -1,0 +1,72 @@
+"""User metadata → the typed, filterable copy the engine stores beside it.
+
+Declared fields (EngineConfig.filter_fields, or inferred from the first value seen
+when ``infer_filter_fields`` is on) must keep their type across documents: a value
+of another type is InvalidParams naming ``meta.<field>``. Values may be scalars or
+arrays of scalars; dates are stored as epoch milliseconds.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from ..errors import InvalidParams
+from ..pipeline.filters import BUILTIN_FIELDS, coerce_value
+
+_FIELD_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]{0,127}$")
+
+
+def is_valid_field_name(name: str) -> bool:
+    """Whether ``name`` can be a filterable field (letters, digits, ``_.-``; not a built-in)."""
+    return bool(_FIELD_NAME.match(name)) and name not in BUILTIN_FIELDS
+
+
+def infer_type(value: Any) -> str | None:
+    """The field type a first value implies, or None when it cannot be filtered on."""
+    if isinstance(value, list):
+        types = {infer_type(v) for v in value}
+        return types.pop() if len(types) == 1 else None
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, int):
+        return "int"
+    if isinstance(value, float):
+        return "float"
+    if isinstance(value, str):
+        return "keyword"
+    return None
+
+
+def filterable_meta(meta: dict[str, Any], fields: dict[str, str], *, infer: bool,
+                    declared: frozenset[str] | set[str], new_fields: dict[str, str]
+                    ) -> dict[str, Any]:
+    """The typed copy of ``meta``'s filterable fields.
+
+    ``fields`` are the known fields and ``declared`` those the user declared; fields
+    inferred here are recorded in ``new_fields``, and an inferred int field meeting a
+    float is widened to float there.
+    """
+    out: dict[str, Any] = {}
+    for name, value in meta.items():
+        ftype = fields.get(name) or new_fields.get(name)
+        if ftype is None:
+            if not infer or not is_valid_field_name(name) or value is None:
+                continue
+            ftype = infer_type(value)
+            if ftype is None:
+                continue
+            new_fields[name] = ftype
+        elif ftype == "int" and name not in declared and infer_type(value) == "float":
+            ftype = new_fields[name] = "float"
+        if value is None:
+            continue
+        try:
+            if isinstance(value, list):
+                out[name] = [coerce_value(ftype, v) for v in value]
+            else:
+                out[name] = coerce_value(ftype, value)
+        except ValueError as exc:
+            raise InvalidParams(f"metadata field {name!r} is declared {ftype}: {exc}",
+                                field=f"meta.{name}") from None
+    return out

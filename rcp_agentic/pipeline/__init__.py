@@ -1,0 +1,1 @@
+"""Retrieve stages: params, filters, recall, fusion, hit assembly — one small module each."""

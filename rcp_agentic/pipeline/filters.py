@@ -1,0 +1,195 @@
+"""RCP/1 metadata filters (§8): validate a filter tree against typed fields, compile it to SQL.
+
+The engine evaluates every filter in SQLite, whichever retrieval mode runs, so a
+filter selects exactly the same units in dense, sparse and hybrid mode.
+
+Semantics (documented for users):
+- a leaf on a field the unit's document does not have is false, except ``ne``
+  and ``nin`` (true: "not equal" holds for a missing value) and
+  ``exists: false``; ``not`` is plain boolean negation of its child;
+- ``contains`` on a ``text`` field is a case-sensitive substring test; on any
+  other field it tests membership in an array value (or equality with a scalar);
+- string comparison is case-sensitive and byte-ordered; ``date`` values are RFC 3339
+  strings or integer epoch milliseconds and compare as instants;
+- an array value never equals, nor orders against, a scalar (``eq``/``in``/``gt`` are
+  false, ``ne``/``nin`` true): test arrays with ``contains``;
+- ``chunk_index`` exists only on chunk units.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any
+
+from ..errors import InvalidParams, OptionUnsupported
+
+OPERATORS = ("eq", "ne", "gt", "gte", "lt", "lte", "in", "nin", "contains", "exists")
+ORDERED_TYPES = ("int", "float", "date")
+
+# Built-in fields and the SQL column each one reads (u = units row, d = documents row).
+BUILTIN_FIELDS: dict[str, tuple[str, str]] = {
+    "doc_id": ("keyword", "u.doc_id"),
+    "source": ("keyword", "d.source"),
+    "title": ("text", "d.title"),
+    "file_type": ("keyword", "d.file_type"),
+    "modified": ("date", "d.modified_ms"),
+    "chunk_index": ("int", "(CASE WHEN u.unit = 'chunk' THEN u.idx END)"),
+    "page_start": ("int", "u.page_start"),
+    "page_end": ("int", "u.page_end"),
+}
+
+
+def parse_date(value: Any) -> float | None:
+    """Epoch milliseconds of an RFC 3339 string or an integer epoch-ms; None if neither."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return float(value)
+    if isinstance(value, str):
+        text = value.strip()
+        if text.endswith(("Z", "z")):
+            text = text[:-1] + "+00:00"
+        try:
+            dt = datetime.fromisoformat(text)
+        except ValueError:
+            return None
+        if dt.tzinfo is None:
+            dt = dt.replace(tzinfo=timezone.utc)
+        return dt.timestamp() * 1000.0
+    return None
+
+
+def coerce_value(ftype: str, value: Any) -> Any:
+    """The comparable form of one scalar of type ``ftype``, or raise ValueError."""
+    if ftype in ("keyword", "text"):
+        if isinstance(value, str):
+            return value
+    elif ftype == "int":
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    elif ftype == "float":
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+    elif ftype == "bool":
+        if isinstance(value, bool):
+            return value
+    elif ftype == "date":
+        ms = parse_date(value)
+        if ms is not None:
+            return ms
+    raise ValueError(f"expected a {ftype} value, got {type(value).__name__} {value!r}")
+
+
+@dataclass(frozen=True)
+class CompiledFilter:
+    """A SQL boolean expression over ``units u JOIN documents d`` and its bound parameters."""
+
+    sql: str
+    params: tuple[Any, ...]
+
+
+def compile_filter(node: Any, fields: dict[str, str], path: str = "filter") -> CompiledFilter:
+    """Validate ``node`` against ``fields`` (user field → type) and compile it.
+
+    Raises InvalidParams (with ``data.field``) for malformed trees, unknown fields
+    and mistyped values, and OptionUnsupported for an operator RCP does not define.
+    """
+    if not isinstance(node, dict):
+        raise InvalidParams(f"{path} must be an object", field=path)
+    combinators = [k for k in ("and", "or", "not") if k in node]
+    if combinators:
+        if len(combinators) > 1 or "field" in node:
+            raise InvalidParams(f"{path} must have exactly one of and/or/not or a field",
+                                field=path)
+        key = combinators[0]
+        child = node[key]
+        if key == "not":
+            inner = compile_filter(child, fields, f"{path}.not")
+            return CompiledFilter(f"(NOT {inner.sql})", inner.params)
+        if not isinstance(child, list) or not child:
+            raise InvalidParams(f"{path}.{key} must be a non-empty array", field=f"{path}.{key}")
+        parts = [compile_filter(c, fields, f"{path}.{key}[{i}]") for i, c in enumerate(child)]
+        joiner = " AND " if key == "and" else " OR "
+        return CompiledFilter("(" + joiner.join(p.sql for p in parts) + ")",
+                              tuple(v for p in parts for v in p.params))
+    return _compile_leaf(node, fields, path)
+
+
+def _compile_leaf(node: dict[str, Any], fields: dict[str, str], path: str) -> CompiledFilter:
+    name = node.get("field")
+    if not isinstance(name, str) or not name:
+        raise InvalidParams(f"{path}.field must be a non-empty string", field=f"{path}.field")
+    fpath = f"filter.{name}"
+    op = node.get("op")
+    if not isinstance(op, str):
+        raise InvalidParams(f"{path}.op must be a string", field=fpath)
+    if op not in OPERATORS:
+        raise OptionUnsupported(f"filter operator {op!r} is not supported", option=op)
+    if name in BUILTIN_FIELDS:
+        ftype, col = BUILTIN_FIELDS[name]
+        json_path = None
+    elif name in fields:
+        ftype = fields[name]
+        json_path = '$."' + name + '"'
+        # An array value never equals or orders against a scalar; `contains` tests its elements.
+        col = (f"(CASE json_type(d.fmeta, '{json_path}') WHEN 'array' THEN NULL"
+               f" ELSE json_extract(d.fmeta, '{json_path}') END)")
+    else:
+        raise InvalidParams(f"filter field {name!r} is not a declared filterable field", field=fpath)
+    if "value" not in node:
+        raise InvalidParams(f"{path}.value is required", field=fpath)
+    value = node["value"]
+
+    def one(v: Any) -> Any:
+        try:
+            out = coerce_value(ftype, v)
+        except ValueError as exc:
+            raise InvalidParams(f"filter on {name!r} ({ftype}): {exc}", field=fpath) from None
+        if isinstance(out, int) and not isinstance(out, bool) and not -2**63 <= out < 2**63:
+            raise InvalidParams(f"filter on {name!r}: integer out of the 64-bit range",
+                                field=fpath)
+        return int(out) if isinstance(out, bool) else out
+
+    if op == "exists":
+        if not isinstance(value, bool):
+            raise InvalidParams(f"exists on {name!r} takes true or false", field=fpath)
+        present = (f"(json_type(d.fmeta, '{json_path}') IS NOT NULL)" if json_path
+                   else f"({col} IS NOT NULL)")
+        return CompiledFilter(present if value else f"(NOT {present})", ())
+    if op in ("gt", "gte", "lt", "lte"):
+        if ftype not in ORDERED_TYPES:
+            raise InvalidParams(f"operator {op} needs an int, float or date field; {name!r} is "
+                                f"{ftype}", field=fpath)
+        sym = {"gt": ">", "gte": ">=", "lt": "<", "lte": "<="}[op]
+        return CompiledFilter(f"COALESCE({col} {sym} ?, 0)", (one(value),))
+    if op in ("eq", "ne"):
+        if isinstance(value, (list, dict)) or value is None:
+            raise InvalidParams(f"{op} on {name!r} takes a scalar value", field=fpath)
+        expr = f"COALESCE({col} = ?, 0)"
+        return CompiledFilter(expr if op == "eq" else f"(NOT {expr})", (one(value),))
+    if op in ("in", "nin"):
+        if not isinstance(value, list):
+            raise InvalidParams(f"{op} on {name!r} takes an array of values", field=fpath)
+        vals = tuple(one(v) for v in value)
+        if not vals:
+            return CompiledFilter("0" if op == "in" else "1", ())
+        expr = f"COALESCE({col} IN ({','.join('?' * len(vals))}), 0)"
+        return CompiledFilter(expr if op == "in" else f"(NOT {expr})", vals)
+    # contains
+    if isinstance(value, (list, dict)) or value is None:
+        raise InvalidParams(f"contains on {name!r} takes a scalar value", field=fpath)
+    v = one(value)
+    if ftype == "text":
+        if json_path is None:
+            return CompiledFilter(f"COALESCE(instr({col}, ?) > 0, 0)", (v,))
+        return CompiledFilter(
+            f"(CASE json_type(d.fmeta, '{json_path}') WHEN 'array' THEN EXISTS(SELECT 1 FROM "
+            f"json_each(d.fmeta, '{json_path}') WHERE instr(value, ?) > 0) ELSE "
+            f"COALESCE(instr({col}, ?) > 0, 0) END)", (v, v))
+    if json_path is None:
+        return CompiledFilter(f"COALESCE({col} = ?, 0)", (v,))
+    return CompiledFilter(
+        f"(CASE json_type(d.fmeta, '{json_path}') WHEN 'array' THEN EXISTS(SELECT 1 FROM "
+        f"json_each(d.fmeta, '{json_path}') WHERE value = ?) ELSE COALESCE({col} = ?, 0) END)",
+        (v, v))

@@ -1,0 +1,43 @@
+"""Hit assembly: a stored unit row becomes an RCP ``Hit`` with citation, chunk ref and static fields."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import numpy as np
+
+from ..wire import ChunkRef, Citation, Hit
+
+
+def static_fields(row: dict[str, Any]) -> dict[str, Any]:
+    """The hosted retrieval API's built-in fields of a unit (absent values omitted)."""
+    fields = {
+        "doc_id": row["doc_id"],
+        "chunk_index": row["idx"] if row["unit"] == "chunk" else None,
+        "chunk_start_char": row["start"],
+        "chunk_end_char": row["end"],
+        "chunk_token_count": row["tokens"],
+        "page_range_start": row["page_start"],
+        "page_range_end": row["page_end"],
+        "file_type": row["file_type"],
+    }
+    return {k: v for k, v in fields.items() if v is not None}
+
+
+def build_hit(row: dict[str, Any], *, unit: str, score: float, scores: dict[str, float],
+              vector: np.ndarray | None = None) -> Hit:
+    """One hit from a ``Docstore.hydrate`` row; ``unit`` echoes what the caller asked for.
+
+    The row comes from our own store, so the models are built without re-validation.
+    """
+    meta = json.loads(row["meta"]) if row["meta"] not in (None, "{}") else {}
+    meta.update(static_fields(row))
+    citation = Citation.model_construct(
+        source=row["source"] or row["doc_id"], uri=row["uri"], title=row["title"],
+        start=row["start"], end=row["end"], page=row["page_start"])
+    return Hit.model_construct(
+        id=row["uid"], score=score, confidence=None, text=row["text"], unit=unit,
+        level=row["level"], meta=meta, vector=vector.tolist() if vector is not None else None,
+        scores=scores, citation=citation, provenance=None, trust=None,
+        chunk=ChunkRef.model_construct(doc_id=row["doc_id"], index=row["idx"], context=None))

@@ -1,0 +1,214 @@
+"""Validated ``retrieve`` parameters (§7.7): wire camelCase or Python snake_case in, one plan out.
+
+Structural problems (wrong JSON type, out-of-range value, funnel violated) are
+InvalidParams with ``data.field``; a well-formed value the engine does not offer
+is OptionUnsupported with ``data.option`` — unless ``strict`` is false, in which
+case the option is dropped and ``usage.notes`` says so.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from pydantic import (BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr,
+                      ValidationError)
+from pydantic.alias_generators import to_camel
+
+from ..errors import InvalidParams, OptionUnsupported
+
+MODES = ("dense", "sparse", "hybrid")
+FUSIONS = ("rrf", "weighted", "convex")
+UNITS = ("chunk", "passage", "page", "document")
+ALL_UNITS = ("chunk", "passage", "document", "node", "triplet", "path", "subgraph", "community",
+             "tree-node", "page")
+
+
+class _Params(BaseModel):
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore")
+
+
+class FusionParams(_Params):
+    """``fusion`` of a hybrid retrieve."""
+
+    method: StrictStr = "rrf"
+    weights: dict[StrictStr, StrictFloat] | None = None
+    rrf_k: StrictInt | None = Field(None, ge=1)
+    alpha: StrictFloat | None = Field(None, ge=0.0, le=1.0)
+
+
+class RetrieveParams(_Params):
+    """Every ``retrieve`` option of RCP/1; unknown fields are ignored (§4.6)."""
+
+    query: StrictStr | dict[str, Any] | list[Any]
+    k: StrictInt = Field(10, ge=1)
+    mode: StrictStr | None = None
+    modality: StrictStr | None = None
+    candidate_k: StrictInt | None = Field(None, ge=1)
+    fusion: FusionParams | None = None
+    rerank: dict[str, Any] | StrictBool | None = None
+    mmr: dict[str, Any] | None = None
+    rewrite: StrictStr | StrictBool | None = None
+    filter: dict[str, Any] | None = None
+    min_score: StrictFloat | None = None
+    recency: dict[str, Any] | None = None
+    unit: StrictStr | None = None
+    level: StrictInt | None = Field(None, ge=0)
+    token_budget: StrictInt | None = Field(None, ge=1)
+    session_id: StrictStr | None = None
+    include_text: StrictBool = True
+    include_vectors: StrictBool = False
+    seed: StrictInt | None = None
+    index_version: StrictStr | None = None
+    strict: StrictBool = True
+    cursor: StrictStr | None = None
+    meta: dict[str, Any] | None = Field(None, alias="_meta")
+
+
+PARAM_NAMES = frozenset(
+    name for f_name, f in RetrieveParams.model_fields.items()
+    for name in (f_name, f.alias or f_name))
+
+
+@dataclass
+class Plan:
+    """What the pipeline will run, after validation, defaults and clamping."""
+
+    query: str
+    k: int
+    mode: Literal["dense", "sparse", "hybrid"]
+    unit: str
+    stored_unit: str
+    level: int
+    candidate_k: int
+    fusion: str
+    weights: dict[str, float]
+    rrf_k: int
+    alpha: float
+    filter: dict[str, Any] | None
+    min_score: float | None
+    include_text: bool
+    include_vectors: bool
+    index_version: str | None
+    notes: list[str] = field(default_factory=list)
+
+
+def _query_text(query: Any) -> str:
+    blocks = query if isinstance(query, list) else [query]
+    parts = []
+    for i, block in enumerate(blocks):
+        if isinstance(block, str):
+            parts.append(block)
+            continue
+        if not isinstance(block, dict) or not isinstance(block.get("type"), str):
+            raise InvalidParams("query must be a string or text Content blocks", field="query")
+        if block["type"] != "text":
+            raise OptionUnsupported(f"query content of type {block['type']!r} is not supported "
+                                    "(this engine is text-only)", option="modality")
+        if not isinstance(block.get("text"), str):
+            raise InvalidParams("a text Content block needs a string 'text'",
+                                field=f"query[{i}].text" if isinstance(query, list) else "query.text")
+        parts.append(block["text"])
+    text = "\n".join(parts)
+    if not text.strip():
+        raise InvalidParams("query must not be empty", field="query")
+    return text
+
+
+def parse_params(raw: dict[str, Any]) -> RetrieveParams:
+    """Validate a raw params object (wire or Python names)."""
+    if not isinstance(raw, dict):
+        raise InvalidParams("params must be an object", field="params")
+    try:
+        return RetrieveParams.model_validate(raw)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        loc = [str(p) for p in err["loc"] if not str(p).startswith(("str", "dict", "list", "bool"))]
+        path = ".".join(to_camel(p) if not p.isdigit() else p for p in loc) or "params"
+        if err["type"] == "missing":
+            raise InvalidParams(f"{path} is required", field=path) from None
+        raise InvalidParams(f"{path}: {err['msg']}", field=path) from None
+
+
+def make_plan(p: RetrieveParams, *, max_k: int, default_candidate_k: int, max_candidate_k: int,
+              default_mode: str, default_rrf_k: int, current_version: str) -> Plan:
+    """Check options against what the engine offers and resolve defaults (§7.7, §12)."""
+    notes: list[str] = []
+
+    def unsupported(option: str, message: str) -> None:
+        if p.strict:
+            raise OptionUnsupported(message, option=option)
+        notes.append(f"ignored {option}: {message}")
+
+    query = _query_text(p.query)
+    if p.modality not in (None, "text"):
+        unsupported("modality", f"modality {p.modality!r} is not supported (text only)")
+    mode = p.mode or default_mode
+    if mode not in MODES:
+        unsupported("mode", f"mode {mode!r} is not supported")
+        mode = default_mode
+    unit = p.unit or "chunk"
+    if unit not in ALL_UNITS:
+        raise InvalidParams(f"unit {unit!r} is not an RCP unit", field="unit")
+    if unit not in UNITS:
+        unsupported("unit", f"unit {unit!r} is not offered by this engine")
+        unit = "chunk"
+    level = p.level or 0
+    if level != 0:
+        unsupported("level", f"level {level} does not exist: {unit} units are flat (level 0)")
+        level = 0
+    if p.rerank not in (None, False):
+        unsupported("rerank", "no reranker is configured")
+    if p.mmr is not None:
+        unsupported("mmr", "MMR is not offered by this engine yet")
+    if p.rewrite not in (None, False):
+        unsupported("rewrite", "query rewriting is not offered by this engine")
+    if p.recency is not None:
+        unsupported("recency", "recency weighting is not offered by this engine yet")
+    if p.token_budget is not None:
+        unsupported("tokenBudget", "token-budget packing is not offered by this engine yet")
+    if p.cursor is not None:
+        unsupported("cursor", "pagination is not offered by this engine yet")
+    if p.session_id is not None:
+        notes.append("sessionId ignored: sessions are not offered by this engine yet")
+    if p.index_version is not None and p.index_version != current_version:
+        from ..errors import BackendUnavailable
+
+        raise BackendUnavailable(
+            f"indexVersion {p.index_version!r} is not retained (current: {current_version})",
+            field="indexVersion", retryable=False)
+
+    k = min(p.k, max_k)
+    if p.k > max_k:
+        notes.append(f"k clamped to maxK={max_k}")
+    if p.candidate_k is not None and p.candidate_k < p.k:
+        raise InvalidParams("candidateK must be >= k (candidateK >= rerank.topN >= k)",
+                            field="candidateK")
+    candidate_k = min(p.candidate_k or max(k, default_candidate_k), max_candidate_k)
+
+    fusion = p.fusion or FusionParams()
+    if fusion.method not in FUSIONS:
+        unsupported("fusion.method", f"fusion {fusion.method!r} is not supported")
+        fusion = FusionParams()
+    weights = {"dense": 1.0, "sparse": 1.0}
+    if fusion.weights is not None:
+        for name, w in fusion.weights.items():
+            if name not in weights:
+                raise InvalidParams(f"fusion.weights has unknown retriever {name!r} "
+                                    "(use 'dense' and 'sparse')", field=f"fusion.weights.{name}")
+            if not w >= 0 or w == float("inf"):
+                raise InvalidParams("fusion weights must be finite and >= 0",
+                                    field=f"fusion.weights.{name}")
+            weights[name] = float(w)
+        if not any(weights.values()):
+            raise InvalidParams("at least one fusion weight must be positive",
+                                field="fusion.weights")
+    if p.min_score is not None and p.min_score != p.min_score:
+        raise InvalidParams("minScore must be a number", field="minScore")
+    return Plan(
+        query=query, k=k, mode=mode, unit=unit, stored_unit="chunk" if unit == "passage" else unit,
+        level=level, candidate_k=candidate_k, fusion=fusion.method, weights=weights,
+        rrf_k=fusion.rrf_k or default_rrf_k,
+        alpha=fusion.alpha if fusion.alpha is not None else 0.5,
+        filter=p.filter, min_score=p.min_score, include_text=p.include_text,
+        include_vectors=p.include_vectors, index_version=p.index_version, notes=notes)

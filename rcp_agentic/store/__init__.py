@@ -1,0 +1,1 @@
+"""Storage: the SQLite docstore (source of truth), in-memory scoring indexes, and Chroma."""

@@ -1,0 +1,338 @@
+"""The SQLite docstore: documents, units (text, vector, BM25 postings), fields, and the Chroma outbox.
+
+SQLite is the source of truth. One write transaction replaces every unit of a
+document and, in the same transaction, queues the matching Chroma operations in
+``outbox``; the commit is the moment a document becomes visible. Chroma is synced
+from the outbox afterwards and repaired from SQLite on open, so a process killed
+at any point leaves either the old or the new version of a document, whole.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+SCHEMA_VERSION = "1"
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS info (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS documents (
+    id TEXT PRIMARY KEY,
+    text TEXT NOT NULL,
+    title TEXT,
+    source TEXT,
+    uri TEXT,
+    file_type TEXT,
+    meta TEXT NOT NULL DEFAULT '{}',
+    fmeta TEXT NOT NULL DEFAULT '{}',
+    pages TEXT,
+    modified_ms REAL,
+    trust TEXT NOT NULL DEFAULT 'community',
+    version INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS units (
+    rowid INTEGER PRIMARY KEY AUTOINCREMENT,
+    uid TEXT NOT NULL UNIQUE,
+    unit TEXT NOT NULL,
+    level INTEGER NOT NULL DEFAULT 0,
+    doc_id TEXT NOT NULL REFERENCES documents(id) ON DELETE CASCADE,
+    idx INTEGER NOT NULL,
+    start INTEGER,
+    "end" INTEGER,
+    page_start INTEGER,
+    page_end INTEGER,
+    tokens INTEGER NOT NULL,
+    text TEXT NOT NULL,
+    vec BLOB NOT NULL,
+    term_ids BLOB NOT NULL,
+    term_tfs BLOB NOT NULL,
+    nterms INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS units_doc ON units(doc_id);
+CREATE INDEX IF NOT EXISTS units_kind ON units(unit, level);
+CREATE TABLE IF NOT EXISTS vocab (id INTEGER PRIMARY KEY, term TEXT NOT NULL UNIQUE);
+CREATE TABLE IF NOT EXISTS fields (name TEXT PRIMARY KEY, type TEXT NOT NULL, origin TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS outbox (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    op TEXT NOT NULL CHECK (op IN ('add', 'del')),
+    unit TEXT NOT NULL,
+    level INTEGER NOT NULL,
+    urow INTEGER NOT NULL
+);
+"""
+
+
+@dataclass
+class UnitRecord:
+    """One unit ready to store: its text, vector and term counts."""
+
+    uid: str
+    unit: str
+    level: int
+    idx: int
+    start: int | None
+    end: int | None
+    page_start: int | None
+    page_end: int | None
+    tokens: int
+    text: str
+    vector: np.ndarray
+    terms: dict[str, int]
+    nterms: int
+
+
+@dataclass
+class DocumentRecord:
+    """One document and all the units derived from it."""
+
+    id: str
+    text: str
+    title: str | None
+    source: str | None
+    uri: str | None
+    file_type: str | None
+    meta: dict[str, Any]
+    fmeta: dict[str, Any]
+    pages: list[tuple[int, int, int]] | None
+    modified_ms: float | None
+    trust: str
+    units: list[UnitRecord] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class OutboxOp:
+    """A queued Chroma operation."""
+
+    seq: int
+    op: str
+    unit: str
+    level: int
+    urow: int
+
+
+@dataclass(frozen=True)
+class UnitArrays:
+    """Everything the scoring indexes need for one (unit, level), in rowid order."""
+
+    rowids: np.ndarray          # int64 (n,)
+    vectors: np.ndarray | None  # float32 (n, d), or None when not requested
+    term_ids: np.ndarray        # uint32, concatenated postings
+    term_tfs: np.ndarray        # float32, same length
+    offsets: np.ndarray         # int64 (n+1,): postings of row i are [offsets[i], offsets[i+1])
+    lengths: np.ndarray         # float32 (n,): analyzed length of each row
+
+
+class Docstore:
+    """A thread-safe SQLite store in WAL mode; one connection behind a lock."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._lock = threading.RLock()
+        self._db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=NORMAL")
+        self._db.execute("PRAGMA foreign_keys=ON")
+        self._db.executescript(_SCHEMA)
+        self._vocab: dict[str, int] = dict(self._db.execute("SELECT term, id FROM vocab"))
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    @contextmanager
+    def transaction(self) -> Iterator[sqlite3.Connection]:
+        """One atomic write; the in-memory vocabulary mirror is restored on rollback."""
+        with self._lock:
+            vocab_before = len(self._vocab)
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._db
+                self._db.execute("COMMIT")
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                if len(self._vocab) != vocab_before:
+                    self._vocab = dict(self._db.execute("SELECT term, id FROM vocab"))
+                raise
+
+    def query(self, sql: str, params: Iterable[Any] = ()) -> list[tuple[Any, ...]]:
+        with self._lock:
+            return self._db.execute(sql, tuple(params)).fetchall()
+
+    # --- info and fields -------------------------------------------------------------
+
+    def info(self, key: str) -> str | None:
+        rows = self.query("SELECT value FROM info WHERE key = ?", (key,))
+        return rows[0][0] if rows else None
+
+    def set_info(self, key: str, value: str) -> None:
+        with self._lock:
+            self._db.execute("INSERT OR REPLACE INTO info(key, value) VALUES (?, ?)", (key, value))
+
+    def index_version(self) -> int:
+        return int(self.info("index_version") or 0)
+
+    def fields(self) -> dict[str, tuple[str, str]]:
+        """Filterable fields: name → (type, origin) where origin is 'declared' or 'inferred'."""
+        return {n: (t, o) for n, t, o in self.query("SELECT name, type, origin FROM fields")}
+
+    def set_fields(self, db: sqlite3.Connection, fields: dict[str, str], origin: str) -> None:
+        db.executemany("INSERT OR REPLACE INTO fields(name, type, origin) VALUES (?, ?, ?)",
+                       [(n, t, origin) for n, t in fields.items()])
+
+    # --- writes ----------------------------------------------------------------------
+
+    def _term_ids(self, db: sqlite3.Connection, terms: Iterable[str]) -> None:
+        new = [t for t in set(terms) if t not in self._vocab]
+        if new:
+            start = int(db.execute("SELECT COALESCE(MAX(id), -1) + 1 FROM vocab").fetchone()[0])
+            rows = [(start + i, t) for i, t in enumerate(sorted(new))]
+            db.executemany("INSERT INTO vocab(id, term) VALUES (?, ?)", rows)
+            self._vocab.update((t, i) for i, t in rows)
+
+    def _delete_document(self, db: sqlite3.Connection, doc_id: str) -> int:
+        old = db.execute("SELECT rowid, unit, level FROM units WHERE doc_id = ?",
+                         (doc_id,)).fetchall()
+        db.executemany("INSERT INTO outbox(op, unit, level, urow) VALUES ('del', ?, ?, ?)",
+                       [(u, lv, r) for r, u, lv in old])
+        return db.execute("DELETE FROM documents WHERE id = ?", (doc_id,)).rowcount
+
+    def write_documents(self, docs: list[DocumentRecord], new_fields: dict[str, str]) -> int:
+        """Replace each document and its units in one transaction; returns the new index version."""
+        with self.transaction() as db:
+            self._term_ids(db, (t for d in docs for u in d.units for t in u.terms))
+            if new_fields:
+                self.set_fields(db, new_fields, "inferred")
+            version = self.index_version() + 1
+            for doc in docs:
+                self._delete_document(db, doc.id)
+                db.execute(
+                    "INSERT INTO documents(id, text, title, source, uri, file_type, meta, fmeta,"
+                    " pages, modified_ms, trust, version) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+                    (doc.id, doc.text, doc.title, doc.source, doc.uri, doc.file_type,
+                     json.dumps(doc.meta, ensure_ascii=False), json.dumps(doc.fmeta),
+                     json.dumps(doc.pages) if doc.pages is not None else None, doc.modified_ms,
+                     doc.trust, version))
+                for u in doc.units:
+                    ids = np.fromiter((self._vocab[t] for t in u.terms), dtype=np.uint32,
+                                      count=len(u.terms))
+                    tfs = np.fromiter(u.terms.values(), dtype=np.float32, count=len(u.terms))
+                    cur = db.execute(
+                        'INSERT INTO units(uid, unit, level, doc_id, idx, start, "end", page_start,'
+                        " page_end, tokens, text, vec, term_ids, term_tfs, nterms)"
+                        " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                        (u.uid, u.unit, u.level, doc.id, u.idx, u.start, u.end, u.page_start,
+                         u.page_end, u.tokens, u.text,
+                         np.asarray(u.vector, dtype=np.float32).tobytes(), ids.tobytes(),
+                         tfs.tobytes(), u.nterms))
+                    db.execute("INSERT INTO outbox(op, unit, level, urow) VALUES ('add', ?, ?, ?)",
+                               (u.unit, u.level, cur.lastrowid))
+            db.execute("INSERT OR REPLACE INTO info(key, value) VALUES ('index_version', ?)",
+                       (str(version),))
+        return version
+
+    def delete_documents(self, doc_ids: list[str]) -> tuple[int, int]:
+        """Delete documents (and their units) in one transaction: (deleted count, index version)."""
+        with self.transaction() as db:
+            deleted = sum(self._delete_document(db, d) for d in doc_ids)
+            version = self.index_version() + (1 if deleted else 0)
+            db.execute("INSERT OR REPLACE INTO info(key, value) VALUES ('index_version', ?)",
+                       (str(version),))
+        return deleted, version
+
+    # --- outbox ----------------------------------------------------------------------
+
+    def outbox(self) -> list[OutboxOp]:
+        return [OutboxOp(*r) for r in self.query(
+            "SELECT seq, op, unit, level, urow FROM outbox ORDER BY seq")]
+
+    def clear_outbox(self, up_to_seq: int) -> None:
+        with self._lock:
+            self._db.execute("DELETE FROM outbox WHERE seq <= ?", (up_to_seq,))
+
+    # --- reads -----------------------------------------------------------------------
+
+    def unit_kinds(self) -> list[tuple[str, int, int]]:
+        """(unit, level, count) of every stored kind of unit."""
+        return self.query("SELECT unit, level, COUNT(*) FROM units GROUP BY unit, level")
+
+    def vectors(self, rowids: list[int]) -> dict[int, np.ndarray]:
+        out: dict[int, np.ndarray] = {}
+        for i in range(0, len(rowids), 900):
+            part = rowids[i:i + 900]
+            for r, blob in self.query(
+                    f"SELECT rowid, vec FROM units WHERE rowid IN ({','.join('?' * len(part))})",
+                    part):
+                out[r] = np.frombuffer(blob, dtype=np.float32)
+        return out
+
+    def rowids(self, unit: str, level: int) -> list[int]:
+        return [r for (r,) in self.query(
+            "SELECT rowid FROM units WHERE unit = ? AND level = ? ORDER BY rowid", (unit, level))]
+
+    def unit_arrays(self, unit: str, level: int, with_vectors: bool) -> UnitArrays:
+        """Load one kind of unit's vectors and postings (rowid order)."""
+        cols = "rowid, term_ids, term_tfs, nterms" + (", vec" if with_vectors else "")
+        rows = self.query(f"SELECT {cols} FROM units WHERE unit = ? AND level = ? ORDER BY rowid",
+                          (unit, level))
+        n = len(rows)
+        rowids = np.fromiter((r[0] for r in rows), dtype=np.int64, count=n)
+        ids = [np.frombuffer(r[1], dtype=np.uint32) for r in rows]
+        tfs = [np.frombuffer(r[2], dtype=np.float32) for r in rows]
+        sizes = np.fromiter((len(a) for a in ids), dtype=np.int64, count=n)
+        offsets = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(sizes, out=offsets[1:])
+        vectors = None
+        if with_vectors:
+            vectors = (np.vstack([np.frombuffer(r[4], dtype=np.float32) for r in rows])
+                       if n else np.zeros((0, 0), dtype=np.float32))
+        return UnitArrays(
+            rowids=rowids, vectors=vectors,
+            term_ids=np.concatenate(ids) if n else np.zeros(0, dtype=np.uint32),
+            term_tfs=np.concatenate(tfs) if n else np.zeros(0, dtype=np.float32),
+            offsets=offsets,
+            lengths=np.fromiter((r[3] for r in rows), dtype=np.float32, count=n))
+
+    def term_id(self, term: str) -> int | None:
+        return self._vocab.get(term)
+
+    def vocab_size(self) -> int:
+        return len(self._vocab)
+
+    def filtered_rowids(self, unit: str, level: int, sql: str, params: tuple[Any, ...]) -> np.ndarray:
+        """Rowids of the units of one kind that satisfy a compiled filter."""
+        rows = self.query(
+            f"SELECT u.rowid FROM units u JOIN documents d ON d.id = u.doc_id"
+            f" WHERE u.unit = ? AND u.level = ? AND {sql}", (unit, level, *params))
+        return np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
+
+    def hydrate(self, rowids: list[int], *, with_text: bool = True) -> dict[int, dict[str, Any]]:
+        """Unit rows joined with their document, keyed by rowid (missing rowids are absent)."""
+        if not rowids:
+            return {}
+        text = "u.text" if with_text else "NULL"
+        rows = self.query(
+            'SELECT u.rowid, u.uid, u.unit, u.level, u.doc_id, u.idx, u.start, u."end",'
+            f" u.page_start, u.page_end, u.tokens, {text}, d.title, d.source, d.uri, d.file_type,"
+            " d.meta, d.trust FROM units u JOIN documents d ON d.id = u.doc_id"
+            f" WHERE u.rowid IN ({','.join('?' * len(rowids))})", rowids)
+        keys = ("rowid", "uid", "unit", "level", "doc_id", "idx", "start", "end", "page_start",
+                "page_end", "tokens", "text", "title", "source", "uri", "file_type", "meta", "trust")
+        return {r[0]: dict(zip(keys, r)) for r in rows}
+
+    def counts(self) -> dict[str, int]:
+        """Documents and units per kind."""
+        out = {"documents": self.query("SELECT COUNT(*) FROM documents")[0][0]}
+        for unit, _level, n in self.unit_kinds():
+            out[unit] = out.get(unit, 0) + n
+        return out
+
+    def document_ids(self) -> list[str]:
+        return [r for (r,) in self.query("SELECT id FROM documents ORDER BY id")]

@@ -1,0 +1,109 @@
+"""In-memory scoring over one kind of unit: exact cosine (numpy) and BM25 (CSC postings).
+
+Built from the docstore's arrays and replaced whole after writes, so readers
+always see one consistent snapshot. BM25 here is the Lucene/Robertson variant
+(idf = ln(1 + (N − df + .5)/(df + .5)), saturation k1, length normalisation b),
+with per-term impacts precomputed so a query is a sum of a few posting columns.
+SQLite FTS5's ``bm25()`` measured ≈ 1 µs per matching row (≈ 3 ms a SciFact
+query, most of the latency budget); this costs a fraction of that.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .docstore import UnitArrays
+
+
+@dataclass(frozen=True)
+class Ranked:
+    """Top candidates of one retriever: positions into the index, scores, best first."""
+
+    positions: np.ndarray
+    scores: np.ndarray
+
+
+def _top(scores: np.ndarray, k: int, candidates: np.ndarray | None = None) -> Ranked:
+    """Best ``k`` of ``scores`` (restricted to ``candidates`` positions), ties by position."""
+    if candidates is not None:
+        pool_scores = scores[candidates]
+    else:
+        candidates = np.arange(len(scores))
+        pool_scores = scores
+    if len(pool_scores) > k:
+        part = np.argpartition(-pool_scores, k - 1)[:k]
+    else:
+        part = np.arange(len(pool_scores))
+    order = np.lexsort((candidates[part], -pool_scores[part]))
+    picked = part[order]
+    return Ranked(candidates[picked], pool_scores[picked])
+
+
+class UnitIndex:
+    """Scoring arrays for one (unit, level)."""
+
+    def __init__(self, arrays: UnitArrays, vocab_size: int, *, k1: float, b: float) -> None:
+        self.rowids = arrays.rowids
+        self.position = {int(r): i for i, r in enumerate(arrays.rowids)}
+        self.vectors = arrays.vectors
+        n = len(arrays.rowids)
+        self.size = n
+        rows = np.repeat(np.arange(n, dtype=np.int32), np.diff(arrays.offsets))
+        cols = arrays.term_ids.astype(np.int64)
+        tf = arrays.term_tfs
+        df = np.bincount(cols, minlength=vocab_size).astype(np.float64)
+        self.idf = np.log1p((n - df + 0.5) / (df + 0.5)).astype(np.float32)
+        avgdl = float(arrays.lengths.mean()) if n else 1.0
+        norm = k1 * (1.0 - b + b * arrays.lengths / max(avgdl, 1e-9))
+        impact = self.idf[cols] * tf * (k1 + 1.0) / (tf + norm[rows])
+        # CSC layout: postings of term t are rows[indptr[t]:indptr[t+1]].
+        order = np.argsort(cols, kind="stable")
+        self.post_rows = rows[order]
+        self.post_impact = impact[order].astype(np.float32)
+        self.indptr = np.zeros(vocab_size + 1, dtype=np.int64)
+        np.cumsum(np.bincount(cols, minlength=vocab_size), out=self.indptr[1:])
+
+    def positions_of(self, rowids: np.ndarray) -> np.ndarray:
+        """Positions of the given rowids that this index holds."""
+        pos = [self.position.get(int(r)) for r in rowids]
+        return np.fromiter((p for p in pos if p is not None), dtype=np.int64)
+
+    def dense(self, query: np.ndarray, k: int, candidates: np.ndarray | None = None) -> Ranked:
+        """Exact cosine top-``k`` (vectors are unit length, so a dot product)."""
+        if self.vectors is None:
+            raise RuntimeError("this index holds no vectors")
+        if candidates is not None:
+            scores = np.zeros(self.size, dtype=np.float32)
+            scores[candidates] = self.vectors[candidates] @ query
+        else:
+            scores = self.vectors @ query
+        return _top(scores, k, candidates)
+
+    def sparse(self, term_ids: list[int], k: int, candidates: np.ndarray | None = None) -> Ranked:
+        """BM25 top-``k`` among units matching at least one query term."""
+        spans = [(self.indptr[t], self.indptr[t + 1]) for t in term_ids
+                 if t + 1 < len(self.indptr)]
+        if not spans:
+            return Ranked(np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float32))
+        rows = np.concatenate([self.post_rows[s:e] for s, e in spans])
+        weights = np.concatenate([self.post_impact[s:e] for s, e in spans])
+        scores = np.bincount(rows, weights=weights, minlength=self.size)
+        matched = np.flatnonzero(scores > 0)
+        if candidates is not None:
+            matched = np.intersect1d(matched, candidates, assume_unique=True)
+        return _top(scores, k, matched)
+
+    def sparse_scores(self, term_ids: list[int], positions: np.ndarray) -> np.ndarray:
+        """BM25 of the units at ``positions`` (postings of a term are sorted by row)."""
+        scores = np.zeros(len(positions), dtype=np.float64)
+        for t in term_ids:
+            if t + 1 >= len(self.indptr) or self.indptr[t + 1] == self.indptr[t]:
+                continue
+            s, e = self.indptr[t], self.indptr[t + 1]
+            rows = self.post_rows[s:e]
+            at = np.minimum(np.searchsorted(rows, positions), len(rows) - 1)
+            found = rows[at] == positions
+            scores[found] += self.post_impact[s:e][at[found]]
+        return scores

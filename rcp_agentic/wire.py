@@ -1,0 +1,101 @@
+"""Pydantic models of the RCP/1 wire shapes the engine returns (§7.7): Hit, its parts, and results.
+
+Python code uses snake_case attributes; ``to_wire()`` produces the exact camelCase
+JSON object of the spec, with absent optional fields omitted (never ``null``).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+Unit = Literal["chunk", "passage", "document", "node", "triplet", "path", "subgraph",
+               "community", "tree-node", "page"]
+
+
+class WireModel(BaseModel):
+    """Base: camelCase aliases on the wire, snake_case in Python, unknown fields ignored."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore",
+                              serialize_by_alias=True)
+
+    def to_wire(self) -> dict[str, Any]:
+        """The JSON-ready dict exactly as RCP/1 spells it."""
+        return self.model_dump(by_alias=True, exclude_none=True, mode="json")
+
+
+class Citation(WireModel):
+    """Where a hit comes from: source, file URI, title, page and character span."""
+
+    source: str
+    uri: str | None = None
+    title: str | None = None
+    start: int | None = None
+    end: int | None = None
+    page: int | None = None
+
+
+class ChunkRef(WireModel):
+    """The hit's place in its document (§7.7 ``chunk``)."""
+
+    doc_id: str
+    index: int
+    context: str | None = None
+
+
+class Trust(WireModel):
+    """Provenance and safety signals of a hit (§15)."""
+
+    level: Literal["trusted", "community", "untrusted"]
+    score: float | None = None
+    injection_suspected: bool | None = None
+    sanitized: bool | None = None
+
+
+class Provenance(WireModel):
+    """Graph/tree lineage of a hit."""
+
+    path: list[str] | None = None
+    nodes: list[str] | None = None
+    edges: list[dict[str, str]] | None = None
+    leaves: list[str] | None = None
+
+
+class Hit(WireModel):
+    """One retrieved unit."""
+
+    id: str
+    score: float
+    confidence: float | None = None
+    text: str | None = None
+    unit: Unit | None = None
+    level: int | None = None
+    meta: dict[str, Any] | None = None
+    vector: list[float] | None = None
+    scores: dict[str, float] | None = None
+    citation: Citation | None = None
+    provenance: Provenance | None = None
+    trust: Trust | None = None
+    chunk: ChunkRef | None = None
+
+
+class Usage(WireModel):
+    """What the pipeline did: candidate counts, tokens packed, latency and notes."""
+
+    candidates: int = 0
+    reranked: int = 0
+    tokens: int = 0
+    latency_ms: float = 0.0
+    notes: list[str] | None = None
+
+
+class RetrieveResult(WireModel):
+    """The result of ``retrieve``."""
+
+    hits: list[Hit] = Field(default_factory=list)
+    next_cursor: str | None = None
+    index_version: str | None = None
+    usage: Usage | None = None
+    rewritten_query: str | None = None

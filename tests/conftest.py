@@ -1,0 +1,116 @@
+"""Shared fixtures: the real MiniLM embedder (loaded once), engines in temp dirs, a real Chroma server."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from rcp_agentic import Engine
+from rcp_agentic.models.embedder import SentenceTransformerEmbedder
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED_DATA = REPO.parent / "shared" / "data"
+CHROMA_URL_ENV = "RCP_AGENTIC_TEST_CHROMA_URL"
+
+# Small, varied documents: quick to embed, with metadata of every filterable type.
+DOCS = [
+    {"id": "d1", "text": "Vitamin D deficiency is linked to a higher risk of multiple sclerosis.",
+     "meta": {"lang": "en", "year": 2019, "score": 0.5, "tags": ["health", "neuro"],
+              "reviewed": True, "published": "2019-05-01T00:00:00Z"}},
+    {"id": "d2", "text": "BM25 ranks documents by term frequency, inverse document frequency and "
+                         "document length normalisation.",
+     "meta": {"lang": "en", "year": 2021, "score": 1.5, "tags": ["ir"], "reviewed": False,
+              "published": "2021-01-15T12:00:00Z"}},
+    {"id": "d3", "text": "Die Photosynthese wandelt Lichtenergie in chemische Energie um.",
+     "meta": {"lang": "de", "year": 2015, "tags": ["biology"], "published": "2015-07-30T00:00:00Z"}},
+    {"id": "d4", "text": "Dense retrievers embed queries and passages with a bi-encoder and rank by "
+                         "cosine similarity.",
+     "meta": {"lang": "en", "year": 2023, "score": 2.0, "tags": ["ir", "neural"],
+              "reviewed": True}},
+    {"id": "d5", "text": "Reciprocal rank fusion combines several rankings using only rank "
+                         "positions, not scores.",
+     "meta": {"lang": "en", "year": 2009, "score": 0.1, "tags": ["ir", "fusion"]}},
+    {"id": "d6", "text": "Mitochondria produce most of the cell's supply of adenosine "
+                         "triphosphate.",
+     "meta": {"lang": "en", "year": 2012, "tags": ["biology", "health"], "reviewed": False}},
+    {"id": "d7", "text": "Les réseaux de neurones apprennent des représentations à partir des "
+                         "données.",
+     "meta": {"lang": "fr", "year": 2020, "score": 0.9, "tags": ["neural"],
+              "published": "2020-02-02T00:00:00Z"}},
+    {"id": "d8", "text": "Knowledge graphs store entities and the relations between them as "
+                         "triplets.",
+     "meta": {"lang": "en", "year": 2018, "score": 1.1, "tags": [], "reviewed": True}},
+]
+
+
+@pytest.fixture(scope="session")
+def embedder() -> SentenceTransformerEmbedder:
+    """The real default model, loaded once for the whole run."""
+    return SentenceTransformerEmbedder()
+
+
+@pytest.fixture()
+def engine(tmp_path: Path, embedder: SentenceTransformerEmbedder) -> Iterator[Engine]:
+    eng = Engine(tmp_path / "engine", embedder=embedder)
+    yield eng
+    eng.close()
+
+
+@pytest.fixture(scope="module")
+def filled_engine(tmp_path_factory: pytest.TempPathFactory,
+                  embedder: SentenceTransformerEmbedder) -> Iterator[Engine]:
+    """An engine holding DOCS (read-only for the tests that use it)."""
+    eng = Engine(tmp_path_factory.mktemp("filled") / "engine", embedder=embedder)
+    eng.add_documents(DOCS)
+    yield eng
+    eng.close()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _heartbeat(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(f"{url}/api/v2/heartbeat", timeout=1) as resp:
+            return resp.status == 200
+    except OSError:
+        return False
+
+
+@pytest.fixture(scope="session")
+def chroma_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """URL of a real `chroma run` server on loopback: $RCP_AGENTIC_TEST_CHROMA_URL, or one we start."""
+    url = os.environ.get(CHROMA_URL_ENV)
+    if url:
+        assert _heartbeat(url), f"{CHROMA_URL_ENV}={url} does not answer"
+        yield url
+        return
+    chroma = shutil.which("chroma") or str(Path(sys.executable).with_name("chroma"))
+    port = _free_port()
+    data = tmp_path_factory.mktemp("chroma-server")
+    proc = subprocess.Popen([chroma, "run", "--path", str(data), "--host", "127.0.0.1",
+                             "--port", str(port)], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while not _heartbeat(url):
+            assert proc.poll() is None, "chroma run exited"
+            assert time.monotonic() < deadline, "chroma run did not start in 60 s"
+            time.sleep(0.2)
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)

@@ -1,0 +1,375 @@
+"""Tests for rcp_agentic.corpus.loaders, on real files written to tmp_path."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from fpdf import FPDF
+from pypdf import PdfReader, PdfWriter
+
+from rcp_agentic.corpus.loaders import (
+    SUPPORTED_EXTENSIONS,
+    Page,
+    SkippedFile,
+    SourceDocument,
+    load_path,
+)
+
+
+def load(path: str | os.PathLike[str]) -> list[SourceDocument | SkippedFile]:
+    return list(load_path(path))
+
+
+def only_doc(path: str | os.PathLike[str]) -> SourceDocument:
+    (item,) = load(path)
+    assert isinstance(item, SourceDocument), item
+    return item
+
+
+def only_skip(path: str | os.PathLike[str]) -> SkippedFile:
+    (item,) = load(path)
+    assert isinstance(item, SkippedFile), item
+    return item
+
+
+def write_pdf(path: Path, pages: list[list[str]], title: str | None = None) -> Path:
+    """One PDF page per entry; each page holds its lines (an empty list makes a blank page)."""
+    pdf = FPDF()
+    if title:
+        pdf.set_title(title)
+    pdf.set_font("Helvetica", size=12)
+    for lines in pages:
+        pdf.add_page()
+        for line in lines:
+            pdf.cell(0, 10, line, new_x="LMARGIN", new_y="NEXT")
+    pdf.output(str(path))
+    return path
+
+
+# --- plain text and Markdown ------------------------------------------------------------
+
+def test_supported_extensions() -> None:
+    assert SUPPORTED_EXTENSIONS == frozenset(
+        {".txt", ".md", ".markdown", ".html", ".htm", ".pdf", ".jsonl"})
+
+
+def test_txt_file(tmp_path: Path) -> None:
+    path = tmp_path / "x" / "notes.txt"
+    path.parent.mkdir()
+    path.write_text("hello world\nsecond line\n", encoding="utf-8")
+    doc = only_doc(path)
+    assert doc.id == "notes.txt"
+    assert doc.text == "hello world\nsecond line\n"
+    assert doc.title is None
+    assert doc.file_type == "txt"
+    assert doc.source == str(path)
+    assert doc.pages == []
+    assert doc.meta == {}
+    assert doc.modified == pytest.approx(path.stat().st_mtime)
+
+
+def test_txt_bom_and_crlf(tmp_path: Path) -> None:
+    path = tmp_path / "win.txt"
+    path.write_bytes(b"\xef\xbb\xbfcaf\xc3\xa9\r\nline two\r\n")
+    assert only_doc(path).text == "café\nline two\n"
+
+
+def test_markdown_title_is_first_atx_heading_outside_code(tmp_path: Path) -> None:
+    path = tmp_path / "guide.markdown"
+    path.write_text(
+        "Intro paragraph.\n\n```bash\n# install first\npip install x\n```\n\n"
+        "## Getting   Started ##\n\n# Later heading\n",
+        encoding="utf-8",
+    )
+    doc = only_doc(path)
+    assert doc.file_type == "md"
+    assert doc.title == "Getting   Started"
+    assert "pip install x" in doc.text
+
+
+def test_markdown_without_heading(tmp_path: Path) -> None:
+    path = tmp_path / "plain.md"
+    path.write_text("#hashtag is not a heading\n", encoding="utf-8")
+    assert only_doc(path).title is None
+
+
+@pytest.mark.parametrize("content", [b"", b"   \n\t\n", b"\xef\xbb\xbf"])
+def test_empty_file(tmp_path: Path, content: bytes) -> None:
+    path = tmp_path / "empty.txt"
+    path.write_bytes(content)
+    assert only_skip(path) == SkippedFile(str(path), "empty file")
+
+
+@pytest.mark.parametrize("content", [b"abc\x00def", b"\x89PNG\r\n\x1a\n\x00\x00", b"caf\xe9 latin-1"])
+def test_binary_file(tmp_path: Path, content: bytes) -> None:
+    path = tmp_path / "data.md"
+    path.write_bytes(content)
+    assert only_skip(path).reason == "binary file"
+
+
+# --- HTML -------------------------------------------------------------------------------
+
+def test_html_text_title_and_entities(tmp_path: Path) -> None:
+    path = tmp_path / "page.htm"
+    path.write_text(
+        """<!DOCTYPE html>
+<html><head>
+  <title>  Caf&eacute; &amp; Bar </title>
+  <meta charset="utf-8">
+  <style>body { color: red; }</style>
+  <script>var hidden = "do not index";</script>
+</head>
+<body>
+  <h1>Menu</h1>
+  <p>Fish   &amp; <b>chips</b>,
+     &lt;fresh&gt; &#8212; daily.</p>
+  <script type="text/javascript">if (a < b) { alert("nope"); }</script>
+  <ul><li>Tea</li><li>Coffee</li></ul>
+  <div>Line one<br>Line two</div>
+  <table><tr><td>a</td><td>b</td></tr></table>
+  <pre>
+  keep   this
+    indented</pre>
+  <svg><title>icon title</title><text>svg text</text></svg>
+</body></html>""",
+        encoding="utf-8",
+    )
+    doc = only_doc(path)
+    assert doc.file_type == "html"
+    assert doc.title == "Café & Bar"
+    assert doc.text == (
+        "Menu\n\nFish & chips, <fresh> \u2014 daily.\n\nTea\nCoffee\n\n"
+        "Line one\nLine two\n\na b\n\n  keep   this\n    indented"
+    )
+    for hidden in ("color: red", "do not index", "alert", "icon title", "svg text", "Café"):
+        assert hidden not in doc.text
+
+
+def test_html_missing_head_close_and_declared_charset(tmp_path: Path) -> None:
+    path = tmp_path / "legacy.html"
+    path.write_bytes(
+        b'<html><head><meta http-equiv="Content-Type" content="text/html; charset=iso-8859-1">'
+        b"<title>Old</title><body><p>caf\xe9</p></body></html>"
+    )
+    doc = only_doc(path)
+    assert (doc.title, doc.text) == ("Old", "café")
+
+
+def test_html_without_text(tmp_path: Path) -> None:
+    path = tmp_path / "blank.html"
+    path.write_text("<html><head><title>T</title></head><body><script>x()</script></body></html>")
+    assert only_skip(path).reason == "no text extracted"
+
+
+# --- PDF --------------------------------------------------------------------------------
+
+def test_pdf_pages_and_offsets(tmp_path: Path) -> None:
+    path = write_pdf(
+        tmp_path / "report.pdf",
+        [["Alpha page one", "second line"], [], ["Beta page three"], ["Gamma page four"]],
+        title="Quarterly Report",
+    )
+    doc = only_doc(path)
+    assert doc.file_type == "pdf"
+    assert doc.title == "Quarterly Report"
+    assert [p.number for p in doc.pages] == [1, 2, 3, 4]
+    page_texts = [doc.text[p.start:p.end] for p in doc.pages]
+    assert "Alpha page one" in page_texts[0] and "second line" in page_texts[0]
+    assert page_texts[1] == ""
+    assert doc.pages[1].start == doc.pages[1].end
+    assert page_texts[2] == "Beta page three"
+    assert page_texts[3] == "Gamma page four"
+    # Page text is exactly what pypdf extracts, and non-empty pages are joined by a blank line.
+    expected = [(page.extract_text() or "").strip() for page in PdfReader(path).pages]
+    assert page_texts == expected
+    assert doc.text == "\n\n".join(t for t in expected if t)
+    assert doc.text[doc.pages[0].end:doc.pages[2].start] == "\n\n"
+    assert all(isinstance(p, Page) for p in doc.pages)
+
+
+def test_pdf_without_title_metadata(tmp_path: Path) -> None:
+    path = write_pdf(tmp_path / "untitled.pdf", [["Just text"]])
+    doc = only_doc(path)
+    assert doc.title is None
+    assert doc.pages == [Page(1, 0, len("Just text"))]
+
+
+def test_pdf_truncated_is_unreadable(tmp_path: Path) -> None:
+    good = write_pdf(tmp_path / "good.pdf", [["Some text"], ["More text"]])
+    path = tmp_path / "broken.pdf"
+    path.write_bytes(good.read_bytes()[:200])
+    skip = only_skip(path)
+    assert skip.path == str(path)
+    assert skip.reason.startswith("unreadable PDF: ")
+
+
+def test_pdf_garbage_is_unreadable(tmp_path: Path) -> None:
+    path = tmp_path / "fake.pdf"
+    path.write_bytes(b"this is not a pdf at all")
+    assert only_skip(path).reason.startswith("unreadable PDF: ")
+
+
+def test_pdf_without_text(tmp_path: Path) -> None:
+    path = write_pdf(tmp_path / "blank.pdf", [[], []])
+    assert only_skip(path).reason == "no text extracted"
+
+
+def _encrypt(src: Path, dest: Path, user_password: str) -> Path:
+    writer = PdfWriter(clone_from=str(src))
+    writer.encrypt(user_password, owner_password="owner", algorithm="RC4-128")
+    with dest.open("wb") as fh:
+        writer.write(fh)
+    return dest
+
+
+def test_pdf_encrypted_with_password_is_skipped(tmp_path: Path) -> None:
+    plain = write_pdf(tmp_path / "plain.pdf", [["Secret text"]])
+    path = _encrypt(plain, tmp_path / "locked.pdf", "secret")
+    assert only_skip(path).reason == "unreadable PDF: encrypted"
+
+
+def test_pdf_encrypted_with_empty_password_loads(tmp_path: Path) -> None:
+    plain = write_pdf(tmp_path / "plain.pdf", [["Open text"]])
+    path = _encrypt(plain, tmp_path / "owner_only.pdf", "")
+    assert only_doc(path).text == "Open text"
+
+
+# --- JSON Lines -------------------------------------------------------------------------
+
+def test_jsonl_records(tmp_path: Path) -> None:
+    folder = tmp_path / "data"
+    folder.mkdir()
+    path = folder / "records.jsonl"
+    lines = [
+        json.dumps({"_id": "a1", "text": "first", "title": "First", "lang": "en",
+                    "tags": ["x", "y"], "nested": {"k": 1}}),
+        "",
+        json.dumps({"id": 7, "text": "second", "year": 2024, "title": 5}),
+        "{not json",
+        json.dumps({"title": "no text here"}),
+        json.dumps({"text": "third \u2028 with a line separator", "score": None}),
+        "[1, 2]",
+        json.dumps({"text": 3}),
+        "   ",
+    ]
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    items = load(folder)
+    docs = [i for i in items if isinstance(i, SourceDocument)]
+    skips = [i for i in items if isinstance(i, SkippedFile)]
+
+    assert [d.id for d in docs] == ["a1", "7", "data/records.jsonl#L6"]
+    first, second, third = docs
+    assert first.text == "First\n\nfirst"
+    assert first.title == "First"
+    assert first.meta == {"lang": "en", "tags": ["x", "y"], "nested": {"k": 1}}
+    assert first.source == f"{path}#L1"
+    assert first.file_type == "jsonl"
+    assert first.modified == pytest.approx(path.stat().st_mtime)
+    assert second.text == "second" and second.title is None
+    assert second.meta == {"year": 2024, "title": 5}
+    assert third.text == "third \u2028 with a line separator"
+    assert third.meta == {"score": None}
+
+    assert [s.path for s in skips] == [f"{path}#L{n}" for n in (4, 5, 7, 8)]
+    assert skips[0].reason.startswith("invalid JSON on line 4: ")
+    assert "text" in skips[1].reason
+    assert skips[2].reason == "line 7 is not a JSON object"
+    assert "text" in skips[3].reason
+
+
+def test_jsonl_single_file_id(tmp_path: Path) -> None:
+    path = tmp_path / "one.jsonl"
+    path.write_text('{"text": "only"}\n', encoding="utf-8")
+    assert only_doc(path).id == "one.jsonl#L1"
+
+
+def test_jsonl_empty_file(tmp_path: Path) -> None:
+    path = tmp_path / "none.jsonl"
+    path.write_text("\n\n", encoding="utf-8")
+    assert only_skip(path).reason == "empty file"
+
+
+# --- folders, ids and skipping ----------------------------------------------------------
+
+def test_folder_walk_ids_order_and_hidden(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    docs = tmp_path / "docs"
+    (docs / "sub" / "deeper").mkdir(parents=True)
+    (docs / ".hidden_dir").mkdir()
+    (docs / "intro.md").write_text("# Intro\n\nWelcome.")
+    (docs / "b.txt").write_text("bee")
+    (docs / "sub" / "a.txt").write_text("a in sub")
+    (docs / "sub" / "deeper" / "z.html").write_text("<p>deep</p>")
+    (docs / "sub" / "image.xyz").write_bytes(b"\x00\x01")
+    (docs / "Makefile").write_text("all:")
+    (docs / ".secret.txt").write_text("hidden file")
+    (docs / ".hidden_dir" / "c.txt").write_text("hidden dir")
+    write_pdf(docs / "sub" / "a.pdf", [["pdf text"]])
+
+    monkeypatch.chdir(tmp_path)
+    items = load("docs")
+    assert [(i.id if isinstance(i, SourceDocument) else i.path) for i in items] == [
+        str(docs / "Makefile"),
+        "docs/b.txt",
+        "docs/intro.md",
+        "docs/sub/a.pdf",
+        "docs/sub/a.txt",
+        "docs/sub/deeper/z.html",
+        str(docs / "sub" / "image.xyz"),
+    ]
+    skips = {Path(i.path).name: i.reason for i in items if isinstance(i, SkippedFile)}
+    assert skips == {"Makefile": "no file extension", "image.xyz": "unsupported extension .xyz"}
+    assert all("hidden" not in i.text for i in items if isinstance(i, SourceDocument))
+
+    # A trailing slash or an absolute path gives the same ids; a nested folder argument is
+    # relative to its own parent.
+    assert [i.id for i in load("docs/") if isinstance(i, SourceDocument)][:2] == [
+        "docs/b.txt", "docs/intro.md"]
+    assert [i.id for i in load(docs / "sub") if isinstance(i, SourceDocument)] == [
+        "sub/a.pdf", "sub/a.txt", "sub/deeper/z.html"]
+    assert only_doc("docs/sub/a.txt").id == "a.txt"
+
+
+def test_unsupported_single_file(tmp_path: Path) -> None:
+    path = tmp_path / "archive.ZIP"
+    path.write_bytes(b"PK")
+    assert only_skip(path) == SkippedFile(str(path), "unsupported extension .zip")
+
+
+def test_uppercase_extension_is_supported(tmp_path: Path) -> None:
+    path = tmp_path / "README.TXT"
+    path.write_text("shout")
+    assert only_doc(path).file_type == "txt"
+
+
+def test_folder_with_bad_files_never_raises(tmp_path: Path) -> None:
+    (tmp_path / "empty.txt").write_bytes(b"")
+    (tmp_path / "bin.txt").write_bytes(b"\x00" * 10)
+    (tmp_path / "bad.pdf").write_bytes(b"%PDF-1.4\n garbage")
+    (tmp_path / "bad.jsonl").write_text("nope\n")
+    (tmp_path / "ok.txt").write_text("fine")
+    items = load(tmp_path)
+    assert [type(i).__name__ for i in items] == [
+        "SkippedFile", "SkippedFile", "SkippedFile", "SkippedFile", "SourceDocument"]
+
+
+def test_missing_path_raises_at_call_time(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError):
+        load_path(tmp_path / "nope")
+
+
+@pytest.mark.skipif(not hasattr(os, "symlink"), reason="needs symlinks")
+def test_symlink_loop_and_broken_link(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    root.mkdir()
+    (root / "a.txt").write_text("a")
+    try:
+        (root / "loop").symlink_to(root, target_is_directory=True)
+        (root / "dangling.txt").symlink_to(tmp_path / "missing.txt")
+    except OSError:
+        pytest.skip("symlinks not permitted")
+    items = load(root)
+    assert [i.id for i in items if isinstance(i, SourceDocument)] == ["root/a.txt"]
+    assert [i.reason for i in items if isinstance(i, SkippedFile)] == ["broken symlink"]
