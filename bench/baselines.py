@@ -27,8 +27,9 @@ from __future__ import annotations
 import os
 import time
 import uuid
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any
 
 TOP_K = 100
 
@@ -215,6 +216,8 @@ def time_queries(
     return Timing(run, e2e, emb, other_cpu_load(before, _cpu_snapshot()))
 
 
-def time_baseline(system, built: Built, queries: Mapping[str, str], k: int = TOP_K, warmup: int = 5) -> Timing:
+def time_baseline(
+    system, built: Built, queries: Mapping[str, str], k: int = TOP_K, warmup: int = 5
+) -> Timing:
     """``time_queries`` for one of ``BASELINES`` after ``system.build``."""
     return time_queries(lambda q: system.search(built, q, k), queries, built.embeddings, warmup)

@@ -25,8 +25,9 @@ import hashlib
 import json
 import os
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -168,9 +169,9 @@ class EmbeddingCache:
 # -- framework wrappers ------------------------------------------------------
 # Imported here (not lazily) because the classes subclass the framework types;
 # both frameworks are in the project's ``bench`` extra.
-from langchain_core.embeddings import Embeddings  # noqa: E402
-from llama_index.core.base.embeddings.base import BaseEmbedding  # noqa: E402
-from pydantic import PrivateAttr  # noqa: E402
+from langchain_core.embeddings import Embeddings
+from llama_index.core.base.embeddings.base import BaseEmbedding
+from pydantic import PrivateAttr
 
 
 class LangChainCachedEmbeddings(Embeddings):

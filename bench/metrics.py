@@ -18,7 +18,7 @@ relevant doc; such a query missing from ``run`` scores 0.
 from __future__ import annotations
 
 import math
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 Run = Mapping[str, Sequence[str]]
 Qrels = Mapping[str, Mapping[str, int]]

@@ -25,10 +25,10 @@ from pathlib import Path
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench import scifact  # noqa: E402
-from bench.baselines import BASELINES, Timing, time_baseline  # noqa: E402
-from bench.embedcache import EmbeddingCache  # noqa: E402
-from bench.metrics import mrr_at_k, ndcg_at_k, percentiles, recall_at_k  # noqa: E402
+from bench import scifact
+from bench.baselines import BASELINES, Timing, time_baseline
+from bench.embedcache import EmbeddingCache
+from bench.metrics import mrr_at_k, ndcg_at_k, percentiles, recall_at_k
 
 
 def summarize(name: str, timing: Timing, qrels, build_s: float | None = None) -> dict:
@@ -86,7 +86,9 @@ def format_table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def run_baselines(corpus, queries, qrels, cache: EmbeddingCache, warmup: int = 5, k: int = 100, log=print):
+def run_baselines(
+    corpus, queries, qrels, cache: EmbeddingCache, warmup: int = 5, k: int = 100, log=print
+):
     """Build and time every baseline; returns ``summarize`` rows."""
     rows = []
     for system in BASELINES:
@@ -102,7 +104,9 @@ def run_baselines(corpus, queries, qrels, cache: EmbeddingCache, warmup: int = 5
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--limit", type=int, default=None, help="corpus subset size (keeps relevant docs)")
+    ap.add_argument(
+        "--limit", type=int, default=None, help="corpus subset size (keeps relevant docs)"
+    )
     ap.add_argument("--queries", type=int, default=None, help="first N queries with qrels")
     ap.add_argument("--warmup", type=int, default=5, help="untimed warm-up queries per system")
     ap.add_argument("--json", type=Path, default=None, help="also write the rows as JSON")

@@ -23,8 +23,8 @@ from __future__ import annotations
 import csv
 import json
 import os
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
 DATA_DIR = Path(os.environ.get("SCIFACT_DIR", "/work/shared/data/scifact"))
 

@@ -98,6 +98,47 @@ def cmd_query(args: argparse.Namespace) -> int:
     return 0
 
 
+def _read_beir(queries_path: str, qrels_path: str) -> tuple[dict[str, str], dict[str, dict[str, int]]]:
+    """BEIR files: queries.jsonl (``{"_id", "text"}``) and a qrels TSV (query, doc, grade)."""
+    queries: dict[str, str] = {}
+    qrels: dict[str, dict[str, int]] = {}
+    try:
+        with open(queries_path, encoding="utf-8") as fh:
+            for n, line in enumerate(fh, start=1):
+                if line.strip():
+                    rec = json.loads(line)
+                    queries[str(rec["_id"])] = str(rec["text"])
+        with open(qrels_path, encoding="utf-8") as fh:
+            for n, line in enumerate(fh, start=1):
+                cols = line.rstrip("\n").split("\t")
+                if len(cols) < 3 or (n == 1 and not cols[2].strip().lstrip("-").isdigit()):
+                    continue  # header or blank line
+                qrels.setdefault(cols[0], {})[cols[1]] = int(cols[2])
+    except (OSError, ValueError, KeyError) as exc:
+        raise InvalidParams(f"cannot read BEIR files: {exc}", field="queries") from None
+    judged = {q: t for q, t in queries.items() if q in qrels}
+    if not judged:
+        raise InvalidParams("no query in QUERIES has judgements in QRELS", field="qrels")
+    return judged, {q: qrels[q] for q in judged}
+
+
+def cmd_calibrate(args: argparse.Namespace) -> int:
+    from .engine import CALIBRATION_FILE
+    from .pipeline.confidence import calibrate_engine
+
+    engine = _open(args, create=False)
+    queries, qrels = _read_beir(args.queries, args.qrels)
+    calibrator, metrics = calibrate_engine(engine, queries, qrels, k=args.k)
+    target = engine.path / CALIBRATION_FILE
+    calibrator.save(target)
+    print(f"Fitted confidence on {len(queries)} judged queries; saved to {target}")
+    held_out = metrics.get("cv") or metrics.get("train") or {}
+    for key, m in sorted(held_out.items()):
+        if isinstance(m, dict) and "ece" in m:
+            print(f"  {key:<18} ECE {m['ece']:.4f}  AUROC {m['auroc']:.4f}  (n={m['n']})")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="rcp-agentic",
                                      description="Retrieval engine for agentic RAG (RCP/1).")
@@ -122,6 +163,13 @@ def build_parser() -> argparse.ArgumentParser:
                    '"op":"eq","value":"md"}\'')
     q.add_argument("--json", action="store_true", help="print the RCP retrieve result")
     q.set_defaults(func=cmd_query)
+
+    cal = sub.add_parser("calibrate", help="refit hit confidence on your own relevance labels")
+    cal.add_argument("queries", metavar="QUERIES", help="BEIR queries.jsonl")
+    cal.add_argument("qrels", metavar="QRELS", help="BEIR qrels TSV (query-id, doc-id, grade)")
+    cal.add_argument("--engine", metavar="DIR")
+    cal.add_argument("--k", type=int, default=20, help="hits per query used for fitting")
+    cal.set_defaults(func=cmd_calibrate)
     return parser
 
 

@@ -40,12 +40,21 @@ class EngineConfig(BaseModel):
     dense_exact_max: int = Field(
         50_000, ge=0,
         description="up to this many vectors of one unit, dense recall is exact (numpy); above, Chroma HNSW")
+    reranker_path: str | None = Field(
+        None, description="a sentence-transformers CrossEncoder saved on local disk")
+    rerank_max_candidates: int = Field(100, ge=1, description="advertised rerank.maxCandidates")
     chroma_url: str | None = Field(None, description="a `chroma run` server; None = embedded Chroma")
     filter_fields: dict[str, FieldType] = Field(
         default_factory=dict, description="metadata fields declared filterable, with their types")
     infer_filter_fields: bool = Field(
         True, description="declare new metadata fields on ingest with the type of their first value")
     query_cache_size: int = Field(1024, ge=0)
+    snapshots_retained: int = Field(8, ge=1, description="index versions kept readable for "
+                                    "pinned retrieves and cursors")
+    session_ttl_seconds: int = Field(3600, ge=1, description="a session expires this long after "
+                                     "its last use")
+    max_sessions: int = Field(10_000, ge=1, description="live sessions; least recently used go")
+    session_max_items: int = Field(10_000, ge=1, description="units one session remembers")
     torch_threads: int | None = Field(None, ge=1, description="None = torch's default")
     blas_threads: int | None = Field(
         1, ge=1, description="numpy BLAS threads for query-time math (None = leave as is)")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+import secrets
 import threading
 import time
 import uuid
@@ -23,21 +24,33 @@ from .config import EngineConfig
 from .corpus.documents import attach_vectors, build_record, to_source_document
 from .corpus.loaders import SkippedFile, SourceDocument, load_path
 from .corpus.metadata import filterable_meta, is_valid_field_name
-from .errors import BackendUnavailable, Conflict, InvalidParams, NotFound
+from .errors import (BackendUnavailable, CapabilityMissing, Conflict, InvalidParams, NotFound,
+                     OptionUnsupported)
 from .models.analyzer import analyze
+from .models.reranker import Reranker, as_reranker
 from .models.embedder import SentenceTransformerEmbedder, TimedEmbedder, as_embedder
 from .pipeline import fusion
+from .pipeline import cursor
+from .pipeline.cursor import CursorState, query_hash
 from .pipeline.filters import BUILTIN_FIELDS, compile_filter
 from .pipeline.hits import build_hit
-from .pipeline.params import PARAM_NAMES, Plan, make_plan, parse_params
+from .pipeline.mmr import mmr_order
+from .pipeline.packing import pack
+from .pipeline.recency import decay
+from .pipeline.confidence import Calibrator
+from .pipeline.params import PARAM_NAMES, Plan, make_plan, parse_params, query_text
 from .store.chroma import ChromaVectors
 from .store.docstore import DocumentRecord, Docstore
+from .sessions import Candidate, SessionStore
 from .store.memindex import UnitIndex
-from .wire import Hit, RetrieveResult, Usage
+from .wire import Hit, RerankResult, RetrieveResult, Usage
 
 log = logging.getLogger(__name__)
 
 DEFAULT_ENGINE_DIR = ".rcp-agentic"
+CALIBRATION_FILE = "calibration.json"
+# Scoring indexes kept in memory: the current version of a few unit kinds, plus pinned ones.
+_INDEX_CACHE = 6
 ENGINE_ENV = "RCP_AGENTIC_ENGINE"
 # Documents per write transaction: bounds memory and makes progress visible.
 WRITE_BATCH_DOCS = 64
@@ -79,7 +92,7 @@ class Engine:
 
     def __init__(self, path: str | os.PathLike[str] | None = None, *,
                  config: EngineConfig | None = None, embedder: Any = None,
-                 **overrides: Any) -> None:
+                 reranker: Any = None, **overrides: Any) -> None:
         self.path = Path(path) if path is not None else default_engine_dir()
         self.path.mkdir(parents=True, exist_ok=True)
         self.config = config or EngineConfig.resolve(self.path, **overrides)
@@ -93,10 +106,17 @@ class Engine:
             embedder = SentenceTransformerEmbedder(batch_size=self.config.embed_batch_size,
                                                    torch_threads=self.config.torch_threads)
         self.embedder = TimedEmbedder(as_embedder(embedder), self.config.query_cache_size)
+        if reranker is None and self.config.reranker_path:
+            reranker = self.config.reranker_path
+        self.reranker: Reranker | None = as_reranker(reranker) if reranker is not None else None
+        self.calibrator = self._load_calibrator()
         self._write_lock = threading.Lock()
         self._index_lock = threading.Lock()
         self._indexes: dict[tuple[str, int], UnitIndex] = {}
-        self.store = Docstore(self.path / "engine.db")
+        self.sessions = SessionStore(ttl_seconds=self.config.session_ttl_seconds,
+                                     max_sessions=self.config.max_sessions,
+                                     max_items=self.config.session_max_items)
+        self.store = Docstore(self.path / "engine.db", retain=self.config.snapshots_retained)
         try:
             self._check_embedder()
             self._declare_fields()
@@ -104,6 +124,8 @@ class Engine:
             if engine_id is None:
                 engine_id = uuid.uuid4().hex[:12]
                 self.store.set_info("engine_id", engine_id)
+                self.store.set_info("cursor_secret", secrets.token_hex(32))
+            self._secret = bytes.fromhex(self.store.info("cursor_secret") or "")
             self.chroma = ChromaVectors(
                 path=None if self.config.chroma_url else self.path / "chroma",
                 url=self.config.chroma_url, prefix=f"rcp-{engine_id}")
@@ -134,6 +156,17 @@ class Engine:
                 f"be queried with {self.embedder.identity!r} (vectors would be meaningless). "
                 "Open it with the same model, or index into a new engine directory.",
                 field="embedder")
+
+    def _load_calibrator(self) -> Calibrator | None:
+        """The engine's own calibration (``rcp-agentic calibrate``), else the shipped one if it
+        was fitted for this embedder; otherwise hits carry no confidence."""
+        own = self.path / CALIBRATION_FILE
+        if own.exists():
+            return Calibrator.load(own)
+        default = Calibrator.default()
+        if default.fitted_on.get("embedder") == self.embedder.identity:
+            return default
+        return None
 
     def _check_dimension(self, dim: int) -> None:
         stored = self.store.info("embedding.dimension")
@@ -198,7 +231,7 @@ class Engine:
         """Bring Chroma in line with SQLite: replay queued operations, then repair any difference."""
         with self._write_lock:
             self._apply_outbox()
-            for unit, level, _count in self.store.unit_kinds():
+            for unit, level in self.store.stored_kinds():
                 truth = set(self.store.rowids(unit, level))
                 have = self.chroma.all_ids(unit, level)
                 extra, missing = sorted(have - truth), sorted(truth - have)
@@ -333,21 +366,42 @@ class Engine:
         with self._index_lock:
             self._indexes.clear()
 
-    def _index(self, unit: str, level: int) -> UnitIndex:
-        key = (unit, level)
+    def _index(self, unit: str, level: int, version: int | None = None) -> UnitIndex:
+        """The scoring index of one kind of unit as of ``version`` (default: current)."""
+        v = self.store.index_version() if version is None else version
+        key = (unit, level, v)
         index = self._indexes.get(key)
         if index is not None:
             return index
         with self._index_lock:
             index = self._indexes.get(key)
             if index is None:
-                count = next((n for u, lv, n in self.store.unit_kinds() if (u, lv) == key), 0)
-                arrays = self.store.unit_arrays(unit, level,
+                count = next((n for u, lv, n in self.store.unit_kinds(v) if (u, lv) == (unit, level)),
+                             0)
+                arrays = self.store.unit_arrays(unit, level, v,
                                                 with_vectors=count <= self.config.dense_exact_max)
-                index = UnitIndex(arrays, self.store.vocab_size(), k1=self.config.bm25_k1,
+                index = UnitIndex(unit, arrays, self.store.vocab_size(), k1=self.config.bm25_k1,
                                   b=self.config.bm25_b)
+                while len(self._indexes) >= _INDEX_CACHE:
+                    self._indexes.pop(next(iter(self._indexes)))
                 self._indexes[key] = index
         return index
+
+    def _served_version(self, pinned: str | None) -> int:
+        """The version a retrieve reads: the current one, or a pinned one still retained."""
+        current = self.store.index_version()
+        if pinned is None:
+            return current
+        if not (pinned.startswith("v") and pinned[1:].isdigit()):
+            raise InvalidParams(f"indexVersion {pinned!r} is not a version of this engine",
+                                field="indexVersion")
+        wanted = int(pinned[1:])
+        if not self.store.oldest_retained(current) <= wanted <= current:
+            raise BackendUnavailable(
+                f"indexVersion {pinned} is not retained (this engine keeps "
+                f"v{self.store.oldest_retained(current)}..v{current})", field="indexVersion",
+                retryable=False)
+        return wanted
 
     # --- retrieval -------------------------------------------------------------------
 
@@ -365,59 +419,144 @@ class Engine:
                                 field=unknown[0])
         return self.retrieve_params({"query": query, "k": k, **options})
 
+    def query_terms(self, query: str) -> list[int]:
+        """Vocabulary ids of the analysed query terms (unknown terms dropped)."""
+        return sorted({t for t in (self.store.term_id(w) for w in analyze(query))
+                       if t is not None})
+
+    def sparse_ceiling(self, query: str, unit: str = "chunk", level: int = 0) -> float:
+        """The largest BM25 any unit of this kind could score for ``query`` (0 if no term is known)."""
+        return self._index(unit, level).sparse_ceiling(self.query_terms(query))
+
     def retrieve_params(self, raw: dict[str, Any]) -> RetrieveResult:
-        """``retrieve`` from a raw params object (wire camelCase or snake_case)."""
+        """``retrieve`` from a raw params object (wire camelCase or snake_case).
+
+        Stages: recall (dense/sparse, ``candidate_k`` deep, deeper by what the
+        session has seen) → fuse → recency → ``min_score`` → session dedup → MMR →
+        pack to ``k`` and ``token_budget`` → hits.
+        """
         start = time.perf_counter()
         params = parse_params(raw)
-        version = self.index_version
         plan = make_plan(params, max_k=self.config.max_k,
                          default_candidate_k=self.config.candidate_k,
                          max_candidate_k=self.config.max_candidate_k,
                          default_mode=self.config.default_mode, default_rrf_k=self.config.rrf_k,
-                         current_version=version)
-        index = self._index(plan.stored_unit, plan.level)
+                         rerank_method=self.reranker.method if self.reranker else None,
+                         max_rerank=self.config.rerank_max_candidates)
+        qhash = query_hash(params.model_dump(
+            mode="json", exclude={"cursor", "meta", "index_version", "strict"}))
+        state = (cursor.decode(plan.cursor, self._secret, qhash) if plan.cursor is not None
+                 else None)
+        if state is not None and plan.index_version not in (None, f"v{state.version}"):
+            raise InvalidParams("indexVersion differs from the snapshot the cursor pages",
+                                field="indexVersion")
+        served = self._served_version(f"v{state.version}" if state else plan.index_version)
+        version = f"v{served}"
+        fields = self.filter_fields() if (plan.filter or plan.recency_field) else {}
+        if plan.recency_field and fields.get(plan.recency_field) != "date":
+            raise InvalidParams(f"recency.field {plan.recency_field!r} is not a declared date "
+                                "field", field="recency.field")
+        index = self._index(plan.stored_unit, plan.level, served)
         allowed = None
         if plan.filter is not None:
-            compiled = compile_filter(plan.filter, self.filter_fields())
-            rows = self.store.filtered_rowids(plan.stored_unit, plan.level, compiled.sql,
+            compiled = compile_filter(plan.filter, fields)
+            rows = self.store.filtered_rowids(plan.stored_unit, plan.level, served, compiled.sql,
                                               compiled.params)
             allowed = index.positions_of(rows)
+        # Backfill: recall deeper by what the session already holds, so k new hits remain.
+        seen = self.sessions.seen_count(plan.session_id) if plan.session_id else 0
+        depth = plan.candidate_k + seen
         lists: dict[str, list[tuple[int, float]]] = {}
         qvec = None
         term_ids: list[int] = []
         if plan.mode in ("dense", "hybrid"):
             qvec = self.embedder.embed_query(plan.query)
-            lists["dense"] = self._dense(index, plan, qvec, allowed)
+            lists["dense"] = self._dense(index, plan, qvec, allowed, depth)
         if plan.mode in ("sparse", "hybrid"):
-            term_ids = sorted({t for t in (self.store.term_id(w) for w in analyze(plan.query))
-                               if t is not None})
-            ranked = index.sparse(term_ids, plan.candidate_k, allowed)
+            term_ids = self.query_terms(plan.query)
+            ranked = index.sparse(term_ids, depth, allowed)
             lists["sparse"] = list(zip(ranked.positions.tolist(), ranked.scores.tolist()))
-        fused = self._fuse(plan, lists, index, qvec, term_ids)
+        ranked_list = self._fuse(plan, lists, index, qvec, term_ids)
+        if plan.session_id:
+            new = self.sessions.filter_new(plan.session_id,
+                                           [_candidate(index, p) for p, _s in ranked_list])
+            ranked_list = [ps for ps, ok in zip(ranked_list, new) if ok]
+        rerank_scores: dict[int, float] = {}
+        if plan.rerank_top_n is not None:
+            ranked_list, rerank_scores = self._rerank(plan, index, ranked_list)
+        if plan.recency_field:
+            ranked_list = self._recency(plan, index, ranked_list)
         if plan.min_score is not None:
-            fused = [(p, s) for p, s in fused if s >= plan.min_score]
-        top = fused[:plan.k]
-        hits = self._hits(plan, index, top, lists, qvec, term_ids)
+            ranked_list = [(p, s) for p, s in ranked_list if s >= plan.min_score]
+        if plan.mmr_lambda is not None:
+            ranked_list = self._mmr(plan, index, ranked_list)
+        packed = pack([int(index.tokens[p]) for p, _s in ranked_list], plan.k, plan.token_budget,
+                      start=state.start if state else 0,
+                      exclude=state.exclude if state else frozenset())
+        if packed.skipped:
+            plan.notes.append(f"tokenBudget: skipped {packed.skipped} hit(s) larger than the "
+                              "budget left")
+        if packed.oversized:
+            plan.notes.append(f"tokenBudget: {packed.oversized} hit(s) larger than the whole "
+                              "budget can never be packed")
+        top = [ranked_list[i] for i in packed.taken]
+        next_cursor = None
+        if packed.more and not plan.session_id:
+            next_cursor = cursor.encode(CursorState(served, packed.next_start,
+                                                    packed.next_exclude, qhash), self._secret)
+        hits = self._hits(plan, index, top, lists, qvec, term_ids, packed.taken, rerank_scores)
+        if plan.session_id:
+            forgotten = self.sessions.record(plan.session_id, [_candidate(index, p) for p, _s in top])
+            if forgotten:
+                plan.notes.append(f"session full: forgot its {forgotten} oldest unit(s)")
         candidates = len({p for ranked in lists.values() for p, _s in ranked})
-        usage = Usage(candidates=candidates, reranked=0,
-                      tokens=sum(h.meta["chunk_token_count"] for h in hits if h.meta)
-                      if plan.include_text else 0,
+        usage = Usage(candidates=candidates, reranked=len(rerank_scores), tokens=packed.tokens,
                       latency_ms=round((time.perf_counter() - start) * 1000.0, 3),
                       notes=plan.notes or None)
-        return RetrieveResult(hits=hits, index_version=version, usage=usage)
+        return RetrieveResult(hits=hits, index_version=version, usage=usage,
+                              next_cursor=next_cursor)
+
+    def _recency(self, plan: Plan, index: UnitIndex,
+                 ranked: list[tuple[int, float]]) -> list[tuple[int, float]]:
+        assert plan.recency_field and plan.recency_half_life_days
+        rowids = [int(index.rowids[p]) for p, _s in ranked]
+        dates = self.store.dates(rowids, plan.recency_field)
+        factors = decay([dates.get(r) for r in rowids], time.time() * 1000.0,
+                        plan.recency_half_life_days)
+        out = [(p, s * float(f)) for (p, s), f in zip(ranked, factors)]
+        return sorted(out, key=lambda ps: (-ps[1], ps[0]))
+
+    def _mmr(self, plan: Plan, index: UnitIndex,
+             ranked: list[tuple[int, float]]) -> list[tuple[int, float]]:
+        assert plan.mmr_lambda is not None
+        pool = ranked[:min(len(ranked), max(4 * plan.k, 50), 400)]
+        if len(pool) < 2:
+            return ranked
+        positions = np.asarray([p for p, _s in pool], dtype=np.int64)
+        if index.vectors is not None:
+            vecs = index.vectors[positions]
+        else:
+            got = self.store.vectors(index.rowids[positions].tolist())
+            vecs = np.vstack([got[int(r)] for r in index.rowids[positions]])
+        scores = np.asarray([s for _p, s in pool], dtype=np.float64)
+        order = mmr_order(scores, vecs, plan.mmr_lambda, len(pool))
+        return [pool[i] for i in order] + ranked[len(pool):]
 
     def _dense(self, index: UnitIndex, plan: Plan, qvec: np.ndarray,
-               allowed: np.ndarray | None) -> list[tuple[int, float]]:
+               allowed: np.ndarray | None, depth: int) -> list[tuple[int, float]]:
         if index.size == 0 or (allowed is not None and len(allowed) == 0):
             return []
         if index.vectors is not None:
-            ranked = index.dense(qvec, plan.candidate_k, allowed)
+            ranked = index.dense(qvec, depth, allowed)
             return list(zip(ranked.positions.tolist(), ranked.scores.tolist()))
         rowids = None if allowed is None else index.rowids[allowed].tolist()
-        n = min(plan.candidate_k, index.size if rowids is None else len(rowids))
+        # Chroma also holds rows of retained older versions; ask for enough to cover them.
+        hidden = 0 if rowids is not None else max(0, self.store.stored_count(
+            plan.stored_unit, plan.level) - index.size)
+        n = min(depth, index.size if rowids is None else len(rowids)) + hidden
         got, sims = self.chroma.query(plan.stored_unit, plan.level, qvec, n, rowids)
         out = [(index.position[r], s) for r, s in zip(got, sims) if r in index.position]
-        return sorted(out, key=lambda ps: (-ps[1], ps[0]))
+        return sorted(out, key=lambda ps: (-ps[1], ps[0]))[:depth]
 
     def _fill(self, index: UnitIndex, name: str, positions: list[int], qvec: np.ndarray | None,
               term_ids: list[int]) -> dict[int, float]:
@@ -449,20 +588,91 @@ class Engine:
 
     def _hits(self, plan: Plan, index: UnitIndex, top: list[tuple[int, float]],
               lists: dict[str, list[tuple[int, float]]], qvec: np.ndarray | None,
-              term_ids: list[int]) -> list[Hit]:
+              term_ids: list[int], ranks: list[int],
+              rerank_scores: dict[int, float]) -> list[Hit]:
         positions = [p for p, _s in top]
         per_stage = {name: self._fill(index, name, positions, qvec, term_ids) for name in lists}
+        confidence = self._confidence(plan, index, positions, per_stage, term_ids, ranks)
         rowids = [int(index.rowids[p]) for p in positions]
         rows = self.store.hydrate(rowids, with_text=plan.include_text)
         vectors = self.store.vectors(rowids) if plan.include_vectors else {}
         hits = []
-        for (pos, score), rowid in zip(top, rowids):
+        for i, ((pos, score), rowid) in enumerate(zip(top, rowids)):
             row = rows.get(rowid)
             if row is None:  # deleted after this query's snapshot was taken
                 continue
             scores = {name: round(float(per_stage[name][pos]), 6) for name in lists}
             if plan.mode == "hybrid":
                 scores["fused"] = float(score)
+            if pos in rerank_scores:
+                scores["rerank"] = float(rerank_scores[pos])
             hits.append(build_hit(row, unit=plan.unit, score=float(score), scores=scores,
-                                  vector=vectors.get(rowid)))
+                                  vector=vectors.get(rowid),
+                                  confidence=None if confidence is None else confidence[i]))
         return hits
+
+    def _confidence(self, plan: Plan, index: UnitIndex, positions: list[int],
+                    per_stage: dict[str, dict[int, float]], term_ids: list[int],
+                    ranks: list[int]) -> list[float] | None:
+        """Calibrated P(relevant) per hit, made non-increasing down the list."""
+        if self.calibrator is None or not positions or not self.calibrator.supports(
+                plan.mode, plan.stored_unit):
+            return None
+        dense = (np.array([per_stage["dense"][p] for p in positions])
+                 if "dense" in per_stage else None)
+        sparse = (np.array([per_stage["sparse"][p] for p in positions])
+                  if "sparse" in per_stage else None)
+        ceiling = index.sparse_ceiling(term_ids) if "sparse" in per_stage else None
+        probs = self.calibrator.predict(mode=plan.mode, unit=plan.stored_unit, dense=dense,
+                                        sparse=sparse, ceiling=ceiling,
+                                        ranks=np.asarray(ranks, dtype=np.float64))
+        # A hit never claims more confidence than the one ranked above it.
+        return [round(float(x), 6) for x in np.minimum.accumulate(np.clip(probs, 0.0, 1.0))]
+
+    # --- rerank ----------------------------------------------------------------------
+
+    def rerank(self, query: Any, passages: list[Any], *, method: str | None = None,
+               top_n: int | None = None) -> RerankResult:
+        """Score ``passages`` against ``query`` with the configured reranker (RCP ``rerank``, §7.6).
+
+        ``scores[i]`` belongs to ``passages[i]``; ``order`` lists indices best first,
+        truncated to ``top_n``.
+        """
+        if self.reranker is None:
+            raise CapabilityMissing("no reranker is configured for this engine")
+        if method is not None and method != self.reranker.method:
+            raise OptionUnsupported(f"rerank method {method!r} is not offered (this engine: "
+                                    f"{self.reranker.method!r})", option="method")
+        text = query_text(query)
+        if not isinstance(passages, list) or not passages:
+            raise InvalidParams("passages must be a non-empty array", field="passages")
+        if len(passages) > self.config.rerank_max_candidates:
+            raise InvalidParams(f"at most {self.config.rerank_max_candidates} passages",
+                                field="passages")
+        bodies = [query_text(p, field=f"passages[{i}]", allow_empty=True)
+                  for i, p in enumerate(passages)]
+        if top_n is not None and (isinstance(top_n, bool) or not isinstance(top_n, int)
+                                  or top_n < 1):
+            raise InvalidParams("topN must be a positive integer", field="topN")
+        scores = [float(x) for x in self.reranker.score(text, bodies)]
+        order = sorted(range(len(scores)), key=lambda i: (-scores[i], i))
+        return RerankResult(scores=scores, order=order[:top_n] if top_n else order)
+
+    def _rerank(self, plan: Plan, index: UnitIndex, ranked: list[tuple[int, float]]
+                ) -> tuple[list[tuple[int, float]], dict[int, float]]:
+        assert self.reranker is not None and plan.rerank_top_n is not None
+        head = ranked[:plan.rerank_top_n]
+        if not head:
+            return ranked, {}
+        rows = self.store.hydrate([int(index.rowids[p]) for p, _s in head])
+        texts = [rows[int(index.rowids[p])]["text"] for p, _s in head]
+        scores = [float(x) for x in self.reranker.score(plan.query, texts)]
+        order = sorted(range(len(head)), key=lambda i: (-scores[i], i))
+        reranked = [(head[i][0], scores[i]) for i in order]
+        return reranked, {head[i][0]: scores[i] for i in range(len(head))}
+
+
+def _candidate(index: UnitIndex, pos: int) -> Candidate:
+    ps, pe = int(index.page_start[pos]), int(index.page_end[pos])
+    return Candidate(index.uids[pos], index.unit, index.doc_ids[pos],
+                     ps if ps >= 0 else None, pe if pe >= 0 else None)

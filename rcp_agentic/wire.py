@@ -99,3 +99,10 @@ class RetrieveResult(WireModel):
     index_version: str | None = None
     usage: Usage | None = None
     rewritten_query: str | None = None
+
+
+class RerankResult(WireModel):
+    """The result of ``rerank`` (§7.6): a score per passage and the indices best first."""
+
+    scores: list[float]
+    order: list[int] | None = None

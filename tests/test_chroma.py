@@ -121,8 +121,8 @@ def _filter_ids(eng: Engine, unit: str, flt: dict[str, Any]) -> set[str]:
     import json
 
     rows = eng.store.query(
-        "SELECT u.uid, u.doc_id, d.meta FROM units u JOIN documents d ON d.id = u.doc_id"
-        " WHERE u.unit = ?", (unit,))
+        "SELECT u.uid, u.doc_id, d.meta FROM units u JOIN documents d ON d.drow = u.doc_row"
+        " WHERE u.unit = ? AND u.v_to IS NULL", (unit,))
 
     def ok(node: dict[str, Any], doc_id: str, meta: dict[str, Any]) -> bool:
         if "and" in node:

@@ -109,7 +109,7 @@ def run_worker(engine_dir: Path, seed: int, log: Path, *, kill_after_calls: int 
 
 
 def document_rows(eng: Engine) -> dict[str, str]:
-    return dict(eng.store.query("SELECT id, text FROM documents"))
+    return dict(eng.store.query("SELECT id, text FROM documents WHERE v_to IS NULL"))
 
 
 def assert_documents_whole(eng: Engine) -> dict[str, str]:
@@ -117,12 +117,13 @@ def assert_documents_whole(eng: Engine) -> dict[str, str]:
     cfg = eng.config
     docs = document_rows(eng)
     orphans = eng.store.query(
-        "SELECT COUNT(*) FROM units WHERE doc_id NOT IN (SELECT id FROM documents)")[0][0]
+        "SELECT COUNT(*) FROM units WHERE v_to IS NULL AND doc_id NOT IN"
+        " (SELECT id FROM documents WHERE v_to IS NULL)")[0][0]
     assert orphans == 0, "units of a document that does not exist"
     for doc_id, text in docs.items():
         rows = eng.store.query(
             'SELECT uid, unit, level, idx, text, start, "end", length(vec) FROM units'
-            " WHERE doc_id = ? ORDER BY unit, idx", (doc_id,))
+            " WHERE doc_id = ? AND v_to IS NULL ORDER BY unit, idx", (doc_id,))
         assert {r[1] for r in rows} <= {"chunk", "document"}, rows
         expected = chunk_text(text, cfg.chunk_size, cfg.chunk_overlap)
         chunks = [r for r in rows if r[1] == "chunk"]
@@ -349,15 +350,18 @@ NEW_TEXT = ("Quetzalcoatl was a feathered serpent deity of Mesoamerica. Temples 
 @pytest.fixture(params=[None, 0], ids=["exact-dense", "chroma-dense"])
 def small_engine(request: pytest.FixtureRequest, tmp_path: Path, embedder: Any) -> Any:
     """Small chunks so a short text has several; dense recall exact or through Chroma."""
+    # snapshots_retained=1: a replaced version is garbage-collected at once, so nothing of
+    # it may remain anywhere (retained snapshots are tested in test_snapshots.py).
     eng = Engine(tmp_path / "engine", embedder=embedder, chunk_size=32, chunk_overlap=8,
-                 dense_exact_max=request.param)
+                 dense_exact_max=request.param, snapshots_retained=1)
     eng.add_documents(DOCS)
     yield eng
     eng.close()
 
 
 def _units_of(eng: Engine, doc_id: str) -> dict[str, int]:
-    return dict(eng.store.query("SELECT uid, rowid FROM units WHERE doc_id = ?", (doc_id,)))
+    return dict(eng.store.query("SELECT uid, rowid FROM units WHERE doc_id = ? AND v_to IS NULL",
+                                (doc_id,)))
 
 
 def _all_hits(eng: Engine, query: str, unit: str) -> list[Any]:

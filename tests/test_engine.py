@@ -120,9 +120,12 @@ def test_k_is_clamped_and_noted(filled_engine: Engine) -> None:
 def test_index_version_pin(filled_engine: Engine) -> None:
     current = filled_engine.index_version
     assert filled_engine.retrieve("energy", index_version=current).index_version == current
-    with pytest.raises(BackendUnavailable) as err:
-        filled_engine.retrieve("energy", index_version="v0")
-    assert err.value.code == -32010
+    for missing in ("v999", "v-1"):
+        with pytest.raises((BackendUnavailable, InvalidParams)) as err:
+            filled_engine.retrieve("energy", index_version=missing)
+        assert err.value.data["field"] == "indexVersion"
+    with pytest.raises(InvalidParams):
+        filled_engine.retrieve("energy", index_version="latest")
 
 
 BAD = [
@@ -145,10 +148,18 @@ BAD = [
     ({"min_score": "high"}, InvalidParams, "minScore"),
     ({"include_text": "yes"}, InvalidParams, "includeText"),
     ({"rerank": {"method": "cross-encoder"}}, OptionUnsupported, "rerank"),
-    ({"mmr": {"lambda": 0.5}}, OptionUnsupported, "mmr"),
-    ({"token_budget": 100}, OptionUnsupported, "tokenBudget"),
-    ({"recency": {"field": "published", "halfLifeDays": 3}}, OptionUnsupported, "recency"),
-    ({"cursor": "abc"}, OptionUnsupported, "cursor"),
+    ({"mmr": {"lambda": 1.5}}, InvalidParams, "mmr.lambda"),
+    ({"mmr": {"lambda": "high"}}, InvalidParams, "mmr.lambda"),
+    ({"token_budget": 0}, InvalidParams, "tokenBudget"),
+    ({"token_budget": 1.5}, InvalidParams, "tokenBudget"),
+    ({"recency": {"field": "lang", "halfLifeDays": 3}}, InvalidParams, "recency.field"),
+    ({"recency": {"field": "nope", "halfLifeDays": 3}}, InvalidParams, "recency.field"),
+    ({"recency": {"field": "modified", "halfLifeDays": 0}}, InvalidParams,
+     "recency.halfLifeDays"),
+    ({"session_id": ""}, InvalidParams, "sessionId"),
+    ({"session_id": 5}, InvalidParams, "sessionId"),
+    ({"cursor": "abc"}, InvalidParams, "cursor"),
+    ({"cursor": "abc", "session_id": "s"}, InvalidParams, "cursor"),
     ({"modality": "image"}, OptionUnsupported, "modality"),
     ({"filter": "lang = en"}, InvalidParams, "filter"),
 ]
@@ -184,10 +195,10 @@ def test_unknown_python_option_is_an_error(filled_engine: Engine) -> None:
 
 
 def test_strict_false_degrades_with_notes(filled_engine: Engine) -> None:
-    res = filled_engine.retrieve("energy", k=2, strict=False, mmr={"lambda": 0.3},
+    res = filled_engine.retrieve("energy", k=2, strict=False, rerank={"method": "llm"},
                                  mode="semantic", unit="tree-node")
     notes = " ".join(res.usage.notes or [])
-    assert "mmr" in notes and "mode" in notes and "unit" in notes
+    assert "rerank" in notes and "mode" in notes and "unit" in notes
     assert res.hits and res.hits[0].unit == "chunk"
 
 

@@ -9,7 +9,7 @@ case the option is dropped and ``usage.notes`` says so.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import (BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr,
                       ValidationError)
@@ -33,8 +33,8 @@ class FusionParams(_Params):
 
     method: StrictStr = "rrf"
     weights: dict[StrictStr, StrictFloat] | None = None
-    rrf_k: StrictInt | None = Field(None, ge=1)
-    alpha: StrictFloat | None = Field(None, ge=0.0, le=1.0)
+    rrf_k: StrictInt | None = Field(default=None, ge=1)
+    alpha: StrictFloat | None = Field(default=None, ge=0.0, le=1.0)
 
 
 class RetrieveParams(_Params):
@@ -76,7 +76,7 @@ class Plan:
 
     query: str
     k: int
-    mode: Literal["dense", "sparse", "hybrid"]
+    mode: str
     unit: str
     stored_unit: str
     level: int
@@ -90,28 +90,36 @@ class Plan:
     include_text: bool
     include_vectors: bool
     index_version: str | None
+    token_budget: int | None = None
+    session_id: str | None = None
+    cursor: str | None = None
+    rerank_top_n: int | None = None
+    mmr_lambda: float | None = None
+    recency_field: str | None = None
+    recency_half_life_days: float | None = None
     notes: list[str] = field(default_factory=list)
 
 
-def _query_text(query: Any) -> str:
+def query_text(query: Any, *, field: str = "query", allow_empty: bool = False) -> str:
+    """The text of a query or passage: a string, a text Content block, or a list of them (§4.8)."""
     blocks = query if isinstance(query, list) else [query]
     parts = []
     for i, block in enumerate(blocks):
         if isinstance(block, str):
             parts.append(block)
             continue
+        where = f"{field}[{i}]" if isinstance(query, list) else field
         if not isinstance(block, dict) or not isinstance(block.get("type"), str):
-            raise InvalidParams("query must be a string or text Content blocks", field="query")
+            raise InvalidParams(f"{field} must be a string or text Content blocks", field=where)
         if block["type"] != "text":
-            raise OptionUnsupported(f"query content of type {block['type']!r} is not supported "
+            raise OptionUnsupported(f"content of type {block['type']!r} is not supported "
                                     "(this engine is text-only)", option="modality")
         if not isinstance(block.get("text"), str):
-            raise InvalidParams("a text Content block needs a string 'text'",
-                                field=f"query[{i}].text" if isinstance(query, list) else "query.text")
+            raise InvalidParams("a text Content block needs a string 'text'", field=f"{where}.text")
         parts.append(block["text"])
     text = "\n".join(parts)
-    if not text.strip():
-        raise InvalidParams("query must not be empty", field="query")
+    if not allow_empty and not text.strip():
+        raise InvalidParams(f"{field} must not be empty", field=field)
     return text
 
 
@@ -131,7 +139,8 @@ def parse_params(raw: dict[str, Any]) -> RetrieveParams:
 
 
 def make_plan(p: RetrieveParams, *, max_k: int, default_candidate_k: int, max_candidate_k: int,
-              default_mode: str, default_rrf_k: int, current_version: str) -> Plan:
+              default_mode: str, default_rrf_k: int, rerank_method: str | None = None,
+              max_rerank: int = 100) -> Plan:
     """Check options against what the engine offers and resolve defaults (§7.7, §12)."""
     notes: list[str] = []
 
@@ -140,7 +149,7 @@ def make_plan(p: RetrieveParams, *, max_k: int, default_candidate_k: int, max_ca
             raise OptionUnsupported(message, option=option)
         notes.append(f"ignored {option}: {message}")
 
-    query = _query_text(p.query)
+    query = query_text(p.query)
     if p.modality not in (None, "text"):
         unsupported("modality", f"modality {p.modality!r} is not supported (text only)")
     mode = p.mode or default_mode
@@ -157,26 +166,41 @@ def make_plan(p: RetrieveParams, *, max_k: int, default_candidate_k: int, max_ca
     if level != 0:
         unsupported("level", f"level {level} does not exist: {unit} units are flat (level 0)")
         level = 0
+    rerank: dict[str, Any] | None = None
     if p.rerank not in (None, False):
-        unsupported("rerank", "no reranker is configured")
+        if p.rerank is True or not isinstance(p.rerank, dict):
+            raise InvalidParams("rerank must be an object or false", field="rerank")
+        method = p.rerank.get("method", rerank_method)
+        if rerank_method is None:
+            unsupported("rerank", "no reranker is configured")
+        elif method != rerank_method:
+            unsupported("rerank.method", f"rerank method {method!r} is not offered (this "
+                        f"engine: {rerank_method!r})")
+        else:
+            rerank = p.rerank
+    mmr_lambda = None
     if p.mmr is not None:
-        unsupported("mmr", "MMR is not offered by this engine yet")
+        lam = p.mmr.get("lambda", 0.5)
+        if isinstance(lam, bool) or not isinstance(lam, (int, float)) or not 0.0 <= lam <= 1.0:
+            raise InvalidParams("mmr.lambda must be a number in [0, 1]", field="mmr.lambda")
+        mmr_lambda = float(lam)
     if p.rewrite not in (None, False):
         unsupported("rewrite", "query rewriting is not offered by this engine")
+    recency_field, half_life = None, None
     if p.recency is not None:
-        unsupported("recency", "recency weighting is not offered by this engine yet")
-    if p.token_budget is not None:
-        unsupported("tokenBudget", "token-budget packing is not offered by this engine yet")
-    if p.cursor is not None:
-        unsupported("cursor", "pagination is not offered by this engine yet")
-    if p.session_id is not None:
-        notes.append("sessionId ignored: sessions are not offered by this engine yet")
-    if p.index_version is not None and p.index_version != current_version:
-        from ..errors import BackendUnavailable
-
-        raise BackendUnavailable(
-            f"indexVersion {p.index_version!r} is not retained (current: {current_version})",
-            field="indexVersion", retryable=False)
+        recency_field = p.recency.get("field")
+        half_life = p.recency.get("halfLifeDays", p.recency.get("half_life_days", 30))
+        if not isinstance(recency_field, str) or not recency_field:
+            raise InvalidParams("recency.field must name a date field", field="recency.field")
+        if (isinstance(half_life, bool) or not isinstance(half_life, (int, float))
+                or not 0 < half_life < float("inf")):
+            raise InvalidParams("recency.halfLifeDays must be a positive number",
+                                field="recency.halfLifeDays")
+    if p.session_id is not None and not p.session_id:
+        raise InvalidParams("sessionId must not be empty", field="sessionId")
+    if p.cursor is not None and p.session_id is not None:
+        raise InvalidParams("a cursor pages one fixed ranked list; it cannot be combined with "
+                            "sessionId, whose dedup changes the list", field="cursor")
 
     k = min(p.k, max_k)
     if p.k > max_k:
@@ -185,6 +209,19 @@ def make_plan(p: RetrieveParams, *, max_k: int, default_candidate_k: int, max_ca
         raise InvalidParams("candidateK must be >= k (candidateK >= rerank.topN >= k)",
                             field="candidateK")
     candidate_k = min(p.candidate_k or max(k, default_candidate_k), max_candidate_k)
+    rerank_top_n = None
+    if rerank is not None:
+        top_n = rerank.get("topN", rerank.get("top_n"))
+        if top_n is None:
+            top_n = min(candidate_k, max(2 * k, 20))
+        if isinstance(top_n, bool) or not isinstance(top_n, int) or top_n < 1:
+            raise InvalidParams("rerank.topN must be a positive integer", field="rerank.topN")
+        if top_n < p.k or top_n > candidate_k:
+            raise InvalidParams(f"rerank.topN must satisfy candidateK ({candidate_k}) >= topN >= "
+                                f"k ({p.k})", field="rerank.topN")
+        rerank_top_n = min(top_n, max_rerank)
+        if top_n > max_rerank:
+            notes.append(f"rerank.topN clamped to maxCandidates={max_rerank}")
 
     fusion = p.fusion or FusionParams()
     if fusion.method not in FUSIONS:
@@ -211,4 +248,9 @@ def make_plan(p: RetrieveParams, *, max_k: int, default_candidate_k: int, max_ca
         rrf_k=fusion.rrf_k or default_rrf_k,
         alpha=fusion.alpha if fusion.alpha is not None else 0.5,
         filter=p.filter, min_score=p.min_score, include_text=p.include_text,
-        include_vectors=p.include_vectors, index_version=p.index_version, notes=notes)
+        include_vectors=p.include_vectors, index_version=p.index_version,
+        token_budget=p.token_budget, session_id=p.session_id, cursor=p.cursor,
+        rerank_top_n=rerank_top_n,
+        mmr_lambda=mmr_lambda,
+        recency_field=recency_field,
+        recency_half_life_days=float(half_life) if half_life is not None else None, notes=notes)

