@@ -43,6 +43,10 @@ class EngineConfig(BaseModel):
     reranker_path: str | None = Field(
         None, description="a sentence-transformers CrossEncoder saved on local disk")
     rerank_max_candidates: int = Field(100, ge=1, description="advertised rerank.maxCandidates")
+    trusted_sources: list[str] = Field(
+        default_factory=list, description="source path or document id prefixes labelled trusted")
+    default_trust: Literal["community", "untrusted"] = Field(
+        "community", description="trust of ingested documents not under trusted_sources")
     chroma_url: str | None = Field(None, description="a `chroma run` server; None = embedded Chroma")
     filter_fields: dict[str, FieldType] = Field(
         default_factory=dict, description="metadata fields declared filterable, with their types")

@@ -32,13 +32,15 @@ from .models.embedder import SentenceTransformerEmbedder, TimedEmbedder, as_embe
 from .pipeline import fusion
 from .pipeline import cursor
 from .pipeline.cursor import CursorState, query_hash
-from .pipeline.filters import BUILTIN_FIELDS, compile_filter
+from .pipeline.filters import BUILTIN_FIELDS, OPERATORS, compile_filter
 from .pipeline.hits import build_hit
 from .pipeline.mmr import mmr_order
 from .pipeline.packing import pack
 from .pipeline.recency import decay
 from .pipeline.confidence import Calibrator
-from .pipeline.params import PARAM_NAMES, Plan, make_plan, parse_params, query_text
+from .pipeline.trust import InjectionScreen
+from .pipeline.params import (FUSIONS, MODES, PARAM_NAMES, UNITS, Plan, make_plan, parse_params,
+                              query_text)
 from .store.chroma import ChromaVectors
 from .store.docstore import DocumentRecord, Docstore
 from .sessions import Candidate, SessionStore
@@ -110,9 +112,10 @@ class Engine:
             reranker = self.config.reranker_path
         self.reranker: Reranker | None = as_reranker(reranker) if reranker is not None else None
         self.calibrator = self._load_calibrator()
+        self.screen = InjectionScreen()
         self._write_lock = threading.Lock()
         self._index_lock = threading.Lock()
-        self._indexes: dict[tuple[str, int], UnitIndex] = {}
+        self._indexes: dict[tuple[str, int, int], UnitIndex] = {}
         self.sessions = SessionStore(ttl_seconds=self.config.session_ttl_seconds,
                                      max_sessions=self.config.max_sessions,
                                      max_items=self.config.session_max_items)
@@ -199,6 +202,30 @@ class Engine:
         """The opaque token of the current committed state."""
         return f"v{self.store.index_version()}"
 
+    def capabilities(self) -> dict[str, Any]:
+        """What this engine offers, as RCP/1 capability objects (§6); only what really works."""
+        retrieve: dict[str, Any] = {
+            "maxK": self.config.max_k, "modes": list(MODES), "fusion": list(FUSIONS),
+            "mmr": True, "rerankBuiltin": self.reranker is not None, "units": list(UNITS),
+            "tokenBudget": True, "confidence": self.calibrator is not None,
+            "scoreScale": "unbounded", "defaultMode": self.config.default_mode,
+            "deterministic": True, "snapshots": True,
+        }
+        if self.reranker is None:
+            retrieve["scoreFloor"] = -1.0  # cosine; RRF, weighted, convex and BM25 are >= 0
+        caps: dict[str, Any] = {
+            "retrieve": retrieve,
+            "session": {"dedup": True, "ttlSeconds": self.config.session_ttl_seconds},
+            "filter": {"fields": self.filter_fields(), "operators": list(OPERATORS)},
+            "pagination": {},
+            "citations": {},
+        }
+        if self.reranker is not None:
+            caps["rerank"] = {"methods": [self.reranker.method],
+                              "maxCandidates": self.config.rerank_max_candidates,
+                              "models": [self.reranker.model]}
+        return caps
+
     def stats(self) -> dict[str, int]:
         """Counts of documents and of each unit."""
         return self.store.counts()
@@ -270,7 +297,7 @@ class Engine:
         result = AddResult()
         start = time.perf_counter()
         embed_before = self.embedder.seconds_in_model
-        batch: list[SourceDocument] = []
+        batch: list[tuple[SourceDocument, str | None]] = []
         for i, item in enumerate(documents):
             batch.append(to_source_document(item, i))
             if len(batch) >= WRITE_BATCH_DOCS:
@@ -283,7 +310,17 @@ class Engine:
         result.seconds_embedding = self.embedder.seconds_in_model - embed_before
         return result
 
-    def _write_batch(self, docs: list[SourceDocument], result: AddResult,
+    def _trust(self, doc: SourceDocument, requested: str | None, position: int) -> str:
+        """Operators grant ``trusted`` by source prefix; a document may only lower its own trust."""
+        origin = [doc.source or "", doc.id or ""]
+        if any(o.startswith(p) for p in self.config.trusted_sources for o in origin if o):
+            return "trusted"
+        if requested == "trusted":
+            raise InvalidParams("trust 'trusted' is granted only by the engine's trusted_sources "
+                                "configuration", field=f"documents[{position}].trust")
+        return requested or self.config.default_trust
+
+    def _write_batch(self, docs: list[tuple[SourceDocument, str | None]], result: AddResult,
                      on_document: Callable[[str], None] | None) -> None:
         stored = self.store.fields()
         fields = {n: t for n, (t, _o) in stored.items()}
@@ -291,12 +328,17 @@ class Engine:
         new_fields: dict[str, str] = {}
         records: dict[str, DocumentRecord] = {}
         texts: list[tuple[DocumentRecord, list[str]]] = []
-        for doc in docs:
+        for position, (doc, requested) in enumerate(docs):
             fmeta = filterable_meta(doc.meta, fields, infer=self.config.infer_filter_fields,
                                     declared=declared, new_fields=new_fields)
             record, chunk_texts = build_record(doc, chunk_size=self.config.chunk_size,
                                                chunk_overlap=self.config.chunk_overlap,
-                                               fmeta=fmeta)
+                                               fmeta=fmeta,
+                                               trust=self._trust(doc, requested, position))
+            for unit in record.units:
+                screening = self.screen.screen(unit.text)
+                unit.injection_suspected = screening.suspected
+                unit.injection_score = screening.score
             records[record.id] = record  # a repeated id in one batch: the last one wins
             texts.append((record, chunk_texts))
         flat = [t for _r, ts in texts for t in ts]

@@ -31,8 +31,13 @@ def mint_id(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:24]
 
 
-def to_source_document(item: Any, position: int) -> SourceDocument:
-    """Validate one ``add_documents`` item (a mapping ``{id?, text, title?, meta?}`` or a SourceDocument)."""
+TRUST_LEVELS = ("trusted", "community", "untrusted")
+
+
+def to_source_document(item: Any, position: int) -> tuple[SourceDocument, str | None]:
+    """Validate one ``add_documents`` item: a mapping ``{id?, text, title?, meta?, trust?}`` or a
+    SourceDocument. Returns the document and the trust level the item asked for, if any."""
+    requested = None
     if isinstance(item, SourceDocument):
         doc = item
     elif isinstance(item, Mapping):
@@ -48,6 +53,10 @@ def to_source_document(item: Any, position: int) -> SourceDocument:
                 raise InvalidParams(f"{where}.{key} must be a string", field=f"{where}.{key}")
         doc = SourceDocument(id=item.get("id"), text=text, title=item.get("title"),
                              source=item.get("source"), meta=dict(meta))
+        requested = item.get("trust")
+        if requested is not None and requested not in TRUST_LEVELS:
+            raise InvalidParams(f"{where}.trust must be one of {', '.join(TRUST_LEVELS)}",
+                                field=f"{where}.trust")
         if item.get("uri"):
             doc.meta.setdefault("uri", item["uri"])
     else:
@@ -65,7 +74,7 @@ def to_source_document(item: Any, position: int) -> SourceDocument:
     except (TypeError, ValueError) as exc:
         raise InvalidParams(f"{where}.meta must be JSON (finite numbers, strings, arrays, "
                             f"objects): {exc}", field=f"{where}.meta") from None
-    return doc
+    return doc, requested
 
 
 def _pages_of(pages: list[Page], start: int, end: int) -> tuple[int | None, int | None]:
@@ -82,7 +91,8 @@ def _mean_vector(vectors: list[np.ndarray], dim: int) -> np.ndarray:
 
 
 def build_record(doc: SourceDocument, *, chunk_size: int, chunk_overlap: int,
-                 fmeta: dict[str, Any]) -> tuple[DocumentRecord, list[str]]:
+                 fmeta: dict[str, Any], trust: str = "community"
+                 ) -> tuple[DocumentRecord, list[str]]:
     """The document's record with chunk, page and document units (vectors still empty).
 
     Returns the record and the chunk texts to embed, in unit order.
@@ -98,7 +108,7 @@ def build_record(doc: SourceDocument, *, chunk_size: int, chunk_overlap: int,
         file_type=doc.file_type, meta=doc.meta, fmeta=fmeta,
         pages=[(p.number, p.start, p.end) for p in doc.pages] if doc.pages else None,
         modified_ms=doc.modified * 1000.0 if doc.modified is not None else None,
-        trust="community")
+        trust=trust)
     empty = np.zeros(0, dtype=np.float32)
     texts: list[str] = []
     # Paged sources are chunked page by page: a chunk cites exactly one page, and a

@@ -38,4 +38,7 @@ def build_hit(row: dict[str, Any], *, unit: str, score: float, scores: dict[str,
         "unit": unit,
         "level": row["level"], "meta": meta, "scores": scores, "citation": citation,
         "vector": vector.tolist() if vector is not None else None,
-        "chunk": {"doc_id": row["doc_id"], "index": row["idx"]}})
+        "chunk": {"doc_id": row["doc_id"], "index": row["idx"]},
+        "trust": {"level": row["trust"],
+                  "injection_suspected": None if row["injection_suspected"] is None
+                  else bool(row["injection_suspected"])}})

@@ -71,6 +71,11 @@ CREATE TABLE IF NOT EXISTS units (
 CREATE UNIQUE INDEX IF NOT EXISTS units_live ON units(uid) WHERE v_to IS NULL;
 CREATE INDEX IF NOT EXISTS units_doc ON units(doc_row);
 CREATE INDEX IF NOT EXISTS units_kind ON units(unit, level);
+CREATE TABLE IF NOT EXISTS screens (
+    urow INTEGER PRIMARY KEY,
+    suspected INTEGER NOT NULL,
+    score REAL NOT NULL
+);
 CREATE TABLE IF NOT EXISTS vocab (id INTEGER PRIMARY KEY, term TEXT NOT NULL UNIQUE);
 CREATE TABLE IF NOT EXISTS fields (name TEXT PRIMARY KEY, type TEXT NOT NULL, origin TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS outbox (
@@ -100,6 +105,8 @@ class UnitRecord:
     vector: np.ndarray
     terms: dict[str, int]
     nterms: int
+    injection_suspected: bool = False
+    injection_score: float = 0.0
 
 
 @dataclass
@@ -229,6 +236,8 @@ class Docstore:
                          (oldest,)).fetchall()
         db.executemany("INSERT INTO outbox(op, unit, level, urow) VALUES ('del', ?, ?, ?)",
                        [(u, lv, r) for r, u, lv in old])
+        db.execute("DELETE FROM screens WHERE urow IN (SELECT rowid FROM units WHERE v_to IS NOT"
+                   " NULL AND v_to <= ?)", (oldest,))
         db.execute("DELETE FROM units WHERE v_to IS NOT NULL AND v_to <= ?", (oldest,))
         db.execute("DELETE FROM documents WHERE v_to IS NOT NULL AND v_to <= ?", (oldest,))
 
@@ -271,6 +280,8 @@ class Docstore:
                          u.page_start, u.page_end, u.tokens, u.text,
                          np.asarray(u.vector, dtype=np.float32).tobytes(), ids.tobytes(),
                          tfs.tobytes(), u.nterms, version))
+                    db.execute("INSERT INTO screens(urow, suspected, score) VALUES (?, ?, ?)",
+                               (cur.lastrowid, int(u.injection_suspected), u.injection_score))
                     db.execute("INSERT INTO outbox(op, unit, level, urow) VALUES ('add', ?, ?, ?)",
                                (u.unit, u.level, cur.lastrowid))
             self._commit_version(db, version)
@@ -380,10 +391,12 @@ class Docstore:
         rows = self.query(
             'SELECT u.rowid, u.uid, u.unit, u.level, u.doc_id, u.idx, u.start, u."end",'
             f" u.page_start, u.page_end, u.tokens, {text}, d.title, d.source, d.uri, d.file_type,"
-            " d.meta, d.trust FROM units u JOIN documents d ON d.drow = u.doc_row"
+            " d.meta, d.trust, s.suspected FROM units u JOIN documents d ON d.drow = u.doc_row"
+            " LEFT JOIN screens s ON s.urow = u.rowid"
             f" WHERE u.rowid IN ({','.join('?' * len(rowids))})", rowids)
         keys = ("rowid", "uid", "unit", "level", "doc_id", "idx", "start", "end", "page_start",
-                "page_end", "tokens", "text", "title", "source", "uri", "file_type", "meta", "trust")
+                "page_end", "tokens", "text", "title", "source", "uri", "file_type", "meta", "trust",
+                "injection_suspected")
         return {r[0]: dict(zip(keys, r)) for r in rows}
 
     def dates(self, rowids: list[int], field: str) -> dict[int, float]:
