@@ -11,6 +11,7 @@ import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -114,3 +115,17 @@ def chroma_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+
+
+class ChromaQuerySpy:
+    """Counts an engine's Chroma dense queries, to show which dense path ran."""
+
+    def __init__(self, eng: Engine) -> None:
+        self.calls = 0
+        inner = eng.chroma.query
+
+        def query(*args: Any, **kwargs: Any) -> Any:
+            self.calls += 1
+            return inner(*args, **kwargs)
+
+        eng.chroma.query = query  # type: ignore[method-assign]

@@ -15,7 +15,7 @@ from urllib.parse import urlparse
 import chromadb
 import pytest
 from chromadb.config import Settings
-from conftest import DOCS
+from conftest import ChromaQuerySpy, DOCS
 
 from rcp_agentic import BackendUnavailable, Engine, RCPError
 
@@ -53,18 +53,6 @@ FILTERS = [
 ]
 
 
-class ChromaQuerySpy:
-    """Counts an engine's Chroma dense queries, to show which dense path ran."""
-
-    def __init__(self, eng: Engine) -> None:
-        self.calls = 0
-        inner = eng.chroma.query
-
-        def query(*args: Any, **kwargs: Any) -> Any:
-            self.calls += 1
-            return inner(*args, **kwargs)
-
-        eng.chroma.query = query  # type: ignore[method-assign]
 
 
 def _http_client(url: str) -> Any:

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import DOCS
+from conftest import ChromaQuerySpy, DOCS
 
 from rcp_agentic import Engine, NotFound
 from rcp_agentic.corpus.chunker import chunk_text
@@ -156,18 +156,6 @@ def assert_dense_finds(eng: Engine, docs: dict[str, str], ids: list[str]) -> Non
             doc_id, [(h.meta["doc_id"], h.score) for h in hits])
 
 
-class ChromaQuerySpy:
-    """Counts Chroma dense queries of one engine (to prove which dense path ran)."""
-
-    def __init__(self, eng: Engine) -> None:
-        self.calls = 0
-        inner = eng.chroma.query
-
-        def query(*args: Any, **kwargs: Any) -> Any:
-            self.calls += 1
-            return inner(*args, **kwargs)
-
-        eng.chroma.query = query  # type: ignore[method-assign]
 
 
 # --- kill mid-ingest ---------------------------------------------------------------------

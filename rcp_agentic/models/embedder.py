@@ -98,15 +98,16 @@ class SentenceTransformerEmbedder:
         return self.embed_documents([text])[0]
 
 
-class LangChainEmbedder:
-    """Adapter for any LangChain ``Embeddings`` object."""
+class _FrameworkEmbedder:
+    """Shared part of the framework adapters: identity from the wrapped class, probed dimension."""
 
-    def __init__(self, embeddings: Any, *, identity: str | None = None) -> None:
-        self.embeddings = embeddings
-        model = getattr(embeddings, "model", None) or getattr(embeddings, "model_name", None)
-        cls = type(embeddings)
-        self.identity = identity or f"langchain:{cls.__module__}.{cls.__qualname__}" + (
-            f":{model}" if model else "")
+    prefix = ""
+
+    def __init__(self, wrapped: Any, *, identity: str | None = None) -> None:
+        model = getattr(wrapped, "model", None) or getattr(wrapped, "model_name", None)
+        cls = type(wrapped)
+        self.identity = identity or f"{self.prefix}:{cls.__module__}.{cls.__qualname__}" + (
+            f":{model}" if isinstance(model, str) and model else "")
         self._dimension: int | None = None
 
     @property
@@ -114,6 +115,19 @@ class LangChainEmbedder:
         if self._dimension is None:
             self._dimension = int(self.embed_query("dimension probe").shape[0])
         return self._dimension
+
+    def embed_query(self, text: str) -> np.ndarray:
+        raise NotImplementedError
+
+
+class LangChainEmbedder(_FrameworkEmbedder):
+    """Adapter for any LangChain ``Embeddings`` object."""
+
+    prefix = "langchain"
+
+    def __init__(self, embeddings: Any, *, identity: str | None = None) -> None:
+        super().__init__(embeddings, identity=identity)
+        self.embeddings = embeddings
 
     def embed_documents(self, texts: list[str]) -> np.ndarray:
         return normalize_rows(self.embeddings.embed_documents(texts))
@@ -122,22 +136,14 @@ class LangChainEmbedder:
         return normalize_rows(self.embeddings.embed_query(text))[0]
 
 
-class LlamaIndexEmbedder:
+class LlamaIndexEmbedder(_FrameworkEmbedder):
     """Adapter for any LlamaIndex ``BaseEmbedding`` object."""
 
-    def __init__(self, embedding: Any, *, identity: str | None = None) -> None:
-        self.embedding = embedding
-        model = getattr(embedding, "model_name", None)
-        cls = type(embedding)
-        self.identity = identity or f"llamaindex:{cls.__module__}.{cls.__qualname__}" + (
-            f":{model}" if model else "")
-        self._dimension: int | None = None
+    prefix = "llamaindex"
 
-    @property
-    def dimension(self) -> int:
-        if self._dimension is None:
-            self._dimension = int(self.embed_query("dimension probe").shape[0])
-        return self._dimension
+    def __init__(self, embedding: Any, *, identity: str | None = None) -> None:
+        super().__init__(embedding, identity=identity)
+        self.embedding = embedding
 
     def embed_documents(self, texts: list[str]) -> np.ndarray:
         return normalize_rows(self.embedding.get_text_embedding_batch(texts))
