@@ -474,8 +474,11 @@ class Engine:
         """``retrieve`` from a raw params object (wire camelCase or snake_case).
 
         Stages: recall (dense/sparse, ``candidate_k`` deep, deeper by what the
-        session has seen) → fuse → recency → ``min_score`` → session dedup → MMR →
-        pack to ``k`` and ``token_budget`` → hits.
+        session has seen) → fuse → session dedup → rerank (``topN``) → recency →
+        ``min_score`` → MMR → pack to ``k`` and ``token_budget`` (from the cursor's
+        place) → hits with citations, trust and calibrated confidence. Dedup runs
+        before rerank so the reranker spends its budget on units the trajectory has
+        not seen yet.
         """
         start = time.perf_counter()
         params = parse_params(raw)
@@ -636,20 +639,20 @@ class Engine:
         per_stage = {name: self._fill(index, name, positions, qvec, term_ids) for name in lists}
         confidence = self._confidence(plan, index, positions, per_stage, term_ids, ranks)
         rowids = [int(index.rowids[p]) for p in positions]
-        rows = self.store.hydrate(rowids, with_text=plan.include_text)
+        rows = self.store.hydrate(rowids)
         vectors = self.store.vectors(rowids) if plan.include_vectors else {}
         hits = []
         for i, ((pos, score), rowid) in enumerate(zip(top, rowids)):
             row = rows.get(rowid)
             if row is None:  # deleted after this query's snapshot was taken
                 continue
-            scores = {name: round(float(per_stage[name][pos]), 6) for name in lists}
+            scores = {name: per_stage[name][pos] for name in lists}
             if plan.mode == "hybrid":
                 scores["fused"] = float(score)
             if pos in rerank_scores:
                 scores["rerank"] = float(rerank_scores[pos])
             hits.append(build_hit(row, unit=plan.unit, score=float(score), scores=scores,
-                                  vector=vectors.get(rowid),
+                                  include_text=plan.include_text, vector=vectors.get(rowid),
                                   confidence=None if confidence is None else confidence[i]))
         return hits
 

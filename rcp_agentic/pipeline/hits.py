@@ -26,7 +26,8 @@ def static_fields(row: dict[str, Any]) -> dict[str, Any]:
 
 
 def build_hit(row: dict[str, Any], *, unit: str, score: float, scores: dict[str, float],
-              vector: np.ndarray | None = None, confidence: float | None = None) -> Hit:
+              include_text: bool = True, vector: np.ndarray | None = None,
+              confidence: float | None = None) -> Hit:
     """One hit from a ``Docstore.hydrate`` row; ``unit`` echoes what the caller asked for."""
     meta = json.loads(row["meta"]) if row["meta"] not in (None, "{}") else {}
     meta.update(static_fields(row))
@@ -34,7 +35,8 @@ def build_hit(row: dict[str, Any], *, unit: str, score: float, scores: dict[str,
                 "start": row["start"], "end": row["end"], "page": row["page_start"]}
     # Validating one nested dict is ~4x faster in pydantic-core than model_construct per model.
     return Hit.model_validate({
-        "id": row["uid"], "score": score, "confidence": confidence, "text": row["text"],
+        "id": row["uid"], "score": score, "confidence": confidence,
+        "text": row["text"] if include_text else None,
         "unit": unit,
         "level": row["level"], "meta": meta, "scores": scores, "citation": citation,
         "vector": vector.tolist() if vector is not None else None,

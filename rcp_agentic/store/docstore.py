@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from collections import OrderedDict
 import threading
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
@@ -26,6 +27,11 @@ from typing import Any
 import numpy as np
 
 SCHEMA_VERSION = "1"
+# Hydrated unit rows kept in memory (rows are immutable per rowid).
+_ROW_CACHE = 8192
+_HIT_KEYS = ("rowid", "uid", "unit", "level", "doc_id", "idx", "start", "end", "page_start",
+             "page_end", "tokens", "text", "title", "source", "uri", "file_type", "meta", "trust",
+             "injection_suspected")
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS info (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -168,6 +174,7 @@ class Docstore:
         self._db.execute("PRAGMA foreign_keys=ON")
         self._db.executescript(_SCHEMA)
         self._vocab: dict[str, int] = dict(self._db.execute("SELECT term, id FROM vocab"))
+        self._rows: OrderedDict[int, dict[str, Any]] = OrderedDict()
 
     def close(self) -> None:
         with self._lock:
@@ -383,21 +390,37 @@ class Docstore:
             (unit, level, version, version, *params))
         return np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
 
-    def hydrate(self, rowids: list[int], *, with_text: bool = True) -> dict[int, dict[str, Any]]:
-        """Unit rows joined with their document, keyed by rowid (missing rowids are absent)."""
-        if not rowids:
-            return {}
-        text = "u.text" if with_text else "NULL"
-        rows = self.query(
-            'SELECT u.rowid, u.uid, u.unit, u.level, u.doc_id, u.idx, u.start, u."end",'
-            f" u.page_start, u.page_end, u.tokens, {text}, d.title, d.source, d.uri, d.file_type,"
-            " d.meta, d.trust, s.suspected FROM units u JOIN documents d ON d.drow = u.doc_row"
-            " LEFT JOIN screens s ON s.urow = u.rowid"
-            f" WHERE u.rowid IN ({','.join('?' * len(rowids))})", rowids)
-        keys = ("rowid", "uid", "unit", "level", "doc_id", "idx", "start", "end", "page_start",
-                "page_end", "tokens", "text", "title", "source", "uri", "file_type", "meta", "trust",
-                "injection_suspected")
-        return {r[0]: dict(zip(keys, r)) for r in rows}
+    def hydrate(self, rowids: list[int]) -> dict[int, dict[str, Any]]:
+        """Unit rows (with text) joined with their document, keyed by rowid (missing ones absent).
+
+        A rowid's row never changes (a new version of a document gets new rows), so
+        rows are cached (bounded LRU) and an agent's repeated hits skip SQLite.
+        """
+        out: dict[int, dict[str, Any]] = {}
+        missing: list[int] = []
+        with self._lock:
+            for r in rowids:
+                row = self._rows.get(r)
+                if row is None:
+                    missing.append(r)
+                else:
+                    self._rows.move_to_end(r)
+                    out[r] = row
+        for i in range(0, len(missing), 900):
+            part = missing[i:i + 900]
+            rows = self.query(
+                'SELECT u.rowid, u.uid, u.unit, u.level, u.doc_id, u.idx, u.start, u."end",'
+                " u.page_start, u.page_end, u.tokens, u.text, d.title, d.source, d.uri,"
+                " d.file_type, d.meta, d.trust, s.suspected FROM units u"
+                " JOIN documents d ON d.drow = u.doc_row LEFT JOIN screens s ON s.urow = u.rowid"
+                f" WHERE u.rowid IN ({','.join('?' * len(part))})", part)
+            with self._lock:
+                for r in rows:
+                    row = dict(zip(_HIT_KEYS, r))
+                    out[r[0]] = self._rows[r[0]] = row
+                while len(self._rows) > _ROW_CACHE:
+                    self._rows.popitem(last=False)
+        return out
 
     def dates(self, rowids: list[int], field: str) -> dict[int, float]:
         """A date field (epoch ms) of the documents of the given units; units without it are absent."""
