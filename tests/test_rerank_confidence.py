@@ -179,3 +179,24 @@ def test_trust_levels_and_injection_flag(tmp_path: Path, embedder: Any) -> None:
     with pytest.raises(InvalidParams):
         eng.add_documents([{"id": "x", "text": "Hello.", "trust": "verified"}])
     eng.close()
+
+
+def test_rank_by_confidence(filled_engine: Engine) -> None:
+    res = filled_engine.retrieve_params({"query": "vitamin D and multiple sclerosis", "k": 5,
+                                         "x-rcp-agentic-rankBy": "confidence"})
+    scores = [h.score for h in res.hits]
+    assert scores == [h.confidence for h in res.hits] == sorted(scores, reverse=True)
+    assert res.hits[0].id == "doc:d1#c0"
+    assert filled_engine.retrieve("vitamin", rank_by="score").hits
+    with pytest.raises(InvalidParams):
+        filled_engine.retrieve("vitamin", rank_by="magic")
+
+
+def test_rank_by_confidence_needs_calibration(tmp_path: Path) -> None:
+    from langchain_core.embeddings import DeterministicFakeEmbedding
+
+    eng = Engine(tmp_path / "e", embedder=DeterministicFakeEmbedding(size=16))
+    eng.add_documents(DOCS[:2])
+    with pytest.raises(OptionUnsupported):
+        eng.retrieve("vitamin", rank_by="confidence")
+    eng.close()

@@ -63,6 +63,7 @@ class RetrieveParams(_Params):
     strict: StrictBool = True
     cursor: StrictStr | None = None
     meta: dict[str, Any] | None = Field(None, alias="_meta")
+    rank_by: StrictStr | None = Field(None, alias="x-rcp-agentic-rankBy")
 
 
 PARAM_NAMES = frozenset(
@@ -94,6 +95,7 @@ class Plan:
     session_id: str | None = None
     cursor: str | None = None
     rerank_top_n: int | None = None
+    rank_by_confidence: bool = False
     mmr_lambda: float | None = None
     recency_field: str | None = None
     recency_half_life_days: float | None = None
@@ -140,7 +142,7 @@ def parse_params(raw: dict[str, Any]) -> RetrieveParams:
 
 def make_plan(p: RetrieveParams, *, max_k: int, default_candidate_k: int, max_candidate_k: int,
               default_mode: str, default_rrf_k: int, rerank_method: str | None = None,
-              max_rerank: int = 100) -> Plan:
+              max_rerank: int = 100, can_rank_by_confidence: bool = False) -> Plan:
     """Check options against what the engine offers and resolve defaults (§7.7, §12)."""
     notes: list[str] = []
 
@@ -209,6 +211,15 @@ def make_plan(p: RetrieveParams, *, max_k: int, default_candidate_k: int, max_ca
         raise InvalidParams("candidateK must be >= k (candidateK >= rerank.topN >= k)",
                             field="candidateK")
     candidate_k = min(p.candidate_k or max(k, default_candidate_k), max_candidate_k)
+    if p.rank_by not in (None, "score", "confidence"):
+        raise InvalidParams("x-rcp-agentic-rankBy must be 'score' or 'confidence'",
+                            field="x-rcp-agentic-rankBy")
+    rank_by_confidence = p.rank_by == "confidence"
+    if rank_by_confidence and not can_rank_by_confidence:
+        unsupported("x-rcp-agentic-rankBy", "no confidence calibration for this engine")
+        rank_by_confidence = False
+    if rank_by_confidence and rerank is not None:
+        raise InvalidParams("rank by confidence or rerank, not both", field="x-rcp-agentic-rankBy")
     rerank_top_n = None
     if rerank is not None:
         top_n = rerank.get("topN", rerank.get("top_n"))
@@ -250,7 +261,7 @@ def make_plan(p: RetrieveParams, *, max_k: int, default_candidate_k: int, max_ca
         filter=p.filter, min_score=p.min_score, include_text=p.include_text,
         include_vectors=p.include_vectors, index_version=p.index_version,
         token_budget=p.token_budget, session_id=p.session_id, cursor=p.cursor,
-        rerank_top_n=rerank_top_n,
+        rerank_top_n=rerank_top_n, rank_by_confidence=rank_by_confidence,
         mmr_lambda=mmr_lambda,
         recency_field=recency_field,
         recency_half_life_days=float(half_life) if half_life is not None else None, notes=notes)
