@@ -38,7 +38,6 @@ CREATE TABLE IF NOT EXISTS info (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS documents (
     drow INTEGER PRIMARY KEY AUTOINCREMENT,
     id TEXT NOT NULL,
-    text TEXT NOT NULL,
     title TEXT,
     source TEXT,
     uri TEXT,
@@ -49,7 +48,8 @@ CREATE TABLE IF NOT EXISTS documents (
     modified_ms REAL,
     trust TEXT NOT NULL DEFAULT 'community',
     v_from INTEGER NOT NULL,
-    v_to INTEGER
+    v_to INTEGER,
+    text TEXT NOT NULL
 );
 CREATE UNIQUE INDEX IF NOT EXISTS documents_live ON documents(id) WHERE v_to IS NULL;
 CREATE INDEX IF NOT EXISTS documents_retired ON documents(v_to) WHERE v_to IS NOT NULL;
@@ -66,16 +66,19 @@ CREATE TABLE IF NOT EXISTS units (
     page_start INTEGER,
     page_end INTEGER,
     tokens INTEGER NOT NULL,
+    nterms INTEGER NOT NULL,
+    -- small columns first: reading them must not walk the overflow pages of the blobs
+    v_from INTEGER NOT NULL,
+    v_to INTEGER,
     text TEXT NOT NULL,
     vec BLOB NOT NULL,
     term_ids BLOB NOT NULL,
-    term_tfs BLOB NOT NULL,
-    nterms INTEGER NOT NULL,
-    v_from INTEGER NOT NULL,
-    v_to INTEGER
+    term_tfs BLOB NOT NULL
 );
 CREATE UNIQUE INDEX IF NOT EXISTS units_live ON units(uid) WHERE v_to IS NULL;
 CREATE INDEX IF NOT EXISTS units_doc ON units(doc_row);
+CREATE INDEX IF NOT EXISTS units_live_doc ON units(doc_id) WHERE v_to IS NULL;
+CREATE INDEX IF NOT EXISTS units_retired ON units(v_to) WHERE v_to IS NOT NULL;
 CREATE INDEX IF NOT EXISTS units_kind ON units(unit, level);
 CREATE TABLE IF NOT EXISTS screens (
     urow INTEGER PRIMARY KEY,
