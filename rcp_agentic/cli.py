@@ -85,10 +85,11 @@ def cmd_query(args: argparse.Namespace) -> int:
         rows.append((hit, where))
     id_w = min(48, max(2, *(len(h.id) for h, _w in rows)))
     src_w = min(32, max(6, *(len(w) for _h, w in rows)))
-    print(f"{'#':>2}  {'score':>8}  {'id':<{id_w}}  {'source':<{src_w}}  text")
+    print(f"{'#':>2}  {'score':>8}  {'conf':>5}  {'id':<{id_w}}  {'source':<{src_w}}  text")
     for rank, (hit, where) in enumerate(rows, start=1):
-        print(f"{rank:>2}  {hit.score:>8.4f}  {hit.id[:id_w]:<{id_w}}  {where[:src_w]:<{src_w}}  "
-              f"{_snippet(hit.text, 60)}")
+        conf = f"{hit.confidence:.2f}" if hit.confidence is not None else "-"
+        print(f"{rank:>2}  {hit.score:>8.4f}  {conf:>5}  {hit.id[:id_w]:<{id_w}}  "
+              f"{where[:src_w]:<{src_w}}  {_snippet(hit.text, 56)}")
     usage = result.usage
     if usage:
         print(f"({len(result.hits)} hits from {usage.candidates} candidates in "

@@ -44,7 +44,7 @@ def test_query_table(indexed: Path) -> None:
               env_dir=indexed)
     assert res.returncode == 0, res.stderr
     lines = res.stdout.splitlines()
-    assert lines[0].split()[:4] == ["#", "score", "id", "source"]
+    assert lines[0].split()[:5] == ["#", "score", "conf", "id", "source"]
     assert "doc:docs/hybrid-search.md#c0" in lines[1]
     assert "hits from" in lines[-1] and "index version v1" in lines[-1]
 
