@@ -76,7 +76,8 @@ class AddResult:
 
     @property
     def documents(self) -> int:
-        return len(self.ids)
+        """Distinct documents written."""
+        return len(set(self.ids))
 
 
 def default_engine_dir() -> Path:
@@ -356,8 +357,8 @@ class Engine:
             self.store.write_documents(list(records.values()), new_fields)
             self._invalidate()
             self._sync_chroma()
+        result.ids.extend(r.id for r, _texts in texts)  # one per input, in input order
         for record in records.values():
-            result.ids.append(record.id)
             result.chunks += sum(1 for u in record.units if u.unit == "chunk")
             result.pages += sum(1 for u in record.units if u.unit == "page")
             if on_document:

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import InvalidParams
+from ..pipeline.params import clean_text
 from ..models.analyzer import term_counts
 from ..models.tokenizer import count_tokens
 from ..store.docstore import DocumentRecord, UnitRecord
@@ -63,6 +64,7 @@ def to_source_document(item: Any, position: int) -> tuple[SourceDocument, str | 
         raise InvalidParams(f"documents[{position}] must be an object with 'text'",
                             field=f"documents[{position}]")
     where = f"documents[{position}]"
+    doc.text = clean_text(doc.text)
     if not doc.text.strip():
         raise InvalidParams(f"{where}.text is empty", field=f"{where}.text")
     if doc.id is not None and (not doc.id or len(doc.id) > MAX_ID_LENGTH

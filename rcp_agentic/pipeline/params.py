@@ -102,6 +102,15 @@ class Plan:
     notes: list[str] = field(default_factory=list)
 
 
+def clean_text(text: str) -> str:
+    """``text`` with lone UTF-16 surrogates (legal in JSON escapes, not in Unicode) as U+FFFD."""
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+
+
 def query_text(query: Any, *, field: str = "query", allow_empty: bool = False) -> str:
     """The text of a query or passage: a string, a text Content block, or a list of them (§4.8)."""
     blocks = query if isinstance(query, list) else [query]
@@ -119,7 +128,7 @@ def query_text(query: Any, *, field: str = "query", allow_empty: bool = False) -
         if not isinstance(block.get("text"), str):
             raise InvalidParams("a text Content block needs a string 'text'", field=f"{where}.text")
         parts.append(block["text"])
-    text = "\n".join(parts)
+    text = clean_text("\n".join(parts))
     if not allow_empty and not text.strip():
         raise InvalidParams(f"{field} must not be empty", field=field)
     return text
