@@ -418,9 +418,9 @@ class Docstore:
                 " JOIN documents d ON d.drow = u.doc_row LEFT JOIN screens s ON s.urow = u.rowid"
                 f" WHERE u.rowid IN ({','.join('?' * len(part))})", part)
             with self._lock:
-                for r in rows:
-                    row = dict(zip(_HIT_KEYS, r))
-                    out[r[0]] = self._rows[r[0]] = row
+                for values in rows:
+                    row = dict(zip(_HIT_KEYS, values))
+                    out[values[0]] = self._rows[values[0]] = row
                 while len(self._rows) > _ROW_CACHE:
                     self._rows.popitem(last=False)
         return out
