@@ -200,8 +200,11 @@ class Dispatcher:
     def _rerank(self, params: dict[str, Any]) -> dict[str, Any]:
         if "query" not in params:
             raise InvalidParams("query is required", field="query")
+        passages = params.get("passages")
+        if not isinstance(passages, list):
+            raise InvalidParams("passages must be an array", field="passages")
         top_n = params.get("topN")
-        return self.engine.rerank(params["query"], params.get("passages"),
+        return self.engine.rerank(params["query"], passages,
                                   method=params.get("method"), top_n=top_n).to_wire()
 
     def _index_add(self, params: dict[str, Any]) -> dict[str, Any]:
