@@ -140,6 +140,15 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_serve(args: argparse.Namespace) -> int:
+    from .protocol.stdio import serve_stdio
+
+    engine = _open(args, create=True)
+    serve_stdio(engine)
+    engine.close()
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="rcp-agentic",
                                      description="Retrieval engine for agentic RAG (RCP/1).")
@@ -171,6 +180,13 @@ def build_parser() -> argparse.ArgumentParser:
     cal.add_argument("--engine", metavar="DIR")
     cal.add_argument("--k", type=int, default=20, help="hits per query used for fitting")
     cal.set_defaults(func=cmd_calibrate)
+
+    srv = sub.add_parser("serve", help="serve the engine over RCP/1")
+    srv.add_argument("--stdio", action="store_true", required=True,
+                     help="newline-delimited JSON-RPC on stdin/stdout (logs go to stderr)")
+    srv.add_argument("--engine", metavar="DIR")
+    srv.add_argument("--chroma-url", metavar="URL")
+    srv.set_defaults(func=cmd_serve)
     return parser
 
 

@@ -74,6 +74,12 @@ class BackendUnavailable(RCPError):
     code = -32010
 
 
+class PayloadTooLarge(RCPError):
+    """A request exceeds a server limit (body bytes, batch size)."""
+
+    code = -32013
+
+
 class NotFound(RCPError):
     """A referenced entity (document id, session, cursor) does not exist."""
 
