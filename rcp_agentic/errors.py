@@ -44,6 +44,36 @@ class RCPError(Exception):
         return f"{type(self).__name__}({self.message!r}, code={self.code}, data={self.data!r})"
 
 
+class ParseError(RCPError):
+    """A frame that is not JSON."""
+
+    code = -32700
+
+
+class InvalidRequest(RCPError):
+    """A frame that is not a valid JSON-RPC request, or a second ``initialize``."""
+
+    code = -32600
+
+
+class NotInitialized(RCPError):
+    """A gated method called before a successful ``initialize``."""
+
+    code = -32001
+
+
+class VersionMismatch(RCPError):
+    """No protocol version both peers support."""
+
+    code = -32002
+
+
+class UnknownMethod(RCPError):
+    """A method RCP/1 does not define."""
+
+    code = -32004
+
+
 class InvalidParams(RCPError):
     """A parameter is missing, of the wrong type, out of range, or names an unknown field."""
 

@@ -15,7 +15,9 @@ from typing import Any
 
 from .. import __version__
 from ..engine import Engine
-from ..errors import CapabilityMissing, InternalError, InvalidParams, OptionUnsupported, RCPError
+from ..errors import (CapabilityMissing, InternalError, InvalidParams, InvalidRequest,
+                      NotInitialized, OptionUnsupported, ParseError, RCPError, UnknownMethod,
+                      VersionMismatch)
 
 log = logging.getLogger(__name__)
 
@@ -29,36 +31,6 @@ RCP_METHODS: dict[str, str | None] = {
     "feedback": "feedback", "memory/build": "memory", "memory/recall": "memory",
 }
 ALWAYS_ALLOWED = frozenset({"initialize", "info", "ping", "shutdown"})
-
-
-class ProtocolError(RCPError):
-    """A frame that is not a valid JSON-RPC request (-32600)."""
-
-    code = -32600
-
-
-class ParseError(RCPError):
-    """A frame that is not JSON (-32700)."""
-
-    code = -32700
-
-
-class NotInitialized(RCPError):
-    """A gated method called before a successful ``initialize`` (-32001)."""
-
-    code = -32001
-
-
-class VersionMismatch(RCPError):
-    """No protocol version both peers support (-32002)."""
-
-    code = -32002
-
-
-class UnknownMethod(RCPError):
-    """A method RCP/1 does not define (-32004)."""
-
-    code = -32004
 
 
 def _error(id_: Any, err: RCPError) -> dict[str, Any]:
@@ -110,7 +82,7 @@ class Dispatcher:
         """A parsed frame (object or batch array) in; response object(s) or None out."""
         if isinstance(message, list):
             if not message:
-                return _error(None, ProtocolError("an empty batch is not a valid request"))
+                return _error(None, InvalidRequest("an empty batch is not a valid request"))
             if len(message) > self.max_batch:
                 return _error(None, InvalidParams(f"batch of {len(message)} exceeds the limit of "
                                                   f"{self.max_batch}", field="batch"))
@@ -120,14 +92,14 @@ class Dispatcher:
 
     def _one(self, msg: Any) -> dict[str, Any] | None:
         if not isinstance(msg, dict):
-            return _error(None, ProtocolError("a request must be a JSON object"))
+            return _error(None, InvalidRequest("a request must be a JSON object"))
         has_id = "id" in msg
         id_ = msg.get("id")
         if has_id and not _valid_id(id_):
-            return _error(None, ProtocolError("id must be a string or a number"))
+            return _error(None, InvalidRequest("id must be a string or a number"))
         if msg.get("jsonrpc") != "2.0" or not isinstance(msg.get("method"), str):
             return _error(id_ if has_id else None,
-                          ProtocolError("jsonrpc must be \"2.0\" and method a string"))
+                          InvalidRequest("jsonrpc must be \"2.0\" and method a string"))
         method = msg["method"]
         params = msg.get("params", {})
         if not has_id:  # a notification: act on the ones we know, never answer
@@ -172,7 +144,7 @@ class Dispatcher:
 
     def _initialize(self, params: dict[str, Any]) -> dict[str, Any]:
         if self.initialized:
-            raise ProtocolError("initialize was already completed on this connection")
+            raise InvalidRequest("initialize was already completed on this connection")
         version = params.get("protocolVersion")
         if isinstance(version, bool) or not isinstance(version, int):
             raise InvalidParams("protocolVersion must be an integer", field="protocolVersion")
