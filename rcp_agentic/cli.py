@@ -141,10 +141,16 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from .protocol.stdio import serve_stdio
-
     engine = _open(args, create=True)
-    serve_stdio(engine)
+    if args.http:
+        from .protocol.http import serve_http
+
+        serve_http(engine, host=args.host, port=args.port,
+                   token=os.environ.get("RCP_AGENTIC_TOKEN") or None)
+    else:
+        from .protocol.stdio import serve_stdio
+
+        serve_stdio(engine)
     engine.close()
     return 0
 
@@ -182,8 +188,13 @@ def build_parser() -> argparse.ArgumentParser:
     cal.set_defaults(func=cmd_calibrate)
 
     srv = sub.add_parser("serve", help="serve the engine over RCP/1")
-    srv.add_argument("--stdio", action="store_true", required=True,
+    how = srv.add_mutually_exclusive_group(required=True)
+    how.add_argument("--stdio", action="store_true",
                      help="newline-delimited JSON-RPC on stdin/stdout (logs go to stderr)")
+    how.add_argument("--http", action="store_true",
+                     help="POST /rcp/<method>; bearer token from $RCP_AGENTIC_TOKEN if set")
+    srv.add_argument("--host", default="127.0.0.1")
+    srv.add_argument("--port", type=int, default=8750)
     srv.add_argument("--engine", metavar="DIR")
     srv.add_argument("--chroma-url", metavar="URL")
     srv.set_defaults(func=cmd_serve)

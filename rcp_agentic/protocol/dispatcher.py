@@ -45,12 +45,16 @@ class Dispatcher:
     """One RCP connection's state (initialized or not) in front of a shared Engine."""
 
     def __init__(self, engine: Engine, *, server_name: str = "rcp-agentic",
-                 max_batch: int = 64, on_shutdown: Callable[[], None] | None = None) -> None:
+                 max_batch: int = 64, on_shutdown: Callable[[], None] | None = None,
+                 stateless: bool = False) -> None:
         self.engine = engine
         self.server_name = server_name
         self.max_batch = max_batch
         self.on_shutdown = on_shutdown
-        self.initialized = False
+        # Stateless (HTTP, §5.2): every request is implicitly initialized and
+        # initialize/info answer idempotently.
+        self.stateless = stateless
+        self.initialized = stateless
         # Fixed for the session (§13.2): computed once, at the first initialize or info.
         self._capabilities: dict[str, Any] | None = None
         self._handlers: dict[str, Callable[[dict[str, Any]], Any]] = {
@@ -143,7 +147,7 @@ class Dispatcher:
                 "capabilities": self.capabilities()}
 
     def _initialize(self, params: dict[str, Any]) -> dict[str, Any]:
-        if self.initialized:
+        if self.initialized and not self.stateless:
             raise InvalidRequest("initialize was already completed on this connection")
         version = params.get("protocolVersion")
         if isinstance(version, bool) or not isinstance(version, int):
