@@ -9,7 +9,8 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -76,7 +77,7 @@ def filled_engine(tmp_path_factory: pytest.TempPathFactory,
     eng.close()
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
@@ -99,19 +100,29 @@ def chroma_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         yield url
         return
     chroma = shutil.which("chroma") or str(Path(sys.executable).with_name("chroma"))
-    port = _free_port()
+    port = free_port()
     data = tmp_path_factory.mktemp("chroma-server")
-    proc = subprocess.Popen([chroma, "run", "--path", str(data), "--host", "127.0.0.1",
-                             "--port", str(port)], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while not _heartbeat(url):
-            assert proc.poll() is None, "chroma run exited"
-            assert time.monotonic() < deadline, "chroma run did not start in 60 s"
-            time.sleep(0.2)
+    with running_server([chroma, "run", "--path", str(data), "--host", "127.0.0.1", "--port",
+                         str(port)], lambda: _heartbeat(url), timeout=60):
         yield url
+
+
+@contextmanager
+def running_server(cmd: list[str], ready: Callable[[], bool], *, timeout: float,
+                   env: dict[str, str] | None = None) -> Iterator[subprocess.Popen[bytes]]:
+    """Start a server subprocess, wait until ``ready()``, and stop it afterwards."""
+    proc = subprocess.Popen(cmd, env=env, cwd=REPO, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + timeout
+        while not ready():
+            if proc.poll() is not None:
+                raise AssertionError(f"{cmd[0]} exited: {proc.stderr.read().decode()[-2000:]}"
+                                     if proc.stderr else f"{cmd[0]} exited")
+            assert time.monotonic() < deadline, f"{cmd[0]} did not start in {timeout} s"
+            time.sleep(0.2)
+        yield proc
     finally:
         proc.terminate()
         proc.wait(timeout=30)

@@ -5,9 +5,7 @@ from __future__ import annotations
 import json
 import os
 import socket
-import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -16,16 +14,10 @@ from typing import Any
 
 import pytest
 
-from conftest import DOCS, REPO
+from conftest import DOCS, free_port, running_server
 from rcp_agentic import Engine
 
 TOKEN = "s3cret-token"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture(scope="module")
@@ -33,26 +25,20 @@ def server(tmp_path_factory: pytest.TempPathFactory, embedder: Any) -> Iterator[
     path = tmp_path_factory.mktemp("http") / "e"
     with Engine(path, embedder=embedder) as eng:
         eng.add_documents(DOCS)
-    port = _free_port()
+    port = free_port()
     env = {**os.environ, "RCP_AGENTIC_TOKEN": TOKEN}
-    proc = subprocess.Popen([sys.executable, "-m", "rcp_agentic.cli", "serve", "--http",
-                             "--engine", str(path), "--port", str(port)], env=env, cwd=REPO,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                post(url, "ping", {"jsonrpc": "2.0", "id": 0, "method": "ping"})
-                break
-            except OSError:
-                assert proc.poll() is None, proc.stderr.read().decode() if proc.stderr else ""
-                assert time.monotonic() < deadline, "server did not start"
-                time.sleep(0.3)
+
+    def ready() -> bool:
+        try:
+            post(url, "ping", {"jsonrpc": "2.0", "id": 0, "method": "ping"})
+            return True
+        except OSError:
+            return False
+
+    with running_server([sys.executable, "-m", "rcp_agentic.cli", "serve", "--http", "--engine",
+                         str(path), "--port", str(port)], ready, timeout=120, env=env):
         yield url
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
 
 
 def post(url: str, method: str | None, body: Any, *, token: str | None = TOKEN,
