@@ -7,6 +7,7 @@ is configured) and ``config.json``. All public methods are thread-safe.
 
 from __future__ import annotations
 
+import base64
 import logging
 import os
 import secrets
@@ -24,8 +25,8 @@ from .config import EngineConfig
 from .corpus.documents import attach_vectors, build_record, to_source_document
 from .corpus.loaders import SkippedFile, SourceDocument, load_path
 from .corpus.metadata import filterable_meta, is_valid_field_name
-from .errors import (BackendUnavailable, CapabilityMissing, Conflict, InvalidParams, NotFound,
-                     OptionUnsupported)
+from .errors import (BackendUnavailable, CapabilityMissing, Conflict, InternalError,
+                     InvalidParams, NotFound, OptionUnsupported, PayloadTooLarge)
 from .models.analyzer import analyze
 from .models.reranker import Reranker, as_reranker
 from .models.embedder import SentenceTransformerEmbedder, TimedEmbedder, as_embedder
@@ -216,6 +217,9 @@ class Engine:
             retrieve["scoreFloor"] = -1.0  # cosine; RRF, weighted, convex and BM25 are >= 0
         caps: dict[str, Any] = {
             "retrieve": retrieve,
+            "embed": {"dimension": self.dimension, "identity": self.embedder.identity,
+                      "batchLimit": self.config.embed_batch_limit, "normalized": True,
+                      "encodings": ["json", "f32-base64"]},
             "session": {"dedup": True, "ttlSeconds": self.config.session_ttl_seconds},
             "filter": {"fields": self.filter_fields(), "operators": list(OPERATORS)},
             "pagination": {},
@@ -703,6 +707,40 @@ class Engine:
         order = sorted(range(len(positions)), key=lambda i: (-float(probs[i]), i))
         learned = {positions[i]: round(float(probs[i]), 6) for i in order}
         return [(positions[i], learned[positions[i]]) for i in order], learned
+
+    # --- embed -----------------------------------------------------------------------
+
+    @property
+    def dimension(self) -> int:
+        """The embedding dimension (from the index when it has one; else the model's)."""
+        stored = self.store.info("embedding.dimension")
+        return int(stored) if stored else self.embedder.dimension
+
+    def embed(self, inputs: list[Any], *, kind: str = "document",
+              encoding: str = "json") -> dict[str, Any]:
+        """RCP ``embed`` (§7.3): one unit-length vector per input, as JSON numbers or f32-base64."""
+        if not isinstance(inputs, list) or not inputs:
+            raise InvalidParams("inputs must be a non-empty array", field="inputs")
+        if len(inputs) > self.config.embed_batch_limit:
+            raise PayloadTooLarge(f"at most {self.config.embed_batch_limit} inputs per call "
+                                  "(embed.batchLimit)", field="inputs")
+        if kind not in ("query", "document"):
+            raise InvalidParams("kind must be 'query' or 'document'", field="kind")
+        if encoding not in ("json", "f32-base64"):
+            raise OptionUnsupported(f"encoding {encoding!r} is not offered", option="encoding")
+        texts = [query_text(x, field=f"inputs[{i}]", allow_empty=True)
+                 for i, x in enumerate(inputs)]
+        if kind == "query":
+            vectors = np.vstack([self.embedder.embed_query(t) for t in texts])
+        else:
+            vectors = self.embedder.embed_documents(texts)
+        if not np.isfinite(vectors).all():
+            raise InternalError("the embedding model produced non-finite values")
+        dim = int(vectors.shape[1])
+        if encoding == "json":
+            return {"vectors": vectors.astype(np.float64).tolist(), "dimension": dim}
+        blobs = [base64.b64encode(v.astype("<f4").tobytes()).decode("ascii") for v in vectors]
+        return {"vectors": blobs, "encoding": "f32-base64", "dimension": dim}
 
     # --- rerank ----------------------------------------------------------------------
 

@@ -82,7 +82,7 @@ def test_bad_frames(rpc: Dispatcher, frame: Any, code: int) -> None:
 
 def test_capability_gating_after_initialize(rpc: Dispatcher) -> None:
     init(rpc)
-    for method in ("embed", "graph", "query/transform", "feedback", "rerank"):
+    for method in ("embed/sparse", "graph", "query/transform", "feedback", "rerank"):
         assert rpc.handle(req(method, {}))["error"]["code"] == -32003  # type: ignore[index]
     assert rpc.handle(req("memory/nope", {}))["error"]["code"] == -32004  # type: ignore[index]
 
@@ -158,3 +158,28 @@ def test_untrusted_input_never_crashes(rpc: Dispatcher) -> None:
                                            "params": params}))
         out = json.loads(text or "")
         assert "result" in out or out["error"]["code"] in (-32602, -32005, -32010), (params, out)
+
+
+def test_embed(rpc: Dispatcher, embedder: Any) -> None:
+    import base64
+
+    import numpy as np
+
+    init(rpc)
+    caps = rpc.capabilities()["embed"]
+    assert caps["dimension"] == 384 and "f32-base64" in caps["encodings"]
+    out = rpc.handle(req("embed", {"inputs": ["hello world", {"type": "text", "text": "x"}],
+                                   "kind": "query"}))["result"]  # type: ignore[index]
+    validator("EmbedResult").validate(out)
+    assert len(out["vectors"]) == 2 and len(out["vectors"][0]) == 384
+    assert np.allclose(out["vectors"][0], embedder.embed_query("hello world"), atol=1e-5)
+    packed = rpc.handle(req("embed", {"texts": ["hello world"], "encoding": "f32-base64",
+                                      "kind": "query"}))["result"]  # type: ignore[index]
+    validator("EmbedResult").validate(packed)
+    raw = base64.b64decode(packed["vectors"][0])
+    assert packed["encoding"] == "f32-base64" and len(raw) == packed["dimension"] * 4
+    assert np.allclose(np.frombuffer(raw, "<f4"), out["vectors"][0], atol=1e-6)
+    for params, code in [({"inputs": []}, -32602), ({"inputs": ["a"], "encoding": "f16"}, -32005),
+                         ({"inputs": ["a"] * 300}, -32013), ({"inputs": ["a"], "kind": "x"},
+                                                            -32602), ({}, -32602)]:
+        assert rpc.handle(req("embed", params))["error"]["code"] == code, params  # type: ignore[index]

@@ -61,6 +61,7 @@ class Dispatcher:
             "initialize": self._initialize, "info": self._info, "ping": self._ping,
             "shutdown": self._shutdown, "retrieve": self._retrieve, "rerank": self._rerank,
             "index/add": self._index_add, "index/delete": self._index_delete,
+            "embed": self._embed,
         }
 
     # --- framing ------------------------------------------------------------------------
@@ -172,6 +173,18 @@ class Dispatcher:
 
     def _retrieve(self, params: dict[str, Any]) -> dict[str, Any]:
         return self.engine.retrieve_params(params).to_wire()
+
+    def _embed(self, params: dict[str, Any]) -> dict[str, Any]:
+        inputs = params.get("inputs", params.get("texts"))  # `texts`: the legacy name (§7.3)
+        if inputs is None:
+            raise InvalidParams("inputs is required", field="inputs")
+        kind = params.get("kind", "document")
+        encoding = params.get("encoding", "json")
+        if not isinstance(encoding, str):
+            raise InvalidParams("encoding must be a string", field="encoding")
+        if not isinstance(kind, str):
+            raise InvalidParams("kind must be a string", field="kind")
+        return self.engine.embed(inputs, kind=kind, encoding=encoding)
 
     def _rerank(self, params: dict[str, Any]) -> dict[str, Any]:
         if "query" not in params:
