@@ -253,11 +253,16 @@ class Engine:
         for unit, level, row in added:
             by_kind.setdefault((unit, level), []).append(row)
         for (unit, level), rows in by_kind.items():
-            vecs = self.store.vectors(rows)
-            present = [r for r in rows if r in vecs]
+            self._push_vectors(unit, level, rows)
+        self.store.clear_outbox(ops[-1].seq)
+
+    def _push_vectors(self, unit: str, level: int, rows: list[int]) -> None:
+        """Copy the SQLite vectors of ``rows`` (those still stored) into Chroma."""
+        for i in range(0, len(rows), 1000):
+            vecs = self.store.vectors(rows[i:i + 1000])
+            present = [r for r in rows[i:i + 1000] if r in vecs]
             if present:
                 self.chroma.add(unit, level, present, np.vstack([vecs[r] for r in present]))
-        self.store.clear_outbox(ops[-1].seq)
 
     def reconcile(self) -> None:
         """Bring Chroma in line with SQLite: replay queued operations, then repair any difference."""
@@ -273,10 +278,7 @@ class Engine:
                             len(extra), len(missing))
                 if extra:
                     self.chroma.delete(unit, level, extra)
-                for i in range(0, len(missing), 1000):
-                    part = missing[i:i + 1000]
-                    vecs = self.store.vectors(part)
-                    self.chroma.add(unit, level, part, np.vstack([vecs[r] for r in part]))
+                self._push_vectors(unit, level, missing)
 
     def _sync_chroma(self) -> None:
         """Apply the outbox after a commit; the data is already safe in SQLite if Chroma is down."""
@@ -588,12 +590,7 @@ class Engine:
         pool = ranked[:min(len(ranked), max(4 * plan.k, 50), 400)]
         if len(pool) < 2:
             return ranked
-        positions = np.asarray([p for p, _s in pool], dtype=np.int64)
-        if index.vectors is not None:
-            vecs = index.vectors[positions]
-        else:
-            got = self.store.vectors(index.rowids[positions].tolist())
-            vecs = np.vstack([got[int(r)] for r in index.rowids[positions]])
+        vecs = self._unit_vectors(index, np.asarray([p for p, _s in pool], dtype=np.int64))
         scores = np.asarray([s for _p, s in pool], dtype=np.float64)
         order = mmr_order(scores, vecs, plan.mmr_lambda, len(pool))
         return [pool[i] for i in order] + ranked[len(pool):]
@@ -614,6 +611,14 @@ class Engine:
         out = [(index.position[r], s) for r, s in zip(got, sims) if r in index.position]
         return sorted(out, key=lambda ps: (-ps[1], ps[0]))[:depth]
 
+    def _unit_vectors(self, index: UnitIndex, positions: np.ndarray) -> np.ndarray:
+        """Vectors of the units at ``positions``: from memory, or SQLite above dense_exact_max."""
+        if index.vectors is not None:
+            return index.vectors[positions]
+        rowids = index.rowids[positions].tolist()
+        got = self.store.vectors(rowids)
+        return np.vstack([got[r] for r in rowids])
+
     def _fill(self, index: UnitIndex, name: str, positions: list[int], qvec: np.ndarray | None,
               term_ids: list[int]) -> dict[int, float]:
         """Exact scores of one retriever for the given positions."""
@@ -622,12 +627,7 @@ class Engine:
         pos = np.asarray(positions, dtype=np.int64)
         if name == "dense":
             assert qvec is not None
-            if index.vectors is not None:
-                vecs = index.vectors[pos]
-            else:
-                got = self.store.vectors(index.rowids[pos].tolist())
-                vecs = np.vstack([got[int(r)] for r in index.rowids[pos]])
-            return dict(zip(positions, (vecs @ qvec).tolist()))
+            return dict(zip(positions, (self._unit_vectors(index, pos) @ qvec).tolist()))
         return dict(zip(positions, index.sparse_scores(term_ids, pos).tolist()))
 
     def _fuse(self, plan: Plan, lists: dict[str, list[tuple[int, float]]], index: UnitIndex,
@@ -668,10 +668,10 @@ class Engine:
                                   confidence=None if confidence is None else confidence[i]))
         return hits
 
-    def _confidence(self, plan: Plan, index: UnitIndex, positions: list[int],
-                    per_stage: dict[str, dict[int, float]], term_ids: list[int],
-                    ranks: list[int]) -> list[float] | None:
-        """Calibrated P(relevant) per hit, made non-increasing down the list."""
+    def _probabilities(self, plan: Plan, index: UnitIndex, positions: list[int],
+                       per_stage: dict[str, dict[int, float]], term_ids: list[int],
+                       ranks: np.ndarray) -> np.ndarray | None:
+        """Calibrated P(relevant) of the units at ``positions`` (None without a calibration)."""
         if self.calibrator is None or not positions or not self.calibrator.supports(
                 plan.mode, plan.stored_unit):
             return None
@@ -681,10 +681,19 @@ class Engine:
                   if "sparse" in per_stage else None)
         ceiling = index.sparse_ceiling(term_ids) if "sparse" in per_stage else None
         probs = self.calibrator.predict(mode=plan.mode, unit=plan.stored_unit, dense=dense,
-                                        sparse=sparse, ceiling=ceiling,
-                                        ranks=np.asarray(ranks, dtype=np.float64))
+                                        sparse=sparse, ceiling=ceiling, ranks=ranks)
+        return np.clip(probs, 0.0, 1.0)
+
+    def _confidence(self, plan: Plan, index: UnitIndex, positions: list[int],
+                    per_stage: dict[str, dict[int, float]], term_ids: list[int],
+                    ranks: list[int]) -> list[float] | None:
+        """Calibrated P(relevant) per hit, made non-increasing down the list."""
+        probs = self._probabilities(plan, index, positions, per_stage, term_ids,
+                                    np.asarray(ranks, dtype=np.float64))
+        if probs is None:
+            return None
         # A hit never claims more confidence than the one ranked above it.
-        return [round(float(x), 6) for x in np.minimum.accumulate(np.clip(probs, 0.0, 1.0))]
+        return [round(float(x), 6) for x in np.minimum.accumulate(probs)]
 
     def _rank_by_confidence(self, plan: Plan, index: UnitIndex, ranked: list[tuple[int, float]],
                             lists: dict[str, list[tuple[int, float]]], qvec: np.ndarray | None,
@@ -695,15 +704,11 @@ class Engine:
         """
         positions = [p for p, _s in ranked]
         per_stage = {name: self._fill(index, name, positions, qvec, term_ids) for name in lists}
-        assert self.calibrator is not None
-        dense = (np.array([per_stage["dense"][p] for p in positions])
-                 if "dense" in per_stage else None)
-        sparse = (np.array([per_stage["sparse"][p] for p in positions])
-                  if "sparse" in per_stage else None)
-        probs = self.calibrator.predict(
-            mode=plan.mode, unit=plan.stored_unit, dense=dense, sparse=sparse,
-            ceiling=index.sparse_ceiling(term_ids) if "sparse" in per_stage else None,
-            ranks=np.arange(len(positions), dtype=np.float64))
+        probs = self._probabilities(plan, index, positions, per_stage, term_ids,
+                                    np.arange(len(positions), dtype=np.float64))
+        if probs is None:
+            raise OptionUnsupported(f"no confidence calibration for {plan.mode}/{plan.unit}",
+                                    option="x-rcp-agentic-rankBy")
         order = sorted(range(len(positions)), key=lambda i: (-float(probs[i]), i))
         learned = {positions[i]: round(float(probs[i]), 6) for i in order}
         return [(positions[i], learned[positions[i]]) for i in order], learned
