@@ -140,18 +140,45 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _hosted_indexes(specs: list[str]) -> dict[str, Path]:
+    out: dict[str, Path] = {}
+    for spec in specs:
+        name, sep, path = spec.partition("=")
+        if not sep or not name or not path:
+            raise InvalidParams(f"--index takes NAME=DIR, not {spec!r}", field="index")
+        if name in out:
+            raise InvalidParams(f"--index {name!r} given twice", field="index")
+        if not (Path(path) / "engine.db").exists():
+            raise InvalidParams(f"--index {name}: no engine at {path}", field="index")
+        out[name] = Path(path)
+    return out
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
+    from .engine import Engine
+
     engine = _open(args, create=True)
     if args.http:
         from .protocol.http import serve_http
 
-        serve_http(engine, host=args.host, port=args.port,
-                   token=os.environ.get("RCP_AGENTIC_TOKEN") or None)
+        # The hosted-API route serves the main engine as "default" and each --index
+        # NAME=DIR beside it; they share the main engine's embedding model.
+        hosted = {"default": engine}
+        try:
+            for name, path in _hosted_indexes(args.index).items():
+                hosted[name] = Engine(path, embedder=engine.embedder.inner,
+                                      chroma_url=args.chroma_url)
+            serve_http(engine, host=args.host, port=args.port,
+                       token=os.environ.get("RCP_AGENTIC_TOKEN") or None,
+                       cors_origins=args.cors_origin, hosted_engines=hosted)
+        finally:
+            for other in hosted.values():
+                other.close()
     else:
         from .protocol.stdio import serve_stdio
 
         serve_stdio(engine)
-    engine.close()
+        engine.close()
     return 0
 
 
@@ -197,6 +224,11 @@ def build_parser() -> argparse.ArgumentParser:
     srv.add_argument("--port", type=int, default=8750)
     srv.add_argument("--engine", metavar="DIR")
     srv.add_argument("--chroma-url", metavar="URL")
+    srv.add_argument("--index", action="append", default=[], metavar="NAME=DIR",
+                     help="(HTTP) also serve the engine in DIR as index_id NAME on "
+                     "/api/v1/retrieval/retrieve; the main engine is index_id 'default'")
+    srv.add_argument("--cors-origin", action="append", default=[], metavar="ORIGIN",
+                     help="(HTTP) allow browser calls from ORIGIN; no CORS headers otherwise")
     srv.set_defaults(func=cmd_serve)
     return parser
 

@@ -48,6 +48,9 @@ class EngineConfig(BaseModel):
         default_factory=list, description="source path or document id prefixes labelled trusted")
     default_trust: Literal["community", "untrusted"] = Field(
         "community", description="trust of ingested documents not under trusted_sources")
+    request_timeout_seconds: float = Field(
+        120.0, gt=0, description="server deadline per protocol request; a client's "
+        "_meta.deadlineMs can only shorten it")
     chroma_url: str | None = Field(None, description="a `chroma run` server; None = embedded Chroma")
     filter_fields: dict[str, FieldType] = Field(
         default_factory=dict, description="metadata fields declared filterable, with their types")

@@ -25,8 +25,9 @@ from .config import EngineConfig
 from .corpus.documents import attach_vectors, build_record, to_source_document
 from .corpus.loaders import SkippedFile, SourceDocument, load_path
 from .corpus.metadata import filterable_meta, is_valid_field_name
-from .errors import (BackendUnavailable, CapabilityMissing, Conflict, InternalError,
-                     InvalidParams, NotFound, OptionUnsupported, PayloadTooLarge)
+from .control import RequestControl, checked
+from .errors import (BackendUnavailable, Cancelled, CapabilityMissing, Conflict, InternalError,
+                     InvalidParams, NotFound, OptionUnsupported, PayloadTooLarge, Timeout)
 from .models.analyzer import analyze
 from .models.reranker import Reranker, as_reranker
 from .models.embedder import SentenceTransformerEmbedder, TimedEmbedder, as_embedder
@@ -44,6 +45,7 @@ from .pipeline.params import (FUSIONS, MODES, PARAM_NAMES, UNITS, Plan, make_pla
                               query_text)
 from .store.chroma import ChromaVectors
 from .store.docstore import DocumentRecord, Docstore
+from .store.feedback import FeedbackLog
 from .sessions import Candidate, SessionStore
 from .store.memindex import UnitIndex
 from .wire import Hit, RerankResult, RetrieveResult, Usage
@@ -57,6 +59,7 @@ _INDEX_CACHE = 6
 ENGINE_ENV = "RCP_AGENTIC_ENGINE"
 # Documents per write transaction: bounds memory and makes progress visible.
 WRITE_BATCH_DOCS = 64
+RERANK_SLICE = 16
 
 
 class EmbeddingMismatch(Conflict):
@@ -125,6 +128,7 @@ class Engine:
         try:
             self._check_embedder()
             self._declare_fields()
+            self.feedback = FeedbackLog(self.store)
             engine_id = self.store.info("engine_id")
             if engine_id is None:
                 engine_id = uuid.uuid4().hex[:12]
@@ -293,25 +297,42 @@ class Engine:
     # --- writes ----------------------------------------------------------------------
 
     def add_documents(self, documents: Iterable[Any], *,
-                      on_document: Callable[[str], None] | None = None) -> AddResult:
+                      on_document: Callable[[str], None] | None = None,
+                      control: RequestControl | None = None) -> AddResult:
         """Add or replace documents: each ``{"id"?, "text", "title"?, "meta"?}`` or a SourceDocument.
 
         An explicit id replaces every unit derived from that document's previous
         version; without an id a stable one is minted from the text. Documents are
         written in transactions of up to 64; each is visible whole or not at all.
         Raises InvalidParams (naming the field) before writing anything of a bad batch.
+        ``control`` is checked before each transaction: a cancel or an expired
+        deadline raises with ``data.committedIds`` naming what was already written.
         """
+        ctl = checked(control)
+        total = len(documents) if isinstance(documents, (list, tuple)) else None
         result = AddResult()
         start = time.perf_counter()
         embed_before = self.embedder.seconds_in_model
+
+        def write(batch: list[tuple[SourceDocument, str | None]]) -> None:
+            try:
+                ctl.check()
+            except (Cancelled, Timeout) as exc:
+                exc.data["committedIds"] = list(result.ids)
+                raise
+            self._write_batch(batch, result, on_document)
+            done = len(result.ids)
+            ctl.report(done / total if total else 0.0, "index",
+                       f"indexed {done}" + (f"/{total}" if total else "") + " document(s)")
+
         batch: list[tuple[SourceDocument, str | None]] = []
         for i, item in enumerate(documents):
             batch.append(to_source_document(item, i))
             if len(batch) >= WRITE_BATCH_DOCS:
-                self._write_batch(batch, result, on_document)
+                write(batch)
                 batch = []
         if batch:
-            self._write_batch(batch, result, on_document)
+            write(batch)
         result.index_version = self.index_version
         result.seconds = time.perf_counter() - start
         result.seconds_embedding = self.embedder.seconds_in_model - embed_before
@@ -477,7 +498,8 @@ class Engine:
         """The largest BM25 any unit of this kind could score for ``query`` (0 if no term is known)."""
         return self._index(unit, level).sparse_ceiling(self.query_terms(query))
 
-    def retrieve_params(self, raw: dict[str, Any]) -> RetrieveResult:
+    def retrieve_params(self, raw: dict[str, Any],
+                        control: RequestControl | None = None) -> RetrieveResult:
         """``retrieve`` from a raw params object (wire camelCase or snake_case).
 
         Stages: recall (dense/sparse, ``candidate_k`` deep, deeper by what the
@@ -485,9 +507,11 @@ class Engine:
         ``min_score`` → MMR → pack to ``k`` and ``token_budget`` (from the cursor's
         place) → hits with citations, trust and calibrated confidence. Dedup runs
         before rerank so the reranker spends its budget on units the trajectory has
-        not seen yet.
+        not seen yet. ``control`` stops the work between stages on cancel or deadline
+        and receives progress, with the fused top ``k`` as partial hits after recall.
         """
         start = time.perf_counter()
+        ctl = checked(control)
         params = parse_params(raw)
         plan = make_plan(params, max_k=self.config.max_k,
                          default_candidate_k=self.config.candidate_k,
@@ -529,14 +553,25 @@ class Engine:
             term_ids = self.query_terms(plan.query)
             ranked = index.sparse(term_ids, depth, allowed)
             lists["sparse"] = list(zip(ranked.positions.tolist(), ranked.scores.tolist()))
+        ctl.check()
         ranked_list = self._fuse(plan, lists, index, qvec, term_ids)
         if plan.session_id:
             new = self.sessions.filter_new(plan.session_id,
                                            [_candidate(index, p) for p, _s in ranked_list])
             ranked_list = [ps for ps, ok in zip(ranked_list, new) if ok]
+        fused = dict(ranked_list) if plan.mode == "hybrid" else {}
+        if ctl.wants_progress:
+            first = ranked_list[:plan.k]
+            partial = self._hits(plan, index, first, lists, qvec, term_ids,
+                                 list(range(len(first))), {}, fused=fused)
+            ctl.report(0.5, "fuse", f"recalled {len(ranked_list)} candidate(s)",
+                       [h.to_wire() for h in partial])
+        ctl.check()
         rerank_scores: dict[int, float] = {}
         if plan.rerank_top_n is not None:
-            ranked_list, rerank_scores = self._rerank(plan, index, ranked_list)
+            ranked_list, rerank_scores = self._rerank(plan, index, ranked_list, ctl)
+            ctl.report(0.8, "rerank", f"reranked {len(rerank_scores)} candidate(s)")
+            ctl.check()
         learned: dict[int, float] | None = None
         if plan.rank_by_confidence:
             ranked_list, learned = self._rank_by_confidence(plan, index, ranked_list, lists,
@@ -557,17 +592,19 @@ class Engine:
             plan.notes.append(f"tokenBudget: {packed.oversized} hit(s) larger than the whole "
                               "budget can never be packed")
         top = [ranked_list[i] for i in packed.taken]
+        ctl.check()
         next_cursor = None
         if packed.more and not plan.session_id:
             next_cursor = cursor.encode(CursorState(served, packed.next_start,
                                                     packed.next_exclude, qhash), self._secret)
         hits = self._hits(plan, index, top, lists, qvec, term_ids, packed.taken, rerank_scores,
-                          learned)
+                          learned, fused=fused)
         if plan.session_id:
             forgotten = self.sessions.record(plan.session_id, [_candidate(index, p) for p, _s in top])
             if forgotten:
                 plan.notes.append(f"session full: forgot its {forgotten} oldest unit(s)")
         candidates = len({p for ranked in lists.values() for p, _s in ranked})
+        ctl.report(1.0, "pack", f"packed {len(hits)} hit(s)")
         usage = Usage(candidates=candidates, reranked=len(rerank_scores), tokens=packed.tokens,
                       latency_ms=round((time.perf_counter() - start) * 1000.0, 3),
                       notes=plan.notes or None)
@@ -645,7 +682,9 @@ class Engine:
     def _hits(self, plan: Plan, index: UnitIndex, top: list[tuple[int, float]],
               lists: dict[str, list[tuple[int, float]]], qvec: np.ndarray | None,
               term_ids: list[int], ranks: list[int], rerank_scores: dict[int, float],
-              learned: dict[int, float] | None = None) -> list[Hit]:
+              learned: dict[int, float] | None = None, *,
+              fused: dict[int, float] | None = None) -> list[Hit]:
+        """Hits for ``top``; ``scores`` keeps every stage's score (``fused`` before any rerank)."""
         positions = [p for p, _s in top]
         per_stage = {name: self._fill(index, name, positions, qvec, term_ids) for name in lists}
         confidence = ([learned[p] for p in positions] if learned is not None
@@ -659,8 +698,8 @@ class Engine:
             if row is None:  # deleted after this query's snapshot was taken
                 continue
             scores = {name: per_stage[name][pos] for name in lists}
-            if plan.mode == "hybrid":
-                scores["fused"] = float(score)
+            if fused and pos in fused:
+                scores["fused"] = float(fused[pos])
             if pos in rerank_scores:
                 scores["rerank"] = float(rerank_scores[pos])
             hits.append(build_hit(row, unit=plan.unit, score=float(score), scores=scores,
@@ -712,6 +751,15 @@ class Engine:
         order = sorted(range(len(positions)), key=lambda i: (-float(probs[i]), i))
         learned = {positions[i]: round(float(probs[i]), 6) for i in order}
         return [(positions[i], learned[positions[i]]) for i in order], learned
+
+    # --- feedback --------------------------------------------------------------------
+
+    def record_feedback(self, signals: Any, *, session_id: Any = None, query: Any = None) -> int:
+        """Record RCP ``feedback`` signals (§7.16); returns how many were accepted.
+
+        They are kept in ``engine.feedback`` for inspection and never read by retrieval.
+        """
+        return self.feedback.record(signals, session_id=session_id, query=query)
 
     # --- embed -----------------------------------------------------------------------
 
@@ -776,15 +824,22 @@ class Engine:
         order = sorted(range(len(scores)), key=lambda i: (-scores[i], i))
         return RerankResult(scores=scores, order=order[:top_n] if top_n else order)
 
-    def _rerank(self, plan: Plan, index: UnitIndex, ranked: list[tuple[int, float]]
-                ) -> tuple[list[tuple[int, float]], dict[int, float]]:
+    def _rerank(self, plan: Plan, index: UnitIndex, ranked: list[tuple[int, float]],
+                ctl: RequestControl) -> tuple[list[tuple[int, float]], dict[int, float]]:
         assert self.reranker is not None and plan.rerank_top_n is not None
         head = ranked[:plan.rerank_top_n]
         if not head:
             return ranked, {}
         rows = self.store.hydrate([int(index.rowids[p]) for p, _s in head])
         texts = [rows[int(index.rowids[p])]["text"] for p, _s in head]
-        scores = [float(x) for x in self.reranker.score(plan.query, texts)]
+        scores: list[float] = []
+        # In slices, so a cancel or deadline stops a long rerank part-way.
+        for at in range(0, len(texts), RERANK_SLICE):
+            ctl.check()
+            scores.extend(float(x) for x in self.reranker.score(plan.query,
+                                                                texts[at:at + RERANK_SLICE]))
+            ctl.report(0.5 + 0.3 * len(scores) / len(texts), "rerank",
+                       f"reranked {len(scores)}/{len(texts)}")
         order = sorted(range(len(head)), key=lambda i: (-scores[i], i))
         reranked = [(head[i][0], scores[i]) for i in order]
         return reranked, {head[i][0]: scores[i] for i in range(len(head))}

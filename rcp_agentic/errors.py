@@ -98,16 +98,40 @@ class OptionUnsupported(RCPError):
     code = -32005
 
 
+class Cancelled(RCPError):
+    """The request was abandoned after a ``notifications/cancel`` (§7.14)."""
+
+    code = -32006
+
+
 class BackendUnavailable(RCPError):
     """A backend (model, Chroma server, snapshot) cannot serve the request."""
 
     code = -32010
 
 
+class RateLimited(RCPError):
+    """The server is shedding load; back off and retry."""
+
+    code = -32011
+
+
+class Unauthorized(RCPError):
+    """The caller did not present valid credentials."""
+
+    code = -32012
+
+
 class PayloadTooLarge(RCPError):
     """A request exceeds a server limit (body bytes, batch size)."""
 
     code = -32013
+
+
+class Timeout(RCPError):
+    """The request's deadline elapsed before it finished (§13.1)."""
+
+    code = -32014
 
 
 class NotFound(RCPError):
@@ -120,3 +144,26 @@ class Conflict(RCPError):
     """The request conflicts with stored state, e.g. an index built with another embedding model."""
 
     code = -32016
+
+
+ERRORS_BY_CODE: dict[int, type[RCPError]] = {
+    cls.code: cls for cls in (ParseError, InvalidRequest, NotInitialized, VersionMismatch,
+                              CapabilityMissing, UnknownMethod, OptionUnsupported, Cancelled,
+                              InvalidParams, InternalError, BackendUnavailable, RateLimited,
+                              Unauthorized, PayloadTooLarge, Timeout, NotFound, Conflict)}
+
+
+def error_from_wire(error: dict[str, Any]) -> RCPError:
+    """The exception for a JSON-RPC ``error`` object (an unknown code keeps its code)."""
+    code = error.get("code")
+    message = str(error.get("message", "error"))
+    data = error.get("data")
+    cls = ERRORS_BY_CODE.get(code) if isinstance(code, int) else None
+    exc = (cls or RCPError)(message)
+    if isinstance(data, dict):
+        exc.data = dict(data)
+    elif data is not None:
+        exc.data = {"detail": data}
+    if cls is None and isinstance(code, int):
+        exc.code = code
+    return exc

@@ -82,7 +82,7 @@ def test_bad_frames(rpc: Dispatcher, frame: Any, code: int) -> None:
 
 def test_capability_gating_after_initialize(rpc: Dispatcher) -> None:
     init(rpc)
-    for method in ("embed/sparse", "graph", "query/transform", "feedback", "rerank"):
+    for method in ("embed/sparse", "graph", "query/transform", "memory/build", "rerank"):
         assert rpc.handle(req(method, {}))["error"]["code"] == -32003  # type: ignore[index]
     assert rpc.handle(req("memory/nope", {}))["error"]["code"] == -32004  # type: ignore[index]
 

@@ -1,19 +1,27 @@
-"""Transport-agnostic RCP/1 JSON-RPC handling for one connection (§4, §7, §11, §12, §13).
+"""Transport-agnostic RCP/1 JSON-RPC handling for one connection (§4, §7, §9, §11–§13).
 
-A transport (stdio, HTTP) hands each parsed frame to :meth:`Dispatcher.handle` and
-writes back whatever it returns (``None`` means nothing: notifications are never
-answered). Errors are RCP error objects; unexpected failures become -32603 without
-leaking internals, and nothing a client sends can crash the dispatcher.
+A transport (stdio, HTTP) hands each parsed frame to :meth:`Dispatcher.handle`,
+possibly from several threads at once, and writes back whatever it returns
+(``None`` means nothing: notifications are never answered). Progress
+notifications (§9) for a request carrying ``_meta.progressToken`` go to the
+``send`` callable the transport passes along. Every request runs under a
+:class:`~rcp_agentic.control.RequestControl`: ``notifications/cancel`` and the
+deadline (the server's, shortened by ``_meta.deadlineMs``) stop it between
+stages, and it is still answered exactly once (-32006 / -32014 when stopped).
+Errors are RCP error objects; unexpected failures become -32603 without leaking
+internals, and nothing a client sends can crash the dispatcher.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Hashable
 from typing import Any
 
 from .. import __version__
+from ..control import Progress, RequestControl
 from ..engine import Engine
 from ..errors import (CapabilityMissing, InternalError, InvalidParams, InvalidRequest,
                       NotInitialized, OptionUnsupported, ParseError, RCPError, UnknownMethod,
@@ -31,6 +39,9 @@ RCP_METHODS: dict[str, str | None] = {
     "feedback": "feedback", "memory/build": "memory", "memory/recall": "memory",
 }
 ALWAYS_ALLOWED = frozenset({"initialize", "info", "ping", "shutdown"})
+CONFORMANCE_LEVEL = "L2"
+
+Send = Callable[[dict[str, Any]], None]
 
 
 def _error(id_: Any, err: RCPError) -> dict[str, Any]:
@@ -41,6 +52,19 @@ def _valid_id(id_: Any) -> bool:
     return (isinstance(id_, str) or (isinstance(id_, (int, float)) and not isinstance(id_, bool)))
 
 
+def _id_key(id_: Any) -> tuple[str, Any]:
+    """Ids compare by JSON type and value: 1 and "1" are different requests."""
+    return ("s", id_) if isinstance(id_, str) else ("n", id_)
+
+
+def _progress_frame(token: str | int, report: Progress) -> dict[str, Any]:
+    params: dict[str, Any] = {"progressToken": token, "progress": report.progress,
+                              "stage": report.stage, "message": report.message}
+    if report.partial_hits is not None:
+        params["partial"] = {"hits": report.partial_hits}
+    return {"jsonrpc": "2.0", "method": "notifications/progress", "params": params}
+
+
 class Dispatcher:
     """One RCP connection's state (initialized or not) in front of a shared Engine."""
 
@@ -48,6 +72,7 @@ class Dispatcher:
                  max_batch: int = 64, on_shutdown: Callable[[], None] | None = None,
                  stateless: bool = False) -> None:
         self.engine = engine
+        self.request_timeout = engine.config.request_timeout_seconds
         self.server_name = server_name
         self.max_batch = max_batch
         self.on_shutdown = on_shutdown
@@ -57,45 +82,61 @@ class Dispatcher:
         self.initialized = stateless
         # Fixed for the session (§13.2): computed once, at the first initialize or info.
         self._capabilities: dict[str, Any] | None = None
-        self._handlers: dict[str, Callable[[dict[str, Any]], Any]] = {
+        # In-flight requests by (scope, id), for notifications/cancel. A list, because a
+        # stateless HTTP scope may see the same id from two clients at once.
+        self._inflight: dict[tuple[Hashable, tuple[str, Any]], list[RequestControl]] = {}
+        self._inflight_lock = threading.Lock()
+        self._handlers: dict[str, Callable[[dict[str, Any], RequestControl], Any]] = {
             "initialize": self._initialize, "info": self._info, "ping": self._ping,
             "shutdown": self._shutdown, "retrieve": self._retrieve, "rerank": self._rerank,
             "index/add": self._index_add, "index/delete": self._index_delete,
-            "embed": self._embed,
+            "embed": self._embed, "feedback": self._feedback,
         }
 
     # --- framing ------------------------------------------------------------------------
 
-    def handle_text(self, text: str | bytes) -> str | None:
+    def handle_text(self, text: str | bytes, send: Send | None = None) -> str | None:
         """A raw frame in, the JSON text to send back (or None)."""
         try:
             message = json.loads(text)
         except (ValueError, UnicodeDecodeError) as exc:
             return json.dumps(_error(None, ParseError(f"invalid JSON: {exc}")))
-        response = self.handle(message)
-        if response is None:
-            return None
-        try:
-            return json.dumps(response, ensure_ascii=False, allow_nan=False)
-        except ValueError:  # a NaN/Infinity slipped through: never put it on the wire
-            log.exception("non-finite number in a response")
-            bad = _error(response.get("id") if isinstance(response, dict) else None,
-                         InternalError("the server produced a non-finite number"))
-            return json.dumps(bad)
+        response = self.handle(message, send)
+        return None if response is None else dumps(response)
 
-    def handle(self, message: Any) -> dict[str, Any] | list[dict[str, Any]] | None:
-        """A parsed frame (object or batch array) in; response object(s) or None out."""
+    def handle(self, message: Any, send: Send | None = None, *, scope: Hashable = None,
+               on_start: Callable[[RequestControl], None] | None = None
+               ) -> dict[str, Any] | list[dict[str, Any]] | None:
+        """A parsed frame (object or batch array) in; response object(s) or None out.
+
+        ``send`` receives the progress notifications of requests asking for them;
+        ``scope`` names the client for cancellation (ids are unique per client);
+        ``on_start`` is given each request's control (e.g. to cancel it when an HTTP
+        client disconnects).
+        """
         if isinstance(message, list):
             if not message:
                 return _error(None, InvalidRequest("an empty batch is not a valid request"))
             if len(message) > self.max_batch:
                 return _error(None, InvalidParams(f"batch of {len(message)} exceeds the limit of "
                                                   f"{self.max_batch}", field="batch"))
-            out = [r for r in (self._one(m) for m in message) if r is not None]
+            out = [r for r in (self._one(m, send, scope, on_start) for m in message)
+                   if r is not None]
             return out or None
-        return self._one(message)
+        return self._one(message, send, scope, on_start)
 
-    def _one(self, msg: Any) -> dict[str, Any] | None:
+    def cancel(self, id_: Any, reason: str | None = None, *, scope: Hashable = None) -> bool:
+        """Stop the in-flight request ``id_`` of ``scope``; False if there is none (a no-op)."""
+        if not _valid_id(id_):
+            return False
+        with self._inflight_lock:
+            controls = list(self._inflight.get((scope, _id_key(id_)), ()))
+        for control in controls:
+            control.cancel(reason if isinstance(reason, str) else None)
+        return bool(controls)
+
+    def _one(self, msg: Any, send: Send | None, scope: Hashable,
+             on_start: Callable[[RequestControl], None] | None = None) -> dict[str, Any] | None:
         if not isinstance(msg, dict):
             return _error(None, InvalidRequest("a request must be a JSON object"))
         has_id = "id" in msg
@@ -108,13 +149,32 @@ class Dispatcher:
         method = msg["method"]
         params = msg.get("params", {})
         if not has_id:  # a notification: act on the ones we know, never answer
+            if method == "notifications/cancel" and isinstance(params, dict):
+                self.cancel(params.get("id"), params.get("reason"), scope=scope)
             return None
+        if method.startswith("notifications/"):
+            return _error(id_, InvalidRequest(f"{method} is a notification and must not carry "
+                                              "an id"))
         if params is None:
             params = {}
         if not isinstance(params, dict):
             return _error(id_, InvalidParams("params must be an object", field="params"))
+        key = (scope, _id_key(id_))
         try:
-            result = self._call(method, params)
+            control = self._control(params, send)
+            if on_start is not None:
+                on_start(control)
+            with self._inflight_lock:
+                self._inflight.setdefault(key, []).append(control)
+            try:
+                result = self._call(method, params, control)
+            finally:
+                with self._inflight_lock:
+                    controls = self._inflight.get(key, [])
+                    if control in controls:
+                        controls.remove(control)
+                    if not controls:
+                        self._inflight.pop(key, None)
         except RCPError as err:
             return _error(id_, err)
         except Exception:  # never let a client crash the server
@@ -122,7 +182,27 @@ class Dispatcher:
             return _error(id_, InternalError(f"internal error while handling {method}"))
         return {"jsonrpc": "2.0", "id": id_, "result": result}
 
-    def _call(self, method: str, params: dict[str, Any]) -> Any:
+    def _control(self, params: dict[str, Any], send: Send | None) -> RequestControl:
+        """The request's control: the server deadline, shortened by ``_meta.deadlineMs``."""
+        meta = params.get("_meta")
+        meta = meta if isinstance(meta, dict) else {}
+        timeout = self.request_timeout
+        deadline_ms = meta.get("deadlineMs")
+        if deadline_ms is not None:
+            if isinstance(deadline_ms, bool) or not isinstance(deadline_ms, (int, float)) \
+                    or not deadline_ms >= 0:
+                raise InvalidParams("_meta.deadlineMs must be a non-negative number of "
+                                    "milliseconds", field="_meta.deadlineMs")
+            timeout = min(timeout, deadline_ms / 1000.0)
+        token = meta.get("progressToken")
+        sink = None
+        if send is not None and "streaming" in self.capabilities() and (
+                isinstance(token, str) or (isinstance(token, int) and not isinstance(token, bool))):
+            def sink(report: Progress) -> None:
+                send(_progress_frame(token, report))
+        return RequestControl(timeout=timeout, on_progress=sink)
+
+    def _call(self, method: str, params: dict[str, Any], control: RequestControl) -> Any:
         if method not in RCP_METHODS and not method.startswith("x-"):
             raise UnknownMethod(f"method {method!r} is not defined by RCP/1")
         if method not in ALWAYS_ALLOWED and not self.initialized:
@@ -131,7 +211,8 @@ class Dispatcher:
         handler = self._handlers.get(method)
         if handler is None or (gate is not None and gate not in self.capabilities()):
             raise CapabilityMissing(f"{method} is not offered by this server")
-        return handler(params)
+        control.check()
+        return handler(params, control)
 
     # --- lifecycle ----------------------------------------------------------------------
 
@@ -139,15 +220,18 @@ class Dispatcher:
         if self._capabilities is None:
             caps = self.engine.capabilities()
             caps["index"] = {"writable": True, "chunking": True}
+            caps["streaming"] = {}
+            caps["feedback"] = {}
             self._capabilities = caps
         return self._capabilities
 
     def _peer(self) -> dict[str, Any]:
         return {"protocolVersion": PROTOCOL_VERSION,
                 "server": {"name": self.server_name, "version": __version__},
-                "capabilities": self.capabilities()}
+                "capabilities": self.capabilities(),
+                "_meta": {"conformance": CONFORMANCE_LEVEL}}
 
-    def _initialize(self, params: dict[str, Any]) -> dict[str, Any]:
+    def _initialize(self, params: dict[str, Any], control: RequestControl) -> dict[str, Any]:
         if self.initialized and not self.stateless:
             raise InvalidRequest("initialize was already completed on this connection")
         version = params.get("protocolVersion")
@@ -158,23 +242,23 @@ class Dispatcher:
         self.initialized = True
         return {**self._peer(), "protocolVersion": min(version, PROTOCOL_VERSION)}
 
-    def _info(self, params: dict[str, Any]) -> dict[str, Any]:
+    def _info(self, params: dict[str, Any], control: RequestControl) -> dict[str, Any]:
         return self._peer()
 
-    def _ping(self, params: dict[str, Any]) -> dict[str, Any]:
+    def _ping(self, params: dict[str, Any], control: RequestControl) -> dict[str, Any]:
         return {"nonce": params["nonce"]} if "nonce" in params else {}
 
-    def _shutdown(self, params: dict[str, Any]) -> dict[str, Any]:
+    def _shutdown(self, params: dict[str, Any], control: RequestControl) -> dict[str, Any]:
         if self.on_shutdown is not None:
             self.on_shutdown()
         return {}
 
     # --- methods ------------------------------------------------------------------------
 
-    def _retrieve(self, params: dict[str, Any]) -> dict[str, Any]:
-        return self.engine.retrieve_params(params).to_wire()
+    def _retrieve(self, params: dict[str, Any], control: RequestControl) -> dict[str, Any]:
+        return self.engine.retrieve_params(params, control).to_wire()
 
-    def _embed(self, params: dict[str, Any]) -> dict[str, Any]:
+    def _embed(self, params: dict[str, Any], control: RequestControl) -> dict[str, Any]:
         inputs = params.get("inputs", params.get("texts"))  # `texts`: the legacy name (§7.3)
         if inputs is None:
             raise InvalidParams("inputs is required", field="inputs")
@@ -186,7 +270,7 @@ class Dispatcher:
             raise InvalidParams("kind must be a string", field="kind")
         return self.engine.embed(inputs, kind=kind, encoding=encoding)
 
-    def _rerank(self, params: dict[str, Any]) -> dict[str, Any]:
+    def _rerank(self, params: dict[str, Any], control: RequestControl) -> dict[str, Any]:
         if "query" not in params:
             raise InvalidParams("query is required", field="query")
         passages = params.get("passages")
@@ -196,17 +280,34 @@ class Dispatcher:
         return self.engine.rerank(params["query"], passages,
                                   method=params.get("method"), top_n=top_n).to_wire()
 
-    def _index_add(self, params: dict[str, Any]) -> dict[str, Any]:
+    def _index_add(self, params: dict[str, Any], control: RequestControl) -> dict[str, Any]:
         docs = params.get("documents")
         if not isinstance(docs, list) or not docs:
             raise InvalidParams("documents must be a non-empty array", field="documents")
         if params.get("contextual"):
             raise OptionUnsupported("contextual chunking is not offered", option="contextual")
-        result = self.engine.add_documents(docs)
+        result = self.engine.add_documents(docs, control=control)
         return {"ids": result.ids, "chunks": result.chunks}
 
-    def _index_delete(self, params: dict[str, Any]) -> dict[str, Any]:
+    def _index_delete(self, params: dict[str, Any], control: RequestControl) -> dict[str, Any]:
         ids = params.get("ids")
         if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
             raise InvalidParams("ids must be an array of strings", field="ids")
         return {"deleted": self.engine.delete_documents(ids, missing_ok=True)}
+
+    def _feedback(self, params: dict[str, Any], control: RequestControl) -> dict[str, Any]:
+        accepted = self.engine.record_feedback(params.get("signals"),
+                                               session_id=params.get("sessionId"),
+                                               query=params.get("query"))
+        return {"accepted": accepted}
+
+
+def dumps(response: dict[str, Any] | list[dict[str, Any]]) -> str:
+    """Compact JSON for the wire; a NaN/Infinity that slipped through becomes -32603."""
+    try:
+        return json.dumps(response, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+    except ValueError:
+        log.exception("non-finite number in a response")
+        bad = _error(response.get("id") if isinstance(response, dict) else None,
+                     InternalError("the server produced a non-finite number"))
+        return json.dumps(bad, separators=(",", ":"))

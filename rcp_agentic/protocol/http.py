@@ -5,57 +5,105 @@ error or not, is HTTP 200; a body that is not JSON is 400 (-32700), not a reques
 400 (-32600); a notification 204; a missing or wrong bearer token (when one is
 configured) 401 with -32012, checked before anything else; a body over the limit
 413 with -32013. The engine's work runs in a thread pool so requests overlap.
-Server-sent events are not offered yet (``streaming`` is not advertised), so a
-client asking for ``text/event-stream`` gets the buffered JSON answer.
+
+With ``Accept: text/event-stream`` a single request is answered as server-sent
+events: its ``notifications/progress`` frames (when it carries
+``_meta.progressToken``), then the response, each as one ``data:`` line. A client
+that disconnects cancels its request; ``POST /rcp/notifications/cancel`` cancels by
+id among the requests made with the same credentials. CORS headers are sent only
+for the origins configured.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import json
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
+from starlette.middleware import Middleware
+from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
-from starlette.routing import Route
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import BaseRoute, Route
 
+from ..control import RequestControl
 from ..engine import Engine
-from ..errors import InvalidRequest, ParseError, PayloadTooLarge, RCPError
-from .dispatcher import Dispatcher
+from ..errors import InvalidRequest, ParseError, PayloadTooLarge, RCPError, Unauthorized
+from .dispatcher import Dispatcher, dumps
 
 DEFAULT_BODY_LIMIT = 8 * 1024 * 1024
-
-
-class Unauthorized(RCPError):
-    """The caller did not present the configured bearer token."""
-
-    code = -32012
 
 
 def _error_response(status: int, err: RCPError, id_: Any = None) -> JSONResponse:
     return JSONResponse({"jsonrpc": "2.0", "id": id_, "error": err.to_wire()}, status_code=status)
 
 
-def create_app(engine: Engine, *, token: str | None = None,
-               body_limit: int = DEFAULT_BODY_LIMIT) -> Starlette:
-    """The ASGI application serving ``engine``."""
-    dispatcher = Dispatcher(engine, stateless=True)
+class _Gate:
+    """Bearer-token check and bounded body reading shared by every route."""
 
-    async def rcp(request: Request) -> Response:
-        if token is not None:
-            given = request.headers.get("authorization", "")
-            if not hmac.compare_digest(given.encode(), f"Bearer {token}".encode()):
-                return _error_response(401, Unauthorized("missing or wrong bearer token"))
+    def __init__(self, token: str | None, body_limit: int) -> None:
+        self.token = token
+        self.body_limit = body_limit
+
+    def authorized(self, request: Request) -> bool:
+        if self.token is None:
+            return True
+        given = request.headers.get("authorization", "")
+        return hmac.compare_digest(given.encode(), f"Bearer {self.token}".encode())
+
+    def refusal(self, request: Request) -> Response | None:
+        if self.authorized(request):
+            return None
+        return _error_response(401, Unauthorized("missing or wrong bearer token"))
+
+    def guard(self, endpoint: Callable[[Request], Awaitable[Response]]
+              ) -> Callable[[Request], Awaitable[Response]]:
+        """``endpoint`` behind the token check, refusing in the REST shape ``{"detail"}``."""
+        async def guarded(request: Request) -> Response:
+            if not self.authorized(request):
+                return JSONResponse({"detail": "missing or wrong bearer token"}, status_code=401,
+                                    headers={"WWW-Authenticate": "Bearer"})
+            return await endpoint(request)
+
+        return guarded
+
+    async def body(self, request: Request) -> bytes | Response:
         declared = request.headers.get("content-length")
-        if declared is not None and declared.isdigit() and int(declared) > body_limit:
-            return _error_response(413, PayloadTooLarge(f"body exceeds {body_limit} bytes"))
-        body = b""
+        too_large = _error_response(413, PayloadTooLarge(f"body exceeds {self.body_limit} bytes"))
+        if declared is not None and declared.isdigit() and int(declared) > self.body_limit:
+            return too_large
+        body = bytearray()
         async for part in request.stream():
             body += part
-            if len(body) > body_limit:
-                return _error_response(413, PayloadTooLarge(f"body exceeds {body_limit} bytes"))
+            if len(body) > self.body_limit:
+                return too_large
+        return bytes(body)
+
+
+async def _watch_disconnect(request: Request, controls: list[RequestControl]) -> None:
+    """Cancel the request's work when its client goes away (the body is already read)."""
+    while True:
+        message = await request.receive()
+        if message["type"] == "http.disconnect":
+            for control in controls:
+                control.cancel("client disconnected")
+            return
+
+
+def rcp_routes(dispatcher: Dispatcher, gate: _Gate) -> list[BaseRoute]:
+    """The RCP endpoints: ``POST /rcp`` and ``POST /rcp/<method>``."""
+
+    async def rcp(request: Request) -> Response:
+        refused = gate.refusal(request)
+        if refused is not None:
+            return refused
+        body = await gate.body(request)
+        if isinstance(body, Response):
+            return body
         try:
             message = json.loads(body)
         except (ValueError, UnicodeDecodeError) as exc:
@@ -68,22 +116,88 @@ def create_app(engine: Engine, *, token: str | None = None,
                                                     "the body's method").to_wire()})
         elif not isinstance(message, list):
             return _error_response(400, InvalidRequest("the body must be a JSON-RPC object"))
-        response = await run_in_threadpool(dispatcher.handle, message)
+        # Ids are unique per client; with auth, the credentials name the client.
+        scope = request.headers.get("authorization")
+        if isinstance(message, dict) and "id" not in message:  # a notification: cheap
+            dispatcher.handle(message, scope=scope)
+            return Response(status_code=204)
+        if isinstance(message, dict) and "text/event-stream" in request.headers.get("accept", ""):
+            return _stream(dispatcher, request, message, scope)
+        controls: list[RequestControl] = []
+        work = asyncio.ensure_future(run_in_threadpool(
+            dispatcher.handle, message, None, scope=scope, on_start=controls.append))
+        watcher = asyncio.ensure_future(_watch_disconnect(request, controls))
+        try:
+            response = await work
+        finally:
+            watcher.cancel()
         if response is None:
             return Response(status_code=204)
-        try:
-            text = json.dumps(response, ensure_ascii=False, allow_nan=False)
-        except ValueError:
-            return _error_response(500, RCPError("the server produced a non-finite number"))
-        return Response(text, media_type="application/json")
+        return Response(dumps(response), media_type="application/json")
 
-    return Starlette(routes=[Route("/rcp", rcp, methods=["POST"]),
-                             Route("/rcp/{method:path}", rcp, methods=["POST"])])
+    return [Route("/rcp", rcp, methods=["POST"]),
+            Route("/rcp/{method:path}", rcp, methods=["POST"])]
+
+
+def _stream(dispatcher: Dispatcher, request: Request, message: dict[str, Any],
+            scope: str | None) -> StreamingResponse:
+    """Answer one request as SSE: progress frames as they happen, then the response."""
+    loop = asyncio.get_running_loop()
+    frames: asyncio.Queue[Any] = asyncio.Queue()
+    controls: list[RequestControl] = []
+
+    def send(frame: dict[str, Any]) -> None:  # called from the worker thread
+        loop.call_soon_threadsafe(frames.put_nowait, frame)
+
+    async def events() -> AsyncIterator[str]:
+        work = asyncio.ensure_future(run_in_threadpool(
+            dispatcher.handle, message, send, scope=scope, on_start=controls.append))
+        work.add_done_callback(lambda _f: frames.put_nowait(None))
+        watcher = asyncio.ensure_future(_watch_disconnect(request, controls))
+        try:
+            while True:
+                frame = await frames.get()
+                if frame is None:
+                    break
+                yield f"data: {dumps(frame)}\n\n"
+            response = await work
+            if response is not None:
+                yield f"data: {dumps(response)}\n\n"
+        finally:
+            watcher.cancel()
+            if not work.done():  # the client went away mid-stream
+                for control in controls:
+                    control.cancel("client disconnected")
+
+    return StreamingResponse(events(), media_type="text/event-stream",
+                             headers={"Cache-Control": "no-store"})
+
+
+def create_app(engine: Engine, *, token: str | None = None,
+               body_limit: int = DEFAULT_BODY_LIMIT, cors_origins: Sequence[str] = (),
+               hosted_engines: Mapping[str, Engine] | None = None) -> Starlette:
+    """The ASGI application serving ``engine`` over RCP (and the hosted-API route when
+    ``hosted_engines`` maps index ids to engines)."""
+    gate = _Gate(token, body_limit)
+    routes = rcp_routes(Dispatcher(engine, stateless=True), gate)
+    if hosted_engines:
+        from .hosted import hosted_routes
+
+        routes += hosted_routes(hosted_engines, wrap=gate.guard, body_limit=body_limit)
+    middleware = []
+    if cors_origins:
+        middleware.append(Middleware(CORSMiddleware, allow_origins=list(cors_origins),
+                                     allow_methods=["POST", "OPTIONS"],
+                                     allow_headers=["authorization", "content-type", "accept"]))
+    return Starlette(routes=routes, middleware=middleware)
 
 
 def serve_http(engine: Engine, *, host: str = "127.0.0.1", port: int = 8750,
-               token: str | None = None) -> None:
+               token: str | None = None, cors_origins: Sequence[str] = (),
+               hosted_engines: Mapping[str, Engine] | None = None) -> None:
     """Run the HTTP server until interrupted (loopback by default)."""
     import uvicorn
 
-    uvicorn.run(create_app(engine, token=token), host=host, port=port, log_level="warning")
+    uvicorn.run(create_app(engine, token=token, cors_origins=cors_origins,
+                           hosted_engines=hosted_engines),
+                host=host, port=port, log_level="warning")

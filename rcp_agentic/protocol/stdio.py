@@ -1,8 +1,10 @@
 """RCP/1 over stdio (§5.1): newline-delimited JSON frames; stdout carries only protocol frames.
 
 Requests are handled concurrently on a small thread pool, so several may be in
-flight; responses are written whole, one per line, under a lock. EOF on stdin
-(or ``shutdown``) finishes the requests in flight and exits.
+flight; responses and progress notifications are written whole, one per line,
+under a lock. Notifications (``notifications/cancel``) are acted on by the reader
+itself, so a cancel never waits behind the requests it targets. EOF on stdin (or
+``shutdown``) finishes the requests in flight and exits.
 """
 
 from __future__ import annotations
@@ -12,11 +14,11 @@ import logging
 import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from typing import IO
+from typing import IO, Any
 
 from ..engine import Engine
-from ..errors import PayloadTooLarge
-from .dispatcher import Dispatcher
+from ..errors import ParseError, PayloadTooLarge
+from .dispatcher import Dispatcher, dumps
 
 log = logging.getLogger(__name__)
 
@@ -32,16 +34,20 @@ def serve_stdio(engine: Engine, *, stdin: IO[bytes] | None = None,
     stop = threading.Event()
     dispatcher = Dispatcher(engine, on_shutdown=stop.set)
 
-    def answer(frame: bytes) -> None:
+    def write(frame: Any) -> None:
+        data = dumps(frame).encode("utf-8") + b"\n"
+        with write_lock:
+            rout.write(data)
+            rout.flush()
+
+    def answer(message: Any) -> None:
         try:
-            text = dispatcher.handle_text(frame)
+            response = dispatcher.handle(message, write)
         except Exception:  # the dispatcher never raises; this is the last line of defence
             log.exception("unhandled error on a stdio frame")
             return
-        if text is not None:
-            with write_lock:
-                rout.write(text.encode("utf-8") + b"\n")
-                rout.flush()
+        if response is not None:
+            write(response)
 
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="rcp-stdio") as pool:
         while not stop.is_set():
@@ -52,10 +58,20 @@ def serve_stdio(engine: Engine, *, stdin: IO[bytes] | None = None,
                 while line and not line.endswith(b"\n"):  # drop the rest of the oversized frame
                     line = rin.readline(MAX_FRAME_BYTES)
                 err = PayloadTooLarge(f"frame exceeds {MAX_FRAME_BYTES} bytes")
-                with write_lock:
-                    rout.write(json.dumps({"jsonrpc": "2.0", "id": None,
-                                           "error": err.to_wire()}).encode("utf-8") + b"\n")
-                    rout.flush()
+                write({"jsonrpc": "2.0", "id": None, "error": err.to_wire()})
                 continue
-            if line.strip():
-                pool.submit(answer, line)
+            if not line.strip():
+                continue
+            try:
+                message = json.loads(line)
+            except (ValueError, UnicodeDecodeError) as exc:
+                write({"jsonrpc": "2.0", "id": None,
+                       "error": ParseError(f"invalid JSON: {exc}").to_wire()})
+                continue
+            if isinstance(message, dict) and ("id" not in message
+                                              or message.get("method") == "initialize"):
+                # Notifications are cheap and a cancel must not queue behind its target;
+                # initialize finishes before any later frame is looked at.
+                answer(message)
+            else:
+                pool.submit(answer, message)

@@ -1,0 +1,74 @@
+"""Per-request control threaded through the engine: cancellation, a deadline, progress reports.
+
+The protocol layer creates one :class:`RequestControl` per request; the engine calls
+:meth:`RequestControl.check` between stages (so a cancel or an expired deadline
+stops the work at the next stage boundary) and :meth:`RequestControl.report` to
+emit progress (§9). Engine calls made without one run uncontrolled.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from .errors import Cancelled, Timeout
+
+
+@dataclass(frozen=True)
+class Progress:
+    """One progress report: ``progress`` in [0, 1], the pipeline ``stage``, optional partial hits."""
+
+    progress: float
+    stage: str
+    message: str
+    partial_hits: list[dict[str, Any]] | None = None
+
+
+class RequestControl:
+    """Cancellation flag, deadline and progress sink of one request (thread-safe)."""
+
+    def __init__(self, *, timeout: float | None = None,
+                 on_progress: Callable[[Progress], None] | None = None) -> None:
+        self.deadline = None if timeout is None else time.monotonic() + max(0.0, timeout)
+        self.on_progress = on_progress
+        self._cancelled = threading.Event()
+        self.reason: str | None = None
+
+    @property
+    def wants_progress(self) -> bool:
+        return self.on_progress is not None
+
+    @property
+    def cancelled(self) -> bool:
+        return self._cancelled.is_set()
+
+    def cancel(self, reason: str | None = None) -> None:
+        self.reason = reason
+        self._cancelled.set()
+
+    def remaining(self) -> float | None:
+        """Seconds left before the deadline (None: no deadline)."""
+        return None if self.deadline is None else self.deadline - time.monotonic()
+
+    def check(self) -> None:
+        """Raise Cancelled or Timeout if the request should stop now."""
+        if self._cancelled.is_set():
+            raise Cancelled("the request was cancelled" + (f": {self.reason}" if self.reason
+                                                           else ""))
+        left = self.remaining()
+        if left is not None and left <= 0:
+            raise Timeout("the request's deadline elapsed", retryable=True)
+
+    def report(self, progress: float, stage: str, message: str,
+               partial_hits: list[dict[str, Any]] | None = None) -> None:
+        """Emit a progress report (a no-op when nobody listens)."""
+        if self.on_progress is not None:
+            self.on_progress(Progress(min(1.0, max(0.0, progress)), stage, message, partial_hits))
+
+
+def checked(control: RequestControl | None) -> RequestControl:
+    """``control`` or an inert one, so engine code never tests for None."""
+    return control if control is not None else RequestControl()
