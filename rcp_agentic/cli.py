@@ -170,7 +170,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
                                       chroma_url=args.chroma_url)
             serve_http(engine, host=args.host, port=args.port,
                        token=os.environ.get("RCP_AGENTIC_TOKEN") or None,
-                       cors_origins=args.cors_origin, hosted_engines=hosted)
+                       cors_origins=args.cors_origin, hosted_engines=hosted,
+                       stateful=args.stateful)
         finally:
             for other in hosted.values():
                 other.close()
@@ -227,6 +228,9 @@ def build_parser() -> argparse.ArgumentParser:
     srv.add_argument("--index", action="append", default=[], metavar="NAME=DIR",
                      help="(HTTP) also serve the engine in DIR as index_id NAME on "
                      "/api/v1/retrieval/retrieve; the main engine is index_id 'default'")
+    srv.add_argument("--stateful", action="store_true",
+                     help="(HTTP) keep the initialize lifecycle per RCP-Session header (one "
+                     "shared session without it) instead of answering statelessly")
     srv.add_argument("--cors-origin", action="append", default=[], metavar="ORIGIN",
                      help="(HTTP) allow browser calls from ORIGIN; no CORS headers otherwise")
     srv.set_defaults(func=cmd_serve)

@@ -117,3 +117,57 @@ def test_concurrent_requests(server: str) -> None:
     with ThreadPoolExecutor(8) as pool:
         got = list(pool.map(one, range(16)))
     assert got == [DOCS[i % 8]["id"] for i in range(16)]
+
+
+@pytest.fixture(scope="module")
+def stateful(tmp_path_factory: pytest.TempPathFactory, embedder: Any) -> Iterator[str]:
+    path = tmp_path_factory.mktemp("http-stateful") / "e"
+    with Engine(path, embedder=embedder) as eng:
+        eng.add_documents(DOCS[:3])
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    env = {k: v for k, v in os.environ.items() if k != "RCP_AGENTIC_TOKEN"}
+
+    def ready() -> bool:
+        try:
+            post(url, "ping", {"jsonrpc": "2.0", "id": 0, "method": "ping"}, token=None)
+            return True
+        except OSError:
+            return False
+
+    with running_server([sys.executable, "-m", "rcp_agentic.cli", "serve", "--http", "--stateful",
+                         "--engine", str(path), "--port", str(port)], ready, timeout=120,
+                        env=env):
+        yield url
+
+
+def session_post(url: str, method: str, params: dict[str, Any], session: str | None = None,
+                 id_: Any = 1) -> dict[str, Any]:
+    req = urllib.request.Request(f"{url}/rcp/{method}", method="POST", data=json.dumps(
+        {"jsonrpc": "2.0", "id": id_, "method": method, "params": params}).encode(),
+        headers={"Content-Type": "application/json"})
+    if session is not None:
+        req.add_header("RCP-Session", session)
+    with urllib.request.urlopen(req, timeout=60) as resp:
+        return json.loads(resp.read())  # type: ignore[no-any-return]
+
+
+def test_stateful_lifecycle_per_session(stateful: str) -> None:
+    init = {"protocolVersion": 1}
+    for session in (None, "client-a", "client-b"):  # each session has its own lifecycle
+        assert session_post(stateful, "retrieve", {"query": "x", "k": 1},
+                            session)["error"]["code"] == -32001
+        failed = session_post(stateful, "initialize", {"protocolVersion": 0}, session)
+        assert failed["error"]["code"] == -32002
+        assert session_post(stateful, "retrieve", {"query": "x", "k": 1},
+                            session)["error"]["code"] == -32001
+        result = session_post(stateful, "initialize", init, session)["result"]
+        assert result["_meta"].get("session") == session
+        assert session_post(stateful, "initialize", init, session)["error"]["code"] == -32600
+        hits = session_post(stateful, "retrieve", {"query": "vitamin d", "k": 1}, session)
+        assert hits["result"]["hits"][0]["chunk"]["docId"] == "d1"
+    assert session_post(stateful, "retrieve", {"query": "x", "k": 1},
+                        "client-c")["error"]["code"] == -32001
+    with pytest.raises(urllib.error.HTTPError) as err:
+        session_post(stateful, "ping", {}, "x" * 200)
+    assert err.value.code == 400

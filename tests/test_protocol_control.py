@@ -309,3 +309,17 @@ def test_cors_only_for_configured_origins(http_server: str) -> None:
     other = httpx.post(f"{http_server}/rcp/ping", headers={"Origin": "https://evil.example"},
                        json={"jsonrpc": "2.0", "id": 1, "method": "ping"})
     assert other.status_code == 200 and "access-control-allow-origin" not in other.headers
+
+
+def test_hosted_route_served_by_the_cli(http_server: str) -> None:
+    body = {"index_id": "default", "query": "reciprocal rank fusion", "top_k": 2}
+    resp = httpx.post(f"{http_server}/api/v1/retrieval/retrieve", json=body, timeout=60)
+    assert resp.status_code == 200
+    results = resp.json()["results"]
+    assert len(results) == 2 and "rank positions" in results[0]["content"]
+    missing = httpx.post(f"{http_server}/api/v1/retrieval/retrieve", timeout=60,
+                         json={**body, "index_id": "nope"})
+    assert missing.status_code == 404 and "nope" in missing.text
+    bad = httpx.post(f"{http_server}/api/v1/retrieval/retrieve", timeout=60,
+                     json={**body, "top_k": "many"})
+    assert bad.status_code == 422 and bad.json()["detail"][0]["loc"][-1] == "top_k"

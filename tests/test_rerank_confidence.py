@@ -200,3 +200,25 @@ def test_rank_by_confidence_needs_calibration(tmp_path: Path) -> None:
     with pytest.raises(OptionUnsupported):
         eng.retrieve("vitamin", rank_by="confidence")
     eng.close()
+
+
+def test_rerank_over_the_protocol(judged: Engine) -> None:
+    from rcp_agentic.protocol.dispatcher import Dispatcher
+
+    rpc = Dispatcher(judged)
+    rpc.handle({"jsonrpc": "2.0", "id": 0, "method": "initialize",
+                "params": {"protocolVersion": 1}})
+    for name in ("passages", "documents"):  # `documents`: the reference harness's name
+        out = rpc.handle({"jsonrpc": "2.0", "id": 1, "method": "rerank",
+                          "params": {"query": "fusion", name: ["pears", "rank fusion"],
+                                     "topN": 1}})
+        assert out["result"] == {"scores": [0.2, 0.9], "order": [1],  # type: ignore[index]
+                                 "results": [{"index": 1, "score": 0.9}]}
+
+
+def test_fused_score_survives_rerank(judged: Engine) -> None:
+    plain = {h.id: h.score for h in judged.retrieve("knowledge graphs of entities", k=8).hits}
+    res = judged.retrieve("knowledge graphs of entities", k=3, rerank={"method": "llm", "topN": 8})
+    for hit in res.hits:
+        assert hit.scores and hit.scores["fused"] == pytest.approx(plain[hit.id])
+        assert hit.score == hit.scores["rerank"]

@@ -70,8 +70,9 @@ class Dispatcher:
 
     def __init__(self, engine: Engine, *, server_name: str = "rcp-agentic",
                  max_batch: int = 64, on_shutdown: Callable[[], None] | None = None,
-                 stateless: bool = False) -> None:
+                 stateless: bool = False, session: str | None = None) -> None:
         self.engine = engine
+        self.session = session
         self.request_timeout = engine.config.request_timeout_seconds
         self.server_name = server_name
         self.max_batch = max_batch
@@ -229,7 +230,8 @@ class Dispatcher:
         return {"protocolVersion": PROTOCOL_VERSION,
                 "server": {"name": self.server_name, "version": __version__},
                 "capabilities": self.capabilities(),
-                "_meta": {"conformance": CONFORMANCE_LEVEL}}
+                "_meta": {"conformance": CONFORMANCE_LEVEL,
+                          **({"session": self.session} if self.session else {})}}
 
     def _initialize(self, params: dict[str, Any], control: RequestControl) -> dict[str, Any]:
         if self.initialized and not self.stateless:
@@ -273,12 +275,16 @@ class Dispatcher:
     def _rerank(self, params: dict[str, Any], control: RequestControl) -> dict[str, Any]:
         if "query" not in params:
             raise InvalidParams("query is required", field="query")
-        passages = params.get("passages")
+        # `documents` is the name some RCP clients (the reference harness) send.
+        passages = params.get("passages", params.get("documents"))
         if not isinstance(passages, list):
             raise InvalidParams("passages must be an array", field="passages")
         top_n = params.get("topN")
-        return self.engine.rerank(params["query"], passages,
-                                  method=params.get("method"), top_n=top_n).to_wire()
+        result = self.engine.rerank(params["query"], passages, method=params.get("method"),
+                                    top_n=top_n).to_wire()
+        # Also the per-passage list those clients read; additive to {scores, order}.
+        result["results"] = [{"index": i, "score": result["scores"][i]} for i in result["order"]]
+        return result
 
     def _index_add(self, params: dict[str, Any], control: RequestControl) -> dict[str, Any]:
         docs = params.get("documents")

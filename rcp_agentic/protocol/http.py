@@ -1,6 +1,10 @@
 """RCP/1 over HTTP (§5.2) on Starlette: ``POST /rcp/<method>`` (``POST /rcp`` for batches).
 
-Stateless: every request is implicitly initialized. A well-formed JSON-RPC answer,
+Stateless by default: every request is implicitly initialized and ``initialize``
+answers idempotently (§5.2). With ``stateful=True`` the lifecycle of §13 applies
+per session: a session is named by the client's ``RCP-Session`` header (echoed in
+``initialize.result._meta.session``); requests without the header share one
+default session, as a stdio connection would. A well-formed JSON-RPC answer,
 error or not, is HTTP 200; a body that is not JSON is 400 (-32700), not a request
 400 (-32600); a notification 204; a missing or wrong bearer token (when one is
 configured) 401 with -32012, checked before anything else; a body over the limit
@@ -19,6 +23,8 @@ from __future__ import annotations
 import asyncio
 import hmac
 import json
+import threading
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
@@ -36,6 +42,8 @@ from ..errors import InvalidRequest, ParseError, PayloadTooLarge, RCPError, Unau
 from .dispatcher import Dispatcher, dumps
 
 DEFAULT_BODY_LIMIT = 8 * 1024 * 1024
+SESSION_HEADER = "rcp-session"
+MAX_SESSION_NAME = 128
 
 
 def _error_response(status: int, err: RCPError, id_: Any = None) -> JSONResponse:
@@ -94,13 +102,45 @@ async def _watch_disconnect(request: Request, controls: list[RequestControl]) ->
             return
 
 
-def rcp_routes(dispatcher: Dispatcher, gate: _Gate) -> list[BaseRoute]:
+class _Sessions:
+    """The dispatcher answering each request: one shared (stateless), or one per session."""
+
+    def __init__(self, engine: Engine, *, stateful: bool, max_sessions: int) -> None:
+        self.engine = engine
+        self.stateful = stateful
+        self.max_sessions = max_sessions
+        self.shared = Dispatcher(engine, stateless=not stateful)
+        self._named: OrderedDict[str, Dispatcher] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def dispatcher(self, request: Request) -> Dispatcher | Response:
+        name = request.headers.get(SESSION_HEADER)
+        if not self.stateful or not name:
+            return self.shared
+        if len(name) > MAX_SESSION_NAME or not name.isprintable():
+            return _error_response(400, InvalidRequest(
+                f"the RCP-Session header must be at most {MAX_SESSION_NAME} printable "
+                "characters"))
+        with self._lock:
+            found = self._named.get(name)
+            if found is None:
+                found = self._named[name] = Dispatcher(self.engine, session=name)
+                if len(self._named) > self.max_sessions:  # the least recently used one goes
+                    self._named.popitem(last=False)
+            self._named.move_to_end(name)
+            return found
+
+
+def rcp_routes(sessions: _Sessions, gate: _Gate) -> list[BaseRoute]:
     """The RCP endpoints: ``POST /rcp`` and ``POST /rcp/<method>``."""
 
     async def rcp(request: Request) -> Response:
         refused = gate.refusal(request)
         if refused is not None:
             return refused
+        dispatcher = sessions.dispatcher(request)
+        if isinstance(dispatcher, Response):
+            return dispatcher
         body = await gate.body(request)
         if isinstance(body, Response):
             return body
@@ -175,11 +215,12 @@ def _stream(dispatcher: Dispatcher, request: Request, message: dict[str, Any],
 
 def create_app(engine: Engine, *, token: str | None = None,
                body_limit: int = DEFAULT_BODY_LIMIT, cors_origins: Sequence[str] = (),
-               hosted_engines: Mapping[str, Engine] | None = None) -> Starlette:
+               hosted_engines: Mapping[str, Engine] | None = None, stateful: bool = False,
+               max_sessions: int = 1024) -> Starlette:
     """The ASGI application serving ``engine`` over RCP (and the hosted-API route when
     ``hosted_engines`` maps index ids to engines)."""
     gate = _Gate(token, body_limit)
-    routes = rcp_routes(Dispatcher(engine, stateless=True), gate)
+    routes = rcp_routes(_Sessions(engine, stateful=stateful, max_sessions=max_sessions), gate)
     if hosted_engines:
         from .hosted import hosted_routes
 
@@ -188,16 +229,18 @@ def create_app(engine: Engine, *, token: str | None = None,
     if cors_origins:
         middleware.append(Middleware(CORSMiddleware, allow_origins=list(cors_origins),
                                      allow_methods=["POST", "OPTIONS"],
-                                     allow_headers=["authorization", "content-type", "accept"]))
+                                     allow_headers=["authorization", "content-type", "accept",
+                                                    SESSION_HEADER]))
     return Starlette(routes=routes, middleware=middleware)
 
 
 def serve_http(engine: Engine, *, host: str = "127.0.0.1", port: int = 8750,
                token: str | None = None, cors_origins: Sequence[str] = (),
-               hosted_engines: Mapping[str, Engine] | None = None) -> None:
+               hosted_engines: Mapping[str, Engine] | None = None,
+               stateful: bool = False) -> None:
     """Run the HTTP server until interrupted (loopback by default)."""
     import uvicorn
 
     uvicorn.run(create_app(engine, token=token, cors_origins=cors_origins,
-                           hosted_engines=hosted_engines),
+                           hosted_engines=hosted_engines, stateful=stateful),
                 host=host, port=port, log_level="warning")
