@@ -105,6 +105,8 @@ def peer(engine_dir: Path) -> Iterator[StdioPeer]:
     init = p.response(0)
     assert "streaming" in init["result"]["capabilities"]
     assert init["result"]["_meta"]["conformance"] == "L2"
+    assert init["result"]["capabilities"]["x-rcp-agentic"]["limits"] == {
+        "maxBatch": 64, "maxBodyBytes": 8 * 1024 * 1024, "requestTimeoutMs": 120_000}
     yield p
     p.close()
 

@@ -70,8 +70,10 @@ class Dispatcher:
 
     def __init__(self, engine: Engine, *, server_name: str = "rcp-agentic",
                  max_batch: int = 64, on_shutdown: Callable[[], None] | None = None,
-                 stateless: bool = False, session: str | None = None) -> None:
+                 stateless: bool = False, session: str | None = None,
+                 max_body_bytes: int | None = None) -> None:
         self.engine = engine
+        self.max_body_bytes = max_body_bytes
         self.session = session
         self.request_timeout = engine.config.request_timeout_seconds
         self.server_name = server_name
@@ -223,6 +225,12 @@ class Dispatcher:
             caps["index"] = {"writable": True, "chunking": True}
             caps["streaming"] = {}
             caps["feedback"] = {}
+            # Limits RCP has no key for, under our vendor prefix (§6.2).
+            limits = {"maxBatch": self.max_batch,
+                      "requestTimeoutMs": int(self.request_timeout * 1000)}
+            if self.max_body_bytes is not None:
+                limits["maxBodyBytes"] = self.max_body_bytes
+            caps["x-rcp-agentic"] = {"limits": limits}
             self._capabilities = caps
         return self._capabilities
 

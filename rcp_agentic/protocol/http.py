@@ -105,11 +105,13 @@ async def _watch_disconnect(request: Request, controls: list[RequestControl]) ->
 class _Sessions:
     """The dispatcher answering each request: one shared (stateless), or one per session."""
 
-    def __init__(self, engine: Engine, *, stateful: bool, max_sessions: int) -> None:
+    def __init__(self, engine: Engine, *, stateful: bool, max_sessions: int,
+                 body_limit: int) -> None:
         self.engine = engine
         self.stateful = stateful
         self.max_sessions = max_sessions
-        self.shared = Dispatcher(engine, stateless=not stateful)
+        self.body_limit = body_limit
+        self.shared = Dispatcher(engine, stateless=not stateful, max_body_bytes=body_limit)
         self._named: OrderedDict[str, Dispatcher] = OrderedDict()
         self._lock = threading.Lock()
 
@@ -124,7 +126,8 @@ class _Sessions:
         with self._lock:
             found = self._named.get(name)
             if found is None:
-                found = self._named[name] = Dispatcher(self.engine, session=name)
+                found = self._named[name] = Dispatcher(self.engine, session=name,
+                                                        max_body_bytes=self.body_limit)
                 if len(self._named) > self.max_sessions:  # the least recently used one goes
                     self._named.popitem(last=False)
             self._named.move_to_end(name)
@@ -220,7 +223,8 @@ def create_app(engine: Engine, *, token: str | None = None,
     """The ASGI application serving ``engine`` over RCP (and the hosted-API route when
     ``hosted_engines`` maps index ids to engines)."""
     gate = _Gate(token, body_limit)
-    routes = rcp_routes(_Sessions(engine, stateful=stateful, max_sessions=max_sessions), gate)
+    routes = rcp_routes(_Sessions(engine, stateful=stateful, max_sessions=max_sessions,
+                                 body_limit=body_limit), gate)
     if hosted_engines:
         from .hosted import hosted_routes
 

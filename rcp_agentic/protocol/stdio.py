@@ -32,7 +32,7 @@ def serve_stdio(engine: Engine, *, stdin: IO[bytes] | None = None,
     rout = stdout or sys.stdout.buffer
     write_lock = threading.Lock()
     stop = threading.Event()
-    dispatcher = Dispatcher(engine, on_shutdown=stop.set)
+    dispatcher = Dispatcher(engine, on_shutdown=stop.set, max_body_bytes=MAX_FRAME_BYTES)
 
     def write(frame: Any) -> None:
         data = dumps(frame).encode("utf-8") + b"\n"
