@@ -19,13 +19,14 @@ import math
 import os
 import re
 import threading
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
 from rcp_agentic.errors import BackendUnavailable, InvalidParams
+
+from .llm import LC_LANGUAGE_MODEL, LC_RUNNABLE, LI_LLM, ChatLLM, mro_names
 
 log = logging.getLogger(__name__)
 
@@ -189,39 +190,6 @@ def parse_grade(text: str) -> float | None:
     return min(10.0, max(0.0, value))
 
 
-def _message_text(reply: Any) -> str:
-    """The text of a LangChain reply (AIMessage, str) or a LlamaIndex response."""
-    if isinstance(reply, str):
-        return reply
-    message = getattr(reply, "message", None)  # LlamaIndex ChatResponse
-    if message is not None and not hasattr(reply, "content"):
-        reply = message
-    content = getattr(reply, "content", None)
-    if content is None:
-        text = getattr(reply, "text", None)  # LlamaIndex CompletionResponse
-        return text if isinstance(text, str) else str(reply)
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):  # content blocks
-        parts = []
-        for block in content:
-            if isinstance(block, str):
-                parts.append(block)
-            elif isinstance(block, dict) and block.get("type") == "text":
-                parts.append(str(block.get("text", "")))
-        return "".join(parts)
-    return str(content)
-
-
-def _mro_names(obj: Any) -> set[str]:
-    return {f"{c.__module__}.{c.__qualname__}" for c in type(obj).__mro__}
-
-
-_LC_LANGUAGE_MODEL = "langchain_core.language_models.base.BaseLanguageModel"
-_LC_RUNNABLE = "langchain_core.runnables.base.Runnable"
-_LI_LLM = "llama_index.core.base.llms.base.BaseLLM"
-
-
 class LLMJudgeReranker:
     """Asks an LLM for a 0-10 relevance grade per passage; the score is grade / 10.
 
@@ -237,39 +205,11 @@ class LLMJudgeReranker:
                  concurrency: int = 4) -> None:
         if max_passage_chars < 1:
             raise ValueError("max_passage_chars must be at least 1")
-        if concurrency < 1:
-            raise ValueError("concurrency must be at least 1")
-        mro = _mro_names(llm)
-        if _LI_LLM in mro or (_LC_RUNNABLE not in mro and (hasattr(llm, "complete")
-                                                          or hasattr(llm, "chat"))):
-            self._kind = "llamaindex"
-        elif _LC_RUNNABLE in mro or callable(getattr(llm, "invoke", None)):
-            self._kind = "langchain"
-        else:
-            raise TypeError(f"cannot use {type(llm).__name__} as an LLM judge: pass a LangChain "
-                            "chat model / Runnable or a LlamaIndex LLM")
+        self.chat = ChatLLM(llm, concurrency=concurrency)
         self.llm = llm
         self.max_passage_chars = max_passage_chars
         self.concurrency = concurrency
-        self.model = identity or self._default_identity()
-
-    def _default_identity(self) -> str:
-        cls = type(self.llm)
-        name = None
-        if self._kind == "llamaindex":
-            try:
-                name = self.llm.metadata.model_name
-            except Exception:  # noqa: BLE001 - metadata is user code; identity must not fail
-                name = None
-            if name == "unknown":
-                name = None
-        else:
-            for attr in ("model_name", "model", "model_id"):
-                value = getattr(self.llm, attr, None)
-                if isinstance(value, str) and value:
-                    name = value
-                    break
-        return f"llm:{self._kind}:{cls.__module__}.{cls.__qualname__}" + (f":{name}" if name else "")
+        self.model = identity or self.chat.identity
 
     def request_text(self, query: str, passage: str) -> str:
         """The user turn for one passage: query and (truncated) passage, each delimited."""
@@ -282,19 +222,9 @@ class LLMJudgeReranker:
         if not passages:
             return []
         requests = [self.request_text(query, passage) for passage in passages]
-        try:
-            if self._kind == "langchain":
-                replies = self._ask_langchain(requests)
-            else:
-                replies = self._ask_llamaindex(requests)
-        except BackendUnavailable:
-            raise
-        except Exception as exc:
-            raise BackendUnavailable(f"LLM judge {self.model} failed: {type(exc).__name__}: {exc}",
-                                     model=self.model) from exc
+        replies = self.chat.ask_many(JUDGE_INSTRUCTIONS, requests)
         scores = []
-        for i, reply in enumerate(replies):
-            text = _message_text(reply)
+        for i, text in enumerate(replies):
             grade = parse_grade(text)
             if grade is None:
                 log.warning("LLM judge %s gave no grade for passage %d (scored 0): %r",
@@ -302,37 +232,6 @@ class LLMJudgeReranker:
                 grade = 0.0
             scores.append(grade / 10.0)
         return scores
-
-    def _ask_langchain(self, requests: list[str]) -> list[Any]:
-        from langchain_core.messages import HumanMessage, SystemMessage
-
-        inputs = [[SystemMessage(content=JUDGE_INSTRUCTIONS), HumanMessage(content=request)]
-                  for request in requests]
-        batch = getattr(self.llm, "batch", None)
-        if callable(batch):
-            return list(batch(inputs, config={"max_concurrency": self.concurrency}))
-        return self._pool(self.llm.invoke, inputs)
-
-    def _ask_llamaindex(self, requests: list[str]) -> list[Any]:
-        metadata = getattr(self.llm, "metadata", None)
-        use_chat = bool(getattr(metadata, "is_chat_model", False)) or not hasattr(self.llm, "complete")
-        if use_chat:
-            from llama_index.core.llms import ChatMessage, MessageRole
-
-            def ask(request: str) -> Any:
-                return self.llm.chat([ChatMessage(role=MessageRole.SYSTEM, content=JUDGE_INSTRUCTIONS),
-                                      ChatMessage(role=MessageRole.USER, content=request)])
-        else:
-            def ask(request: str) -> Any:
-                return self.llm.complete(f"{JUDGE_INSTRUCTIONS}\n\n{request}")
-        return self._pool(ask, requests)
-
-    def _pool(self, fn: Any, inputs: list[Any]) -> list[Any]:
-        if self.concurrency == 1 or len(inputs) == 1:
-            return [fn(item) for item in inputs]
-        with ThreadPoolExecutor(max_workers=min(self.concurrency, len(inputs)),
-                                thread_name_prefix="rcp-llm-judge") as pool:
-            return list(pool.map(fn, inputs))
 
 
 def as_reranker(obj: Any) -> Reranker:
@@ -347,13 +246,13 @@ def as_reranker(obj: Any) -> Reranker:
     if isinstance(obj, (str, Path)) or (isinstance(obj, os.PathLike)
                                         and isinstance(os.fspath(obj), str)):
         return CrossEncoderReranker(os.fspath(obj))
-    mro = _mro_names(obj)
-    if _LC_LANGUAGE_MODEL in mro or _LI_LLM in mro:
+    mro = mro_names(obj)
+    if LC_LANGUAGE_MODEL in mro or LI_LLM in mro:
         return LLMJudgeReranker(obj)
     if (isinstance(obj, Reranker) and isinstance(getattr(obj, "method", None), str)
             and callable(getattr(obj, "score", None))):
         return obj
-    if _LC_RUNNABLE in mro:
+    if LC_RUNNABLE in mro:
         return LLMJudgeReranker(obj)
     raise TypeError(f"cannot use {type(obj).__name__} as a reranker: pass a local cross-encoder "
                     "directory (str or Path), a LangChain chat model or Runnable, a LlamaIndex "

@@ -1,0 +1,1 @@
+"""Framework integrations: LangChain and LlamaIndex retrievers over any RCP engine."""

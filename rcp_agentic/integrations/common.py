@@ -1,0 +1,165 @@
+"""What every framework integration shares: where hits come from and the retrieve options.
+
+A *source* is anything the retrievers can ask for hits: an :class:`~rcp_agentic.Engine`
+(in process), an :class:`~rcp_agentic.client.RCPClient` / ``AsyncRCPClient``, a
+stdio command (a list of strings), an ``http(s)://`` URL, an ``rcp.json`` registry
+entry (:class:`~rcp_agentic.client.registry.EngineSpec`), or any object with a
+``retrieve(query, k, **options) -> dict`` method and optionally an ``async
+aretrieve`` (a federation, say). :class:`HitSource` turns it into one sync and
+one async ``retrieve`` returning the RCP wire result (``{"hits": [...], ...}``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import weakref
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ..client import AsyncRCPClient, RCPClient
+from ..client.registry import EngineSpec
+from ..engine import Engine
+
+# The retrieve options a retriever exposes as fields (snake_case; §7.7 names in camelCase).
+RETRIEVE_OPTIONS: tuple[str, ...] = (
+    "mode", "unit", "level", "token_budget", "filter", "session_id", "mmr", "rerank",
+    "recency", "min_score", "candidate_k", "fusion", "include_text", "index_version", "seed",
+    "strict")
+
+
+def retrieve_options(defaults: Mapping[str, Any], overrides: Mapping[str, Any]) -> dict[str, Any]:
+    """The options of one call: the retriever's fields, then per-call overrides; None = unset."""
+    unknown = [name for name in overrides if name not in RETRIEVE_OPTIONS and name != "k"
+               and not name.startswith(("x-", "_"))]
+    if unknown:
+        raise TypeError(f"unknown retrieve option(s): {', '.join(sorted(unknown))}; known: k, "
+                        + ", ".join(RETRIEVE_OPTIONS))
+    merged = {**defaults, **overrides}
+    return {name: value for name, value in merged.items() if value is not None}
+
+
+class HitSource:
+    """One source of hits with a sync and an async ``retrieve``; clients are opened lazily.
+
+    An async client is bound to the event loop that created it, so one is kept per
+    running loop (notebooks and ``asyncio.run`` each bring their own).
+    """
+
+    def __init__(self, source: Any, *, token: str | None = None,
+                 client_options: Mapping[str, Any] | None = None) -> None:
+        if source is None:
+            raise TypeError("a source is required: an Engine, an RCP client, a stdio command, "
+                            "an http(s) URL or a registry entry")
+        if isinstance(source, str) and not source.startswith(("http://", "https://")):
+            raise TypeError(f"a string source must be an http(s) URL, not {source!r} (pass a "
+                            "stdio command as a list)")
+        self.source = source
+        self.token = token
+        self.options = dict(client_options or {})
+        self._sync: Any = None
+        self._async: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Any] = (
+            weakref.WeakKeyDictionary())
+        self._lock = threading.Lock()
+        self._owned: list[Any] = []
+
+    # --- clients --------------------------------------------------------------------------
+
+    def sync_client(self) -> Any:
+        """The object whose ``retrieve`` serves sync calls."""
+        with self._lock:
+            if self._sync is None:
+                self._sync = self._open_sync()
+            return self._sync
+
+    def _open_sync(self) -> Any:
+        src = self.source
+        if isinstance(src, (RCPClient, AsyncRCPClient)) or _has_retrieve(src):
+            return src
+        client = self._new_client(RCPClient, src)
+        self._owned.append(client)
+        return client
+
+    def _new_client(self, cls: Any, src: Any) -> Any:
+        if isinstance(src, Engine):
+            return cls.in_process(src, **self.options)
+        if isinstance(src, EngineSpec):
+            return (src.connect if cls is RCPClient else src.connect_async)(**self.options)
+        if isinstance(src, str):
+            return cls.http(src, self.token, **self.options)
+        if isinstance(src, Sequence) and src and all(isinstance(c, str) for c in src):
+            return cls.stdio(list(src), **self.options)
+        raise TypeError(f"cannot retrieve from a {type(src).__name__}")
+
+    def async_client(self) -> Any:
+        """The object whose ``retrieve`` (or ``aretrieve``) serves async calls on this loop."""
+        src = self.source
+        if isinstance(src, AsyncRCPClient):
+            return src
+        if isinstance(src, RCPClient) or (_has_retrieve(src) and not isinstance(src, Engine)):
+            return src  # sync-only: called in a worker thread
+        loop = asyncio.get_running_loop()
+        with self._lock:
+            client = self._async.get(loop)
+            if client is None:
+                client = self._async[loop] = self._new_client(AsyncRCPClient, src)
+            return client
+
+    @property
+    def capabilities(self) -> dict[str, Any]:
+        """The source's advertised capabilities ({} for a source that has none)."""
+        client = self.sync_client()
+        if isinstance(client, RCPClient):
+            client.initialize()
+            return client.capabilities
+        caps = getattr(client, "capabilities", {})
+        return dict(caps() if callable(caps) else caps)
+
+    # --- retrieve -------------------------------------------------------------------------
+
+    def retrieve(self, query: Any, k: int, options: Mapping[str, Any]) -> dict[str, Any]:
+        """The RCP retrieve result for ``query``."""
+        client = self.sync_client()
+        if isinstance(client, AsyncRCPClient):
+            raise TypeError("an AsyncRCPClient source serves only async calls (ainvoke)")
+        return client.retrieve(query, k, **options)  # type: ignore[no-any-return]
+
+    async def aretrieve(self, query: Any, k: int, options: Mapping[str, Any]) -> dict[str, Any]:
+        """The same, without blocking the event loop."""
+        client = self.async_client()
+        if isinstance(client, AsyncRCPClient):
+            return await client.retrieve(query, k, **options)
+        if hasattr(client, "aretrieve"):
+            return await client.aretrieve(query, k, **options)  # type: ignore[no-any-return]
+        return await asyncio.to_thread(client.retrieve, query, k, **options)
+
+    def close(self) -> None:
+        """Close the clients this source opened (not ones it was given)."""
+        for client in self._owned:
+            client.close()
+        self._owned.clear()
+        self._sync = None
+
+
+def _has_retrieve(obj: Any) -> bool:
+    return callable(getattr(obj, "retrieve", None)) and not isinstance(obj, (Engine, str))
+
+
+# Hit fields copied into a framework document's metadata, under these names.
+_HIT_FIELDS = ("score", "confidence", "unit", "level", "scores", "citation", "provenance",
+               "chunk", "trust")
+
+
+def hit_metadata(hit: Mapping[str, Any]) -> dict[str, Any]:
+    """A wire hit's metadata for a framework document: the hit fields, then ``meta`` flattened.
+
+    ``meta`` (the document's own metadata and the static fields such as
+    ``page_range_start`` or ``chunk_index``) is flattened to the top level, where
+    framework filters and postprocessors look, without overwriting a hit field;
+    ``hit_id`` keeps the hit's id.
+    """
+    out: dict[str, Any] = {"hit_id": hit.get("id")}
+    out.update({name: hit[name] for name in _HIT_FIELDS if hit.get(name) is not None})
+    for key, value in (hit.get("meta") or {}).items():
+        out.setdefault(key, value)
+    return out
