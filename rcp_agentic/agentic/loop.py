@@ -1,0 +1,357 @@
+"""A corrective (CRAG-style) retrieval loop over any RCP engine, driven by hit confidence.
+
+Each step retrieves, the evaluator judges the hits (correct / ambiguous /
+incorrect), confident-enough hits join the evidence, and the next action is
+chosen from what was found:
+
+* **correct** — keep the refined hits and stop;
+* **ambiguous** — re-query: the LLM's rewrite or decomposition when one is given,
+  otherwise the question expanded with words from the confident evidence;
+* **incorrect**, or a step that found nothing new — escalate granularity (chunk →
+  page → document, then tree or community units when the engine advertises them),
+  then fall back to the next engine, then re-query.
+
+One ``session_id`` threads every call, so each step only sees evidence the
+trajectory has not seen yet (§7.7.3). Steps and evidence tokens are bounded. The
+result is the evidence set (best confidence first) and a trace of every step with
+the reason it was taken. The same planner drives the sync and the async loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections import deque
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from ..errors import RCPError
+from ..integrations.common import HitSource
+from ..models.llm import ChatLLM
+from ..models.tokenizer import count_tokens
+from .evaluator import ConfidenceEvaluator, Verdict
+from .rewrite import expand_query, llm_queries
+
+LADDER = ("chunk", "page", "document")
+COARSER_UNITS = ("tree-node", "community")
+
+
+@dataclass
+class Step:
+    """One call of the loop and why it was made."""
+
+    index: int
+    action: str
+    reason: str
+    query: str
+    engine: str
+    unit: str
+    verdict: Verdict | None = None
+    max_confidence: float | None = None
+    returned: int = 0
+    kept: int = 0
+    tokens: int = 0
+    latency_ms: float = 0.0
+    error: str | None = None
+    hit_ids: list[str] = field(default_factory=list)
+
+
+@dataclass
+class CorrectiveResult:
+    """The evidence set, best confidence first, and the trace of the steps that built it."""
+
+    query: str
+    evidence: list[dict[str, Any]]
+    trace: list[Step]
+    verdict: Verdict | None
+    tokens: int
+    calls: int
+    session_id: str
+    stop_reason: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "trace": [asdict(s) for s in self.trace]}
+
+
+@dataclass
+class _Call:
+    query: str
+    engine: int
+    unit: str
+    action: str
+    reason: str
+
+
+@dataclass
+class _Run:
+    """The state of one trajectory; ``observe`` decides the next call."""
+
+    loop: CorrectiveRetriever
+    query: str
+    session_id: str
+    queue: deque[_Call] = field(default_factory=deque)
+    evidence: dict[str, dict[str, Any]] = field(default_factory=dict)
+    trace: list[Step] = field(default_factory=list)
+    tried: set[tuple[int, str, str]] = field(default_factory=set)
+    tokens: int = 0
+    verdict: Verdict | None = None
+    stop_reason: str = ""
+
+    def start(self) -> None:
+        unit = self.loop.ladder(0)[0]
+        self.queue.append(_Call(self.query, 0, unit, "retrieve", "initial retrieval"))
+
+    def next_call(self) -> _Call | None:
+        if self.stop_reason:
+            return None
+        while self.queue:
+            call = self.queue.popleft()
+            if (call.engine, call.unit, call.query) not in self.tried:
+                self.tried.add((call.engine, call.unit, call.query))
+                return call
+        self.stop_reason = self.stop_reason or "nothing left to try"
+        return None
+
+    def options(self, call: _Call) -> dict[str, Any]:
+        opts = {**self.loop.options, "unit": call.unit, "session_id": self.session_id}
+        if self.loop.supports(call.engine, "tokenBudget"):
+            opts["token_budget"] = max(1, self.loop.max_tokens - self.tokens)
+        return opts
+
+    def failed(self, call: _Call, error: RCPError, latency_ms: float) -> None:
+        self.trace.append(Step(len(self.trace) + 1, call.action, call.reason, call.query,
+                               self.loop.engine_name(call.engine), call.unit,
+                               latency_ms=latency_ms, error=f"{type(error).__name__}: {error}"))
+        if call.engine + 1 < len(self.loop.sources):
+            nxt = call.engine + 1
+            self.queue.appendleft(_Call(self.query, nxt, self.loop.ladder(nxt)[0], "fallback",
+                                        f"engine {self.loop.engine_name(call.engine)} failed"))
+        elif not self.evidence:
+            raise error
+        else:
+            self.stop_reason = "the last engine failed; returning the evidence found"
+
+    def observe(self, call: _Call, result: Mapping[str, Any], latency_ms: float) -> None:
+        loop = self.loop
+        hits = [h for h in result.get("hits", []) if h.get("id") not in self.evidence]
+        assessment = loop.evaluator.assess(hits)
+        self.verdict = assessment.verdict
+        kept = 0
+        new_tokens = 0
+        for hit in assessment.kept:
+            if any(_contains(held, hit) for held in self.evidence.values()):
+                continue  # already held inside a coarser unit
+            inside = [i for i, held in self.evidence.items() if _contains(hit, held)]
+            size = count_tokens(hit.get("text") or "")
+            freed = sum(count_tokens(self.evidence[i].get("text") or "") for i in inside)
+            if self.tokens - freed + size > loop.max_tokens:
+                continue
+            for i in inside:  # the coarser unit replaces the finer ones it contains
+                del self.evidence[i]
+            self.tokens -= freed
+            new_tokens -= freed
+            hit.setdefault("meta", {})
+            hit["meta"] = {**hit["meta"], "step": len(self.trace) + 1,
+                           "engine": hit["meta"].get("engine", loop.engine_name(call.engine))}
+            self.evidence[hit["id"]] = hit
+            self.tokens += size
+            new_tokens += size
+            kept += 1
+        self.trace.append(Step(len(self.trace) + 1, call.action, call.reason, call.query,
+                               loop.engine_name(call.engine), call.unit, assessment.verdict,
+                               assessment.max_confidence, len(hits), kept, new_tokens,
+                               round(latency_ms, 3), hit_ids=[h["id"] for h in hits]))
+        self._plan(call, assessment.verdict, assessment.reason, found_new=bool(hits))
+
+    def _plan(self, call: _Call, verdict: Verdict, why: str, *, found_new: bool) -> None:
+        loop = self.loop
+        if verdict == "correct":
+            confident = sum(1 for h in self.evidence.values()
+                            if (h.get("confidence") or 0.0) >= loop.evaluator.upper)
+            if confident >= loop.min_evidence:
+                self.stop_reason = f"correct: {why}"
+                return
+            verdict, why = "ambiguous", (f"{confident} of {loop.min_evidence} confident "
+                                         "hit(s) needed")
+        if len(self.trace) >= loop.max_steps:
+            self.stop_reason = f"step limit ({loop.max_steps}) reached"
+            return
+        if self.tokens >= loop.max_tokens:
+            self.stop_reason = f"token budget ({loop.max_tokens}) spent"
+            return
+        if self.queue:  # sub-queries of a decomposition still to run
+            return
+        if verdict == "incorrect" or not found_new:
+            reason = why if found_new else "no new hits"
+            if self._escalate(call, reason) or self._fall_back(call, reason):
+                return
+        self._requery(call, why)
+
+    def _escalate(self, call: _Call, why: str) -> bool:
+        ladder = self.loop.ladder(call.engine)
+        at = ladder.index(call.unit) if call.unit in ladder else len(ladder) - 1
+        if at + 1 >= len(ladder):
+            return False
+        self.queue.append(_Call(self.query, call.engine, ladder[at + 1], "escalate",
+                                f"{why}: {call.unit} → {ladder[at + 1]}"))
+        return True
+
+    def _fall_back(self, call: _Call, why: str) -> bool:
+        nxt = call.engine + 1
+        if nxt >= len(self.loop.sources):
+            return False
+        self.queue.append(_Call(self.query, nxt, self.loop.ladder(nxt)[0], "fallback",
+                                f"{why}: trying engine {self.loop.engine_name(nxt)}"))
+        return True
+
+    def _requery(self, call: _Call, why: str) -> None:
+        ranked = sorted(self.evidence.values(), key=lambda h: -(h.get("confidence") or 0.0))
+        if self.loop.llm is not None:
+            queries = llm_queries(self.loop.llm, self.query, ranked, n=self.loop.llm_queries)
+            action = "decompose" if len(queries) > 1 else "rewrite"
+        else:
+            queries = [expand_query(self.query, ranked[:3])]
+            action = "expand"
+        fresh = [q for q in queries if (call.engine, call.unit, q) not in self.tried]
+        if not fresh:
+            if not (self._escalate(call, f"{why}; no new query") or
+                    self._fall_back(call, f"{why}; no new query")):
+                self.stop_reason = f"{why}; no new query to try"
+            return
+        for q in fresh:
+            self.queue.append(_Call(q, call.engine, call.unit, action, why))
+
+    def result(self) -> CorrectiveResult:
+        evidence = sorted(self.evidence.values(),
+                          key=lambda h: (-(h.get("confidence") or -1.0), h["meta"]["step"]))
+        return CorrectiveResult(self.query, evidence, self.trace, self.verdict, self.tokens,
+                                len(self.trace), self.session_id, self.stop_reason)
+
+
+def _place(hit: Mapping[str, Any]) -> tuple[str | None, int | None]:
+    meta = hit.get("meta") or {}
+    doc = (hit.get("chunk") or {}).get("docId") or meta.get("doc_id")
+    return doc, (hit.get("citation") or {}).get("page")
+
+
+def _contains(outer: Mapping[str, Any], inner: Mapping[str, Any]) -> bool:
+    """Whether ``outer`` (a document or page unit) holds ``inner`` (a finer unit)."""
+    rank = {"chunk": 0, "passage": 0, "page": 1, "document": 2}
+    o, i = rank.get(outer.get("unit") or "chunk"), rank.get(inner.get("unit") or "chunk")
+    if o is None or i is None or o <= i:
+        return False
+    (odoc, opage), (idoc, ipage) = _place(outer), _place(inner)
+    if odoc is None or odoc != idoc:
+        return False
+    return o == 2 or (opage is not None and opage == ipage)
+
+
+class CorrectiveRetriever:
+    """A corrective retrieval loop over one engine, with optional fallback engines.
+
+    ``source`` and each of ``fallbacks`` is anything
+    :class:`~rcp_agentic.integrations.common.HitSource` accepts (an Engine, an RCP
+    client, a stdio command, an HTTP URL, a registry entry, a federation).
+    ``options`` are extra retrieve options for every call (``mode``, ``filter``…);
+    ``llm`` (a LangChain chat model / Runnable or a LlamaIndex LLM) enables
+    rewriting and decomposition. ``min_evidence`` confident hits (≥ the upper
+    threshold, over the whole trajectory) are needed before a retrieval counts as
+    correct: 2 suits multi-hop questions.
+    """
+
+    def __init__(self, source: Any, *, fallbacks: Sequence[Any] = (),
+                 evaluator: ConfidenceEvaluator | None = None, k: int = 5, max_steps: int = 4,
+                 max_tokens: int = 2000, min_evidence: int = 1, llm: Any = None,
+                 llm_queries: int = 2,
+                 options: Mapping[str, Any] | None = None,
+                 names: Sequence[str] | None = None) -> None:
+        if min(k, max_steps, max_tokens, min_evidence) < 1:
+            raise ValueError("k, max_steps, max_tokens and min_evidence must be at least 1")
+        self.sources = [s if isinstance(s, HitSource) else HitSource(s)
+                        for s in (source, *fallbacks)]
+        self.names = list(names) if names else [f"engine{i}" for i in range(len(self.sources))]
+        if len(self.names) != len(self.sources):
+            raise ValueError("one name per engine (source and fallbacks)")
+        self.evaluator = evaluator or ConfidenceEvaluator()
+        self.k = k
+        self.max_steps = max_steps
+        self.max_tokens = max_tokens
+        self.min_evidence = min_evidence
+        self.llm = ChatLLM(llm) if llm is not None else None
+        self.llm_queries = llm_queries
+        self.options = {key: v for key, v in (options or {}).items()
+                        if key not in ("k", "unit", "session_id", "token_budget")}
+        self.start_unit = (options or {}).get("unit")
+        self._ladders: dict[int, list[str]] = {}
+
+    def engine_name(self, index: int) -> str:
+        return self.names[index]
+
+    def _retrieve_caps(self, index: int) -> dict[str, Any] | None:
+        """The engine's retrieve capability; None when it cannot be reached (its call will fail)."""
+        try:
+            caps = self.sources[index].capabilities
+        except RCPError:
+            return None
+        return dict(caps.get("retrieve") or {})
+
+    def supports(self, index: int, feature: str) -> bool:
+        return bool((self._retrieve_caps(index) or {}).get(feature))
+
+    def ladder(self, index: int) -> list[str]:
+        """The units this engine can escalate through, finest first."""
+        if index not in self._ladders:
+            caps = self._retrieve_caps(index)
+            if caps is None:  # unreachable: its first call fails and the loop falls back
+                return [self.start_unit or "chunk"]
+            units = caps.get("units") or ["chunk"]
+            ladder = [u for u in LADDER if u in units] + [u for u in COARSER_UNITS if u in units]
+            if self.start_unit in ladder:
+                ladder = ladder[ladder.index(self.start_unit):]
+            self._ladders[index] = ladder or [units[0]]
+        return self._ladders[index]
+
+    def _run(self, query: str, session_id: str | None) -> _Run:
+        if not isinstance(query, str) or not query.strip():
+            raise ValueError("query must be a non-empty string")
+        run = _Run(self, query, session_id or f"crag-{uuid.uuid4().hex[:12]}")
+        run.start()
+        return run
+
+    def run(self, query: str, *, session_id: str | None = None) -> CorrectiveResult:
+        """Run the loop for ``query``; returns the evidence and the trace."""
+        run = self._run(query, session_id)
+        while (call := run.next_call()) is not None:
+            start = time.perf_counter()
+            try:
+                result = self.sources[call.engine].retrieve(call.query, self.k, run.options(call))
+            except RCPError as err:
+                run.failed(call, err, (time.perf_counter() - start) * 1000)
+                continue
+            run.observe(call, result, (time.perf_counter() - start) * 1000)
+        return run.result()
+
+    async def arun(self, query: str, *, session_id: str | None = None) -> CorrectiveResult:
+        """The same loop on asyncio (engine calls awaited; an LLM runs in a worker thread)."""
+        run = await asyncio.to_thread(self._run, query, session_id)
+        while (call := run.next_call()) is not None:
+            start = time.perf_counter()
+            try:
+                options = await asyncio.to_thread(run.options, call)
+                result = await self.sources[call.engine].aretrieve(call.query, self.k, options)
+            except RCPError as err:
+                run.failed(call, err, (time.perf_counter() - start) * 1000)
+                continue
+            latency = (time.perf_counter() - start) * 1000
+            if self.llm is not None:
+                await asyncio.to_thread(run.observe, call, result, latency)
+            else:
+                run.observe(call, result, latency)
+        return run.result()
+
+    def close(self) -> None:
+        """Close the clients the loop opened."""
+        for source in self.sources:
+            source.close()

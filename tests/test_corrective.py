@@ -1,0 +1,157 @@
+"""The corrective retrieval loop: verdicts, refinement, re-query, escalation, fallback, bounds."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from langchain_core.embeddings import DeterministicFakeEmbedding
+from langchain_core.language_models import FakeListChatModel
+
+from conftest import DOCS
+from rcp_agentic import Engine
+from rcp_agentic.agentic import ConfidenceEvaluator, CorrectiveRetriever
+from rcp_agentic.agentic.rewrite import expand_query
+from test_loaders import write_pdf
+
+OFF_TOPIC = "quantum gravity near black hole horizons"
+
+
+@pytest.fixture(scope="module")
+def paged(tmp_path_factory: pytest.TempPathFactory, embedder: Any) -> Any:
+    """DOCS plus a two-page PDF, so the engine has chunk, page and document units."""
+    root = tmp_path_factory.mktemp("corrective")
+    pdf = write_pdf(root / "guide.pdf", [["Token budgets bound the context a reader sees."],
+                                         ["Packing skips passages larger than the room left."]])
+    eng = Engine(root / "e", embedder=embedder)
+    eng.add_documents(DOCS)
+    eng.index_paths([pdf])
+    yield eng
+    eng.close()
+
+
+def test_confident_first_step_stops_and_refines(paged: Engine) -> None:
+    loop = CorrectiveRetriever(paged, k=3)
+    res = loop.run("what links vitamin D to multiple sclerosis?")
+    assert [s.action for s in res.trace] == ["retrieve"] and res.calls == 1
+    assert res.verdict == "correct" and res.stop_reason.startswith("correct")
+    assert res.evidence[0]["id"] == "doc:d1#c0"
+    lower = loop.evaluator.lower
+    assert all(h["confidence"] >= lower for h in res.evidence)
+    assert res.trace[0].returned == 3 and res.trace[0].kept == len(res.evidence)
+    assert res.tokens == sum(s.tokens for s in res.trace) > 0
+
+
+def test_incorrect_escalates_through_every_unit(paged: Engine) -> None:
+    res = CorrectiveRetriever(paged, k=3, max_steps=6).run(OFF_TOPIC)
+    assert [(s.action, s.unit) for s in res.trace[:3]] == [
+        ("retrieve", "chunk"), ("escalate", "page"), ("escalate", "document")]
+    assert all(s.verdict == "incorrect" for s in res.trace)
+    assert res.evidence == [] and res.verdict == "incorrect"
+    assert "chunk → page" in res.trace[1].reason
+
+
+def test_one_session_never_repeats_a_hit(paged: Engine) -> None:
+    # Thresholds nothing reaches: the loop keeps re-querying the same trajectory.
+    loop = CorrectiveRetriever(paged, k=3, max_steps=5,
+                               evaluator=ConfidenceEvaluator(upper=1.0, lower=0.0))
+    res = loop.run("dense retrieval and rank fusion")
+    seen = [i for s in res.trace for i in s.hit_ids]
+    assert len(seen) == len(set(seen)) and len(res.trace) == 5
+    assert len({s.query for s in res.trace if s.action == "expand"}) >= 1
+
+
+def test_min_evidence_keeps_looking(paged: Engine) -> None:
+    one = CorrectiveRetriever(paged, k=3).run("knowledge graphs store relations as triplets")
+    two = CorrectiveRetriever(paged, k=3, min_evidence=2).run(
+        "knowledge graphs store relations as triplets")
+    assert one.calls == 1 and two.calls > 1
+    assert "confident hit(s) needed" in two.trace[1].reason
+
+
+def test_llm_rewrites_and_decomposes(paged: Engine) -> None:
+    llm = FakeListChatModel(responses=["1. reciprocal rank fusion\n- vitamin D deficiency"])
+    loop = CorrectiveRetriever(paged, k=2, llm=llm, max_steps=3,
+                               evaluator=ConfidenceEvaluator(1.0, 0.0))
+    res = loop.run("two unrelated things")
+    follow = [s for s in res.trace if s.action == "decompose"]
+    assert [s.query for s in follow] == ["reciprocal rank fusion", "vitamin D deficiency"]
+    ids = {h["id"] for h in res.evidence}
+    assert {"doc:d5#c0", "doc:d1#c0"} <= ids
+
+
+def test_fallback_to_another_engine(tmp_path: Path, paged: Engine, embedder: Any) -> None:
+    other = Engine(tmp_path / "other", embedder=embedder)
+    other.add_documents([{"id": "bh", "text": "Black holes bend spacetime; quantum gravity "
+                                             "studies horizons and Hawking radiation."}])
+    try:
+        loop = CorrectiveRetriever(paged, fallbacks=[other], names=["main", "physics"], k=3,
+                                   max_steps=6, options={"unit": "chunk"})
+        res = loop.run(OFF_TOPIC)
+        assert [s.action for s in res.trace][-1] == "fallback"
+        assert res.trace[-1].engine == "physics"
+        assert res.evidence[0]["id"] == "doc:bh#c0" and res.evidence[0]["meta"]["engine"] == "physics"
+    finally:
+        other.close()
+
+
+def test_failing_engine_falls_back(paged: Engine) -> None:
+    dead = [sys.executable, "-c", "import sys; sys.exit(3)"]
+    loop = CorrectiveRetriever(dead, fallbacks=[paged], names=["dead", "main"], k=2)
+    res = loop.run("vitamin D and sclerosis")
+    assert res.trace[0].error and res.trace[0].engine == "dead"
+    assert res.trace[1].action == "fallback" and res.evidence[0]["id"] == "doc:d1#c0"
+    loop.close()
+    with pytest.raises(Exception):  # nothing to fall back to: the engine's error surfaces
+        CorrectiveRetriever(dead, k=2).run("vitamin D")
+
+
+def test_bounds_on_steps_and_tokens(paged: Engine) -> None:
+    never = ConfidenceEvaluator(upper=1.0, lower=0.0)
+    res = CorrectiveRetriever(paged, k=3, max_steps=2, evaluator=never).run("rank fusion")
+    assert res.calls == 2 and "step limit" in res.stop_reason
+    res = CorrectiveRetriever(paged, k=5, max_tokens=40, evaluator=never).run("rank fusion")
+    assert 0 < res.tokens <= 40
+    with pytest.raises(ValueError):
+        CorrectiveRetriever(paged, max_steps=0)
+    with pytest.raises(ValueError):
+        ConfidenceEvaluator(upper=0.1, lower=0.5)
+
+
+def test_coarser_unit_replaces_the_chunks_it_holds(paged: Engine) -> None:
+    res = CorrectiveRetriever(paged, k=3, min_evidence=2).run(
+        "how do knowledge graphs store relations and how does rank fusion work")
+    docs = [(h["chunk"] or {}).get("docId") for h in res.evidence]
+    assert len(docs) == len(set(docs))  # never a chunk beside the document holding it
+
+
+def test_no_confidence_keeps_everything(tmp_path: Path) -> None:
+    eng = Engine(tmp_path / "e", embedder=DeterministicFakeEmbedding(size=16))
+    eng.add_documents(DOCS)
+    try:
+        res = CorrectiveRetriever(eng, k=2, max_steps=2).run("vitamin")
+        assert res.trace[0].verdict == "ambiguous" and "no confidence" in res.trace[1].reason
+        assert len(res.evidence) == 4  # two steps, two hits each, nothing refined away
+    finally:
+        eng.close()
+
+
+def test_async_loop_matches_sync(paged: Engine) -> None:
+    loop = CorrectiveRetriever(paged, k=3, min_evidence=2)
+    query = "knowledge graphs store relations as triplets"
+    sync = loop.run(query)
+    res = asyncio.run(loop.arun(query))
+    assert [(s.action, s.unit, s.query) for s in res.trace] == [
+        (s.action, s.unit, s.query) for s in sync.trace]
+    assert [h["id"] for h in res.evidence] == [h["id"] for h in sync.evidence]
+    assert res.session_id != sync.session_id
+
+
+def test_expansion_adds_new_evidence_words() -> None:
+    hit = {"text": "Paris is the capital of France.", "citation": {"title": "Paris"}}
+    expanded = expand_query("Where was the painter born?", [hit])
+    assert expanded.startswith("Where was the painter born? Paris")
+    assert "France" in expanded and "the" not in expanded.split()[6:]
