@@ -126,6 +126,8 @@ def running_server(cmd: list[str], ready: Callable[[], bool], *, timeout: float,
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+        if proc.stderr:
+            proc.stderr.close()
 
 
 class ChromaQuerySpy:

@@ -155,3 +155,43 @@ def test_expansion_adds_new_evidence_words() -> None:
     expanded = expand_query("Where was the painter born?", [hit])
     assert expanded.startswith("Where was the painter born? Paris")
     assert "France" in expanded and "the" not in expanded.split()[6:]
+
+
+def test_langchain_retriever_and_langgraph_node(paged: Engine) -> None:
+    from langgraph.graph import END, START, StateGraph
+    from typing_extensions import TypedDict
+
+    from rcp_agentic.agentic.langchain import CorrectiveRCPRetriever, corrective_node
+
+    loop = CorrectiveRetriever(paged, k=3, min_evidence=2)
+    question = "knowledge graphs store relations as triplets"
+    expected = loop.run(question)
+    docs = CorrectiveRCPRetriever(loop=loop).invoke(question)
+    assert [d.id for d in docs] == [h["id"] for h in expected.evidence]
+    assert all(d.metadata["step"] >= 1 for d in docs)
+    adocs = asyncio.run(CorrectiveRCPRetriever(loop=loop).ainvoke(question))
+    assert [d.id for d in adocs] == [d.id for d in docs]
+
+    class State(TypedDict, total=False):
+        question: str
+        documents: list[Any]
+        trace: list[dict[str, Any]]
+
+    graph = StateGraph(State)
+    graph.add_node("retrieve", corrective_node(loop))
+    graph.add_edge(START, "retrieve")
+    graph.add_edge("retrieve", END)
+    out = graph.compile().invoke({"question": question})
+    assert [d.id for d in out["documents"]] == [d.id for d in docs]
+    assert [s["action"] for s in out["trace"]] == [s.action for s in expected.trace]
+
+
+def test_llamaindex_retriever(paged: Engine) -> None:
+    from rcp_agentic.agentic.llamaindex import CorrectiveLlamaRetriever
+
+    loop = CorrectiveRetriever(paged, k=3)
+    nodes = CorrectiveLlamaRetriever(loop).retrieve("vitamin D and multiple sclerosis")
+    assert nodes[0].node.node_id == "doc:d1#c0" and nodes[0].score == nodes[0].node.metadata[
+        "confidence"]
+    anodes = asyncio.run(CorrectiveLlamaRetriever(loop).aretrieve("vitamin D and sclerosis"))
+    assert anodes[0].node.node_id == "doc:d1#c0" and anodes[0].node.metadata["step"] == 1

@@ -13,7 +13,7 @@ chosen from what was found:
 
 One ``session_id`` threads every call, so each step only sees evidence the
 trajectory has not seen yet (§7.7.3). Steps and evidence tokens are bounded. The
-result is the evidence set (best confidence first) and a trace of every step with
+result is the evidence set (in the order found) and a trace of every step with
 the reason it was taken. The same planner drives the sync and the async loop.
 """
 
@@ -60,7 +60,8 @@ class Step:
 
 @dataclass
 class CorrectiveResult:
-    """The evidence set, best confidence first, and the trace of the steps that built it."""
+    """The evidence set in the order found (each step's hits in the engine's rank order; a
+    coarser unit takes the place of the finer ones it replaced) and the trace of the steps."""
 
     query: str
     evidence: list[dict[str, Any]]
@@ -140,30 +141,42 @@ class _Run:
         self.verdict = assessment.verdict
         kept = 0
         new_tokens = 0
+        step = len(self.trace) + 1
         for hit in assessment.kept:
             if any(_contains(held, hit) for held in self.evidence.values()):
                 continue  # already held inside a coarser unit
             inside = [i for i, held in self.evidence.items() if _contains(hit, held)]
             size = count_tokens(hit.get("text") or "")
             freed = sum(count_tokens(self.evidence[i].get("text") or "") for i in inside)
+            if inside and size <= freed:
+                continue  # the coarser unit holds nothing beyond what is already kept
             if self.tokens - freed + size > loop.max_tokens:
                 continue
-            for i in inside:  # the coarser unit replaces the finer ones it contains
-                del self.evidence[i]
-            self.tokens -= freed
-            new_tokens -= freed
-            hit.setdefault("meta", {})
-            hit["meta"] = {**hit["meta"], "step": len(self.trace) + 1,
-                           "engine": hit["meta"].get("engine", loop.engine_name(call.engine))}
-            self.evidence[hit["id"]] = hit
-            self.tokens += size
-            new_tokens += size
+            hit["meta"] = {**(hit.get("meta") or {}), "step": step,
+                           "engine": (hit.get("meta") or {}).get("engine",
+                                                                 loop.engine_name(call.engine))}
+            self._keep(hit, inside)
+            self.tokens += size - freed
+            new_tokens += size - freed
             kept += 1
         self.trace.append(Step(len(self.trace) + 1, call.action, call.reason, call.query,
                                loop.engine_name(call.engine), call.unit, assessment.verdict,
                                assessment.max_confidence, len(hits), kept, new_tokens,
                                round(latency_ms, 3), hit_ids=[h["id"] for h in hits]))
         self._plan(call, assessment.verdict, assessment.reason, found_new=bool(hits))
+
+    def _keep(self, hit: dict[str, Any], inside: list[str]) -> None:
+        """Add ``hit`` to the evidence, in the place of the finer units it contains."""
+        if not inside:
+            self.evidence[hit["id"]] = hit
+            return
+        rebuilt: dict[str, dict[str, Any]] = {}
+        for key, held in self.evidence.items():
+            if key == inside[0]:
+                rebuilt[hit["id"]] = hit
+            if key not in inside:
+                rebuilt[key] = held
+        self.evidence = rebuilt
 
     def _plan(self, call: _Call, verdict: Verdict, why: str, *, found_new: bool) -> None:
         loop = self.loop
@@ -224,10 +237,9 @@ class _Run:
             self.queue.append(_Call(q, call.engine, call.unit, action, why))
 
     def result(self) -> CorrectiveResult:
-        evidence = sorted(self.evidence.values(),
-                          key=lambda h: (-(h.get("confidence") or -1.0), h["meta"]["step"]))
-        return CorrectiveResult(self.query, evidence, self.trace, self.verdict, self.tokens,
-                                len(self.trace), self.session_id, self.stop_reason)
+        return CorrectiveResult(self.query, list(self.evidence.values()), self.trace,
+                                self.verdict, self.tokens, len(self.trace), self.session_id,
+                                self.stop_reason)
 
 
 def _place(hit: Mapping[str, Any]) -> tuple[str | None, int | None]:

@@ -92,6 +92,19 @@ def _mean_vector(vectors: list[np.ndarray], dim: int) -> np.ndarray:
     return v / n if n > 0 else v
 
 
+UNIT_SUFFIX = {"chunk": "#c", "page": "#p"}
+
+
+def unit_id(doc_id: str, unit: str = "document", index: int | None = None) -> str:
+    """A unit's id: ``doc:<docId>`` (document), ``doc:<docId>#p<n>`` (page), ``…#c<i>`` (chunk)."""
+    base = f"doc:{doc_id}"
+    if unit == "document":
+        return base
+    if unit not in UNIT_SUFFIX or index is None:
+        raise ValueError(f"no unit id for unit {unit!r} with index {index!r}")
+    return f"{base}{UNIT_SUFFIX[unit]}{index}"
+
+
 def build_record(doc: SourceDocument, *, chunk_size: int, chunk_overlap: int,
                  fmeta: dict[str, Any], trust: str = "community"
                  ) -> tuple[DocumentRecord, list[str]]:
@@ -100,7 +113,7 @@ def build_record(doc: SourceDocument, *, chunk_size: int, chunk_overlap: int,
     Returns the record and the chunk texts to embed, in unit order.
     """
     doc_id = doc.id or mint_id(doc.text)
-    base = f"doc:{doc_id}"
+    base = unit_id(doc_id)
     uri = doc.meta.get("uri") if isinstance(doc.meta.get("uri"), str) else None
     if uri is None and doc.source and doc.file_type:
         path, _, line = doc.source.partition("#L")
@@ -121,7 +134,7 @@ def build_record(doc: SourceDocument, *, chunk_size: int, chunk_overlap: int,
             start, end, index = span_start + c.start, span_start + c.end, len(texts)
             ps, pe = _pages_of(doc.pages, start, end)
             counts, n = term_counts(c.text)
-            record.units.append(UnitRecord(f"{base}#c{index}", "chunk", 0, index, start, end,
+            record.units.append(UnitRecord(unit_id(doc_id, "chunk", index), "chunk", 0, index, start, end,
                                            ps, pe, c.tokens, c.text, empty, dict(counts), n))
             texts.append(c.text)
     for p in doc.pages:
@@ -129,7 +142,7 @@ def build_record(doc: SourceDocument, *, chunk_size: int, chunk_overlap: int,
         if not body.strip():
             continue
         counts, n = term_counts(body)
-        record.units.append(UnitRecord(f"{base}#p{p.number}", "page", 0, p.number, p.start, p.end,
+        record.units.append(UnitRecord(unit_id(doc_id, "page", p.number), "page", 0, p.number, p.start, p.end,
                                        p.number, p.number, count_tokens(body), body, empty,
                                        dict(counts), n))
     counts, n = term_counts(doc.text)

@@ -62,6 +62,7 @@ class HitSource:
             weakref.WeakKeyDictionary())
         self._lock = threading.Lock()
         self._owned: list[Any] = []
+        self._owned_async: list[tuple[weakref.ref[asyncio.AbstractEventLoop], Any]] = []
 
     # --- clients --------------------------------------------------------------------------
 
@@ -103,6 +104,7 @@ class HitSource:
             client = self._async.get(loop)
             if client is None:
                 client = self._async[loop] = self._new_client(AsyncRCPClient, src)
+                self._owned_async.append((weakref.ref(loop), client))
             return client
 
     @property
@@ -134,11 +136,33 @@ class HitSource:
         return await asyncio.to_thread(client.retrieve, query, k, **options)
 
     def close(self) -> None:
-        """Close the clients this source opened (not ones it was given)."""
+        """Close the clients this source opened (not ones it was given).
+
+        An async client whose event loop is gone is closed on a private loop; one whose
+        loop is still running elsewhere should be closed with :meth:`aclose` on it.
+        """
         for client in self._owned:
             client.close()
         self._owned.clear()
         self._sync = None
+        for ref, client in self._owned_async:
+            loop = ref()
+            if loop is None or loop.is_closed() or not loop.is_running():
+                asyncio.run(client.close())
+            else:
+                asyncio.run_coroutine_threadsafe(client.close(), loop)
+        self._owned_async.clear()
+        self._async.clear()
+
+    async def aclose(self) -> None:
+        """Close every client this source opened, the running loop's async client included."""
+        loop = asyncio.get_running_loop()
+        mine = [c for ref, c in self._owned_async if ref() is loop]
+        self._owned_async = [(ref, c) for ref, c in self._owned_async if ref() is not loop]
+        self._async.pop(loop, None)
+        for client in mine:
+            await client.close()
+        await asyncio.to_thread(self.close)
 
 
 def _has_retrieve(obj: Any) -> bool:
@@ -156,10 +180,11 @@ def hit_metadata(hit: Mapping[str, Any]) -> dict[str, Any]:
     ``meta`` (the document's own metadata and the static fields such as
     ``page_range_start`` or ``chunk_index``) is flattened to the top level, where
     framework filters and postprocessors look, without overwriting a hit field;
-    ``hit_id`` keeps the hit's id.
+    ``hit_id`` keeps the hit's id; a ``meta`` key named like a hit field becomes
+    ``meta_<key>``.
     """
     out: dict[str, Any] = {"hit_id": hit.get("id")}
     out.update({name: hit[name] for name in _HIT_FIELDS if hit.get(name) is not None})
     for key, value in (hit.get("meta") or {}).items():
-        out.setdefault(key, value)
+        out[f"meta_{key}" if key in out or key in _HIT_FIELDS else key] = value
     return out

@@ -26,18 +26,10 @@ from ..engine import Engine
 from ..errors import (CapabilityMissing, InternalError, InvalidParams, InvalidRequest,
                       NotInitialized, OptionUnsupported, ParseError, RCPError, UnknownMethod,
                       VersionMismatch)
+from .methods import PROTOCOL_VERSION, RCP_METHODS
 
 log = logging.getLogger(__name__)
 
-PROTOCOL_VERSION = 1
-# Every method RCP/1 defines, and the capability that gates it (None: always offered).
-RCP_METHODS: dict[str, str | None] = {
-    "initialize": None, "info": None, "ping": None, "shutdown": None, "embed": "embed",
-    "embed/sparse": "sparseEmbed", "embed/multi": "multiVector", "rerank": "rerank",
-    "retrieve": "retrieve", "query/transform": "transform", "graph": "graph",
-    "index/add": "index", "index/delete": "index", "catalog/list": "catalog",
-    "feedback": "feedback", "memory/build": "memory", "memory/recall": "memory",
-}
 ALWAYS_ALLOWED = frozenset({"initialize", "info", "ping", "shutdown"})
 CONFORMANCE_LEVEL = "L2"
 

@@ -14,7 +14,7 @@ With ``Accept: text/event-stream`` a single request is answered as server-sent
 events: its ``notifications/progress`` frames (when it carries
 ``_meta.progressToken``), then the response, each as one ``data:`` line. A client
 that disconnects cancels its request; ``POST /rcp/notifications/cancel`` cancels by
-id among the requests made with the same credentials. CORS headers are sent only
+id among the requests made with the same credentials and ``RCP-Session`` header. CORS headers are sent only
 for the origins configured.
 """
 
@@ -159,8 +159,8 @@ def rcp_routes(sessions: _Sessions, gate: _Gate) -> list[BaseRoute]:
                                                     "the body's method").to_wire()})
         elif not isinstance(message, list):
             return _error_response(400, InvalidRequest("the body must be a JSON-RPC object"))
-        # Ids are unique per client; with auth, the credentials name the client.
-        scope = request.headers.get("authorization")
+        # Ids are unique per client: the credentials and the RCP-Session header name it.
+        scope = (request.headers.get("authorization"), request.headers.get(SESSION_HEADER))
         if isinstance(message, dict) and "id" not in message:  # a notification: cheap
             dispatcher.handle(message, scope=scope)
             return Response(status_code=204)
@@ -183,7 +183,7 @@ def rcp_routes(sessions: _Sessions, gate: _Gate) -> list[BaseRoute]:
 
 
 def _stream(dispatcher: Dispatcher, request: Request, message: dict[str, Any],
-            scope: str | None) -> StreamingResponse:
+            scope: tuple[str | None, str | None]) -> StreamingResponse:
     """Answer one request as SSE: progress frames as they happen, then the response."""
     loop = asyncio.get_running_loop()
     frames: asyncio.Queue[Any] = asyncio.Queue()

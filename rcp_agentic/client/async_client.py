@@ -1,0 +1,265 @@
+"""The asyncio client, :class:`AsyncRCPClient`, over any :class:`~.transport.AsyncTransport`."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from .core import ClientCore, ProgressCallback
+from .errors import ClientTimeout, RCPError, TransportError
+from .params import (
+    embed_params,
+    feedback_params,
+    index_add_params,
+    index_delete_params,
+    rerank_params,
+    retrieve_params,
+)
+from .retry import RetryPolicy
+from .sync_client import DEFAULT_TIMEOUT, default_stdio_command
+from .transport import AsyncTransport, Message
+from .vectors import decode_vectors
+
+if TYPE_CHECKING:
+    import httpx
+    from typing_extensions import Self
+
+    from ..engine import Engine
+    from ..protocol.dispatcher import Dispatcher
+
+log = logging.getLogger("rcp_agentic.client")
+
+CANCEL_NOTIFY_TIMEOUT = 5.0
+
+
+class AsyncRCPClient:
+    """The asyncio twin of :class:`~rcp_agentic.client.RCPClient` (same methods, awaited).
+
+    Cancelling the task awaiting a call sends ``notifications/cancel`` for it
+    (§7.14) and re-raises ``CancelledError``; the server's late answer is
+    discarded. ``timeout`` works as in the sync client and raises ClientTimeout.
+    Progress callbacks run on the event loop: keep them short and non-blocking.
+    Bound to the event loop it is first used in.
+    """
+
+    def __init__(self, transport: AsyncTransport, *, timeout: float | None = DEFAULT_TIMEOUT,
+                 max_retries: int = 3, retry: RetryPolicy | None = None, strict: bool = True,
+                 client_name: str | None = None) -> None:
+        self.transport = transport
+        self._core = ClientCore(timeout=timeout, strict=strict,
+                                retry=retry or RetryPolicy(max_retries=max_retries),
+                                **({"client_name": client_name} if client_name else {}))
+        transport.on_notification = self._core.on_notification
+        self._init_lock = asyncio.Lock()
+        self._closed = False
+
+    # --- construction -------------------------------------------------------------------
+
+    @classmethod
+    def in_process(cls, engine: Engine | Dispatcher, **options: Any) -> AsyncRCPClient:
+        """A client calling ``engine`` (or a ready Dispatcher) in worker threads, as the wire would."""
+        from .transport_inprocess import AsyncInProcessTransport
+
+        return cls(AsyncInProcessTransport(engine), **options)
+
+    @classmethod
+    def stdio(cls, command: Sequence[str] | None = None, *,
+              engine: str | os.PathLike[str] | None = None, env: Mapping[str, str] | None = None,
+              cwd: str | None = None, **options: Any) -> AsyncRCPClient:
+        """An RCP server subprocess (default: ``rcp-agentic serve --stdio``), started on first use."""
+        from .transport_stdio import AsyncStdioTransport
+
+        return cls(AsyncStdioTransport(command or default_stdio_command(engine), env=env, cwd=cwd),
+                   **options)
+
+    @classmethod
+    def http(cls, url: str, token: str | None = None, *,
+             headers: Mapping[str, str] | None = None,
+             http_client: httpx.AsyncClient | None = None, session: str | bool = True,
+             **options: Any) -> AsyncRCPClient:
+        """Talk to ``url`` (``http://host:port`` means base ``/rcp``); see :meth:`RCPClient.http`."""
+        from .transport_http import AsyncHttpTransport
+
+        return cls(AsyncHttpTransport(url, token=token, headers=headers, client=http_client,
+                                      session=session), **options)
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        """Close the transport (a stdio server gets EOF, an implicit shutdown)."""
+        if not self._closed:
+            self._closed = True
+            await self.transport.aclose()
+
+    aclose = close
+
+    # --- session ------------------------------------------------------------------------
+
+    async def initialize(self) -> dict[str, Any]:
+        """Send ``initialize`` unless done; returns the cached result (see RCPClient.initialize)."""
+        async with self._init_lock:
+            if self._core.server is None:
+                result = await self._send("initialize", self._core.initialize_params(),
+                                          timeout=None, on_progress=None)
+                try:
+                    self._core.accept_initialize(result)
+                except RCPError:
+                    await self.close()
+                    raise
+                self.transport.on_initialized(result)
+            return self._core.server  # type: ignore[return-value]
+
+    connect = initialize
+
+    @property
+    def server(self) -> dict[str, Any] | None:
+        """The ``initialize`` result (None until it has run)."""
+        return self._core.server
+
+    @property
+    def capabilities(self) -> dict[str, Any]:
+        """The capabilities cached from ``initialize`` ({} until it has run; fixed, §13.2)."""
+        return self._core.capabilities
+
+    async def info(self, *, timeout: float | None = None) -> dict[str, Any]:
+        """``info`` (§7.2): identity and capabilities."""
+        return await self.call("info", {}, timeout=timeout)
+
+    async def ping(self, nonce: str | int | None = None, *,
+                   timeout: float | None = None) -> dict[str, Any]:
+        """``ping`` (§7.15); the server echoes ``nonce``."""
+        return await self.call("ping", {} if nonce is None else {"nonce": nonce}, timeout=timeout)
+
+    # --- methods ------------------------------------------------------------------------
+
+    async def retrieve(self, query: Any, k: int = 10, *, timeout: float | None = None,
+                       on_progress: ProgressCallback | None = None, strict: bool | None = None,
+                       **options: Any) -> dict[str, Any]:
+        """``retrieve`` (§7.7); options and gating as in :meth:`RCPClient.retrieve`."""
+        return await self.call("retrieve", retrieve_params(query, k, options), timeout=timeout,
+                               on_progress=on_progress, strict=strict)
+
+    async def embed(self, inputs: Sequence[Any], *, kind: str | None = None,
+                    encoding: str = "json", as_numpy: bool = False, timeout: float | None = None,
+                    strict: bool | None = None) -> dict[str, Any]:
+        """``embed`` (§7.3), vectors decoded (lists, or a float32 matrix with ``as_numpy``)."""
+        result = await self.call("embed", embed_params(inputs, kind, encoding), timeout=timeout,
+                                 strict=strict)
+        return decode_vectors(result, as_numpy=as_numpy)
+
+    async def rerank(self, query: Any, passages: Sequence[Any], *, top_n: int | None = None,
+                     method: str | None = None, timeout: float | None = None,
+                     strict: bool | None = None) -> dict[str, Any]:
+        """``rerank`` (§7.6): ``{"scores": [...], "order": [...]}``."""
+        return await self.call("rerank", rerank_params(query, passages, top_n, method),
+                               timeout=timeout, strict=strict)
+
+    async def index_add(self, documents: Iterable[Mapping[str, Any]], *,
+                        chunk: bool | None = None, contextual: bool | None = None,
+                        timeout: float | None = None, on_progress: ProgressCallback | None = None,
+                        strict: bool | None = None) -> dict[str, Any]:
+        """``index/add`` (§7.10): ``{"ids": [...]}``; give documents explicit ids."""
+        return await self.call("index/add", index_add_params(documents, chunk, contextual),
+                               timeout=timeout, on_progress=on_progress, strict=strict)
+
+    async def index_delete(self, ids: Iterable[str], *,
+                           timeout: float | None = None) -> dict[str, Any]:
+        """``index/delete`` (§7.11): ``{"deleted": n}``."""
+        return await self.call("index/delete", index_delete_params(ids), timeout=timeout)
+
+    async def feedback(self, signals: Iterable[Mapping[str, Any]], *,
+                       session_id: str | None = None, query: str | None = None,
+                       timeout: float | None = None) -> dict[str, Any]:
+        """``feedback`` (§7.16): ``{"accepted": n}``."""
+        return await self.call("feedback", feedback_params(signals, session_id, query),
+                               timeout=timeout)
+
+    async def call(self, method: str, params: Mapping[str, Any] | None = None, *,
+                   timeout: float | None = None, on_progress: ProgressCallback | None = None,
+                   strict: bool | None = None) -> Any:
+        """Any method with wire-named ``params``: gated, retried per §12.2, its ``result`` returned."""
+        generation = await self._session_generation()
+        prepared = self._core.prepare(method, params or {}, strict)
+        return await self._send(method, prepared, timeout=timeout, on_progress=on_progress,
+                                generation=generation)
+
+    async def batch(self, calls: Sequence[tuple[str, Mapping[str, Any] | None]], *,
+                    timeout: float | None = None, strict: bool | None = None) -> list[Any]:
+        """A JSON-RPC batch (§11): per call, its result or the RCPError it failed with."""
+        await self._session_generation()
+        prepared = [(m, self._core.prepare(m, p or {}, strict)) for m, p in calls]
+        if not prepared:
+            return []
+        deadline = self._core.deadline(timeout)
+        frames = [self._core.frame(m, p, deadline) for m, p in prepared]
+        return self._core.batch_results(frames, await self._roundtrip(frames, deadline, False))
+
+    # --- plumbing -----------------------------------------------------------------------
+
+    async def _session_generation(self) -> int:
+        if self._closed:
+            raise TransportError("the client is closed")
+        await self.initialize()
+        return self._core.generation
+
+    async def _reinitialize(self, generation: int) -> None:
+        async with self._init_lock:
+            self._core.forget_session(generation)
+        await self.initialize()
+
+    async def _send(self, method: str, params: dict[str, Any], *, timeout: float | None,
+                    on_progress: ProgressCallback | None, generation: int | None = None) -> Any:
+        """One call with the retry policy of §12.2, all within one deadline."""
+        deadline = self._core.deadline(timeout)
+        token = self._core.watch_progress(on_progress) if on_progress is not None else None
+        state = self._core.retry_state(method, params)
+        try:
+            while True:
+                frame = self._core.frame(method, params, deadline, token)
+                response = await self._roundtrip(frame, deadline, token is not None)
+                try:
+                    return self._core.result_of(response)
+                except RCPError as err:
+                    if generation is not None and state.reinitialize(err):
+                        await self._reinitialize(generation)
+                        generation = self._core.generation
+                        continue
+                    delay = state.delay(err)
+                    if delay is None or not self._core.fits(deadline, delay):
+                        raise
+                    log.info("%s failed with %s; retrying in %.2fs", method, err.code, delay)
+                    await asyncio.sleep(delay)
+        finally:
+            self._core.unwatch_progress(token)
+
+    async def _roundtrip(self, message: Message, deadline: float | None, progress: bool) -> Any:
+        """Send ``message`` and await its response within the deadline."""
+        remaining = self._core.remaining(deadline)
+        scope = asyncio.timeout(remaining)
+        try:
+            async with scope:
+                return await self.transport.request(message, timeout=remaining, progress=progress)
+        except TimeoutError:
+            if not scope.expired():
+                raise
+            await self._abandon(message)
+            raise ClientTimeout("no response before the deadline") from None
+        except asyncio.CancelledError:
+            # Shielded: a second cancel must not stop the server from hearing about the first.
+            await asyncio.shield(self._abandon(message))
+            raise
+
+    async def _abandon(self, message: Message) -> None:
+        """Tell the server (§7.14); the transport already dropped the request (§13.1)."""
+        for frame in self._core.cancel_frames(message):
+            try:
+                await asyncio.wait_for(self.transport.notify(frame), CANCEL_NOTIFY_TIMEOUT)
+            except (RCPError, asyncio.TimeoutError) as exc:
+                log.debug("could not send %s: %s", frame["method"], exc)

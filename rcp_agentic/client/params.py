@@ -1,0 +1,85 @@
+"""The params object of each method, from Python names (snake_case) to wire names (camelCase, §7).
+
+Only option *names* are converted, never user data: filter field names, document
+``meta`` and ``_meta`` keys travel untouched. ``None`` means "absent" and is
+omitted (§4.6).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+# The retrieve params of §7.7 beyond query/k (wire names).
+RETRIEVE_OPTIONS = frozenset({
+    "mode", "modality", "candidateK", "fusion", "rerank", "mmr", "rewrite", "filter", "minScore",
+    "recency", "unit", "level", "tokenBudget", "sessionId", "includeText", "includeVectors",
+    "seed", "indexVersion", "strict", "cursor", "_meta",
+})
+# Option objects whose own keys are option names too (fusion.rrf_k → rrfK, rerank.top_n → topN).
+_NESTED = frozenset({"fusion", "rerank", "mmr", "recency"})
+
+
+def camel(name: str) -> str:
+    """``token_budget`` → ``tokenBudget``; wire names, ``_meta`` and ``x-…`` pass unchanged."""
+    if name.startswith(("_", "x-")) or "_" not in name:
+        return name
+    head, *rest = name.split("_")
+    return head + "".join(part[:1].upper() + part[1:] for part in rest)
+
+
+def wire_options(method: str, options: Mapping[str, Any],
+                 known: frozenset[str] | None = None) -> dict[str, Any]:
+    """``options`` under wire names; TypeError for a name outside ``known`` (and not ``x-…``)."""
+    out: dict[str, Any] = {}
+    for name, value in options.items():
+        key = camel(name)
+        if known is not None and key not in known and not key.startswith("x-"):
+            raise TypeError(f"{method}() got an unknown option {name!r}")
+        if key in out:
+            raise TypeError(f"{method}() got option {key!r} twice")
+        if value is None:
+            continue
+        if key in _NESTED and isinstance(value, Mapping):
+            value = {camel(k): v for k, v in value.items()}
+        out[key] = value
+    return out
+
+
+def _present(**params: Any) -> dict[str, Any]:
+    return {k: v for k, v in params.items() if v is not None}
+
+
+def retrieve_params(query: Any, k: int, options: Mapping[str, Any]) -> dict[str, Any]:
+    """``retrieve`` (§7.7)."""
+    return {"query": query, "k": k, **wire_options("retrieve", options, RETRIEVE_OPTIONS)}
+
+
+def embed_params(inputs: Sequence[Any], kind: str | None, encoding: str) -> dict[str, Any]:
+    """``embed`` (§7.3); ``json`` is the default encoding and is left implicit."""
+    return _present(inputs=list(inputs), kind=kind,
+                    encoding=None if encoding == "json" else encoding)
+
+
+def rerank_params(query: Any, passages: Sequence[Any], top_n: int | None,
+                  method: str | None) -> dict[str, Any]:
+    """``rerank`` (§7.6)."""
+    return _present(query=query, passages=list(passages), topN=top_n, method=method)
+
+
+def index_add_params(documents: Iterable[Mapping[str, Any]], chunk: bool | None,
+                     contextual: bool | None) -> dict[str, Any]:
+    """``index/add`` (§7.10); documents are sent as given (``meta`` is user data)."""
+    return _present(documents=[dict(d) for d in documents], chunk=chunk, contextual=contextual)
+
+
+def index_delete_params(ids: Iterable[str]) -> dict[str, Any]:
+    """``index/delete`` (§7.11)."""
+    return {"ids": list(ids)}
+
+
+def feedback_params(signals: Iterable[Mapping[str, Any]], session_id: str | None,
+                    query: str | None) -> dict[str, Any]:
+    """``feedback`` (§7.16); signal keys may be snake_case (``hit_id`` → ``hitId``)."""
+    return _present(signals=[{camel(k): v for k, v in s.items()} for s in signals],
+                    sessionId=session_id, query=query)

@@ -1,0 +1,319 @@
+"""The synchronous client, :class:`RCPClient`, over any :class:`~.transport.Transport`."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import threading
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from concurrent import futures
+from typing import TYPE_CHECKING, Any
+
+from .cancel import CancelToken
+from .core import ClientCore, ProgressCallback
+from .errors import Cancelled, ClientTimeout, RCPError, TransportError
+from .params import (
+    embed_params,
+    feedback_params,
+    index_add_params,
+    index_delete_params,
+    rerank_params,
+    retrieve_params,
+)
+from .retry import RetryPolicy
+from .transport import Message, Transport, settle
+from .vectors import decode_vectors
+
+if TYPE_CHECKING:
+    import httpx
+    from typing_extensions import Self
+
+    from ..engine import Engine
+    from ..protocol.dispatcher import Dispatcher
+
+log = logging.getLogger("rcp_agentic.client")
+
+DEFAULT_TIMEOUT = 60.0
+
+
+def default_stdio_command(engine: str | os.PathLike[str] | None = None) -> list[str]:
+    """``python -m rcp_agentic.cli serve --stdio [--engine DIR]``."""
+    command = [sys.executable, "-m", "rcp_agentic.cli", "serve", "--stdio"]
+    return command + ["--engine", os.fspath(engine)] if engine is not None else command
+
+
+class RCPClient:
+    """A synchronous RCP/1 client: one interface over in-process, stdio and HTTP transports.
+
+    Build one with :meth:`in_process`, :meth:`stdio` or :meth:`http`, use it as a
+    context manager (or call :meth:`close`). ``initialize`` is sent on first use;
+    every call is then gated on the cached capabilities before anything is sent.
+    Results are the plain wire ``result`` dicts; failures raise
+    :class:`~rcp_agentic.errors.RCPError` subclasses (wire errors by code, plus
+    :class:`ClientTimeout` and :class:`TransportError`). Safe to share between threads.
+
+    Every call takes ``timeout`` (seconds; None: the client default, ``math.inf``:
+    none), which bounds the whole call including retries and travels as
+    ``_meta.deadlineMs``, and ``cancel``, a :class:`CancelToken` another thread
+    may trigger. Progress callbacks run on a transport thread: keep them short.
+    """
+
+    def __init__(self, transport: Transport, *, timeout: float | None = DEFAULT_TIMEOUT,
+                 max_retries: int = 3, retry: RetryPolicy | None = None, strict: bool = True,
+                 client_name: str | None = None) -> None:
+        self.transport = transport
+        self._core = ClientCore(timeout=timeout, strict=strict,
+                                retry=retry or RetryPolicy(max_retries=max_retries),
+                                **({"client_name": client_name} if client_name else {}))
+        transport.on_notification = self._core.on_notification
+        self._init_lock = threading.Lock()
+        self._closed = False
+
+    # --- construction -------------------------------------------------------------------
+
+    @classmethod
+    def in_process(cls, engine: Engine | Dispatcher, **options: Any) -> RCPClient:
+        """A client calling ``engine`` (or a ready Dispatcher) in this process, as the wire would."""
+        from .transport_inprocess import InProcessTransport
+
+        return cls(InProcessTransport(engine), **options)
+
+    @classmethod
+    def stdio(cls, command: Sequence[str] | None = None, *,
+              engine: str | os.PathLike[str] | None = None, env: Mapping[str, str] | None = None,
+              cwd: str | None = None, **options: Any) -> RCPClient:
+        """Spawn an RCP server (default: ``rcp-agentic serve --stdio --engine ENGINE``) and talk NDJSON."""
+        from .transport_stdio import StdioTransport
+
+        return cls(StdioTransport(command or default_stdio_command(engine), env=env, cwd=cwd),
+                   **options)
+
+    @classmethod
+    def http(cls, url: str, token: str | None = None, *,
+             headers: Mapping[str, str] | None = None, http_client: httpx.Client | None = None,
+             session: str | bool = True, **options: Any) -> RCPClient:
+        """Talk to ``url`` (``http://host:port`` means base ``/rcp``), with an optional bearer token.
+
+        ``session``: the ``RCP-Session`` name sent (True: a random one; False: none).
+        """
+        from .transport_http import HttpTransport
+
+        return cls(HttpTransport(url, token=token, headers=headers, client=http_client,
+                                 session=session), **options)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close the transport (a stdio server gets EOF, an implicit shutdown)."""
+        if not self._closed:
+            self._closed = True
+            self.transport.close()
+
+    # --- session ------------------------------------------------------------------------
+
+    def initialize(self) -> dict[str, Any]:
+        """Send ``initialize`` unless done; returns the cached result (version and capabilities).
+
+        A negotiated version this client cannot speak closes the client and raises
+        VersionMismatch (§7.1).
+        """
+        with self._init_lock:
+            if self._core.server is None:
+                result = self._send("initialize", self._core.initialize_params(), timeout=None,
+                                    cancel=None, on_progress=None)
+                try:
+                    self._core.accept_initialize(result)
+                except RCPError:
+                    self.close()
+                    raise
+                self.transport.on_initialized(result)
+            return self._core.server  # type: ignore[return-value]
+
+    connect = initialize
+
+    @property
+    def server(self) -> dict[str, Any] | None:
+        """The ``initialize`` result (None until it has run)."""
+        return self._core.server
+
+    @property
+    def capabilities(self) -> dict[str, Any]:
+        """The capabilities cached from ``initialize`` ({} until it has run; fixed, §13.2)."""
+        return self._core.capabilities
+
+    def info(self, *, timeout: float | None = None) -> dict[str, Any]:
+        """``info`` (§7.2): identity and capabilities."""
+        return self.call("info", {}, timeout=timeout)
+
+    def ping(self, nonce: str | int | None = None, *, timeout: float | None = None) -> dict[str, Any]:
+        """``ping`` (§7.15); the server echoes ``nonce``."""
+        return self.call("ping", {} if nonce is None else {"nonce": nonce}, timeout=timeout)
+
+    # --- methods ------------------------------------------------------------------------
+
+    def retrieve(self, query: Any, k: int = 10, *, timeout: float | None = None,
+                 cancel: CancelToken | None = None, on_progress: ProgressCallback | None = None,
+                 strict: bool | None = None, **options: Any) -> dict[str, Any]:
+        """``retrieve`` (§7.7): ``{"hits": [...], "usage": ..., ...}``.
+
+        ``options`` are the RCP retrieve params, snake_case or camelCase
+        (``token_budget``, ``session_id``, ``min_score``, ``candidate_k``,
+        ``index_version``, ``include_text``, ``mode``, ``unit``, ``filter``,
+        ``fusion``, ``rerank``, ``mmr``, ``cursor``, …). ``k`` above ``maxK`` is
+        clamped; an unadvertised option raises OptionUnsupported before sending
+        unless ``strict=False`` (then the server may degrade, noting it in
+        ``usage.notes``). ``on_progress(params)`` gets each progress notification.
+        """
+        return self.call("retrieve", retrieve_params(query, k, options), timeout=timeout,
+                         cancel=cancel, on_progress=on_progress, strict=strict)
+
+    def embed(self, inputs: Sequence[Any], *, kind: str | None = None, encoding: str = "json",
+              as_numpy: bool = False, timeout: float | None = None,
+              cancel: CancelToken | None = None, strict: bool | None = None) -> dict[str, Any]:
+        """``embed`` (§7.3): ``{"vectors": ..., "dimension": ...}``, vectors decoded.
+
+        ``kind`` is ``"query"`` or ``"document"``; ``encoding="f32-base64"`` (when
+        advertised) is the compact transfer; ``as_numpy`` returns one float32 matrix.
+        """
+        result = self.call("embed", embed_params(inputs, kind, encoding), timeout=timeout,
+                           cancel=cancel, strict=strict)
+        return decode_vectors(result, as_numpy=as_numpy)
+
+    def rerank(self, query: Any, passages: Sequence[Any], *, top_n: int | None = None,
+               method: str | None = None, timeout: float | None = None,
+               cancel: CancelToken | None = None, strict: bool | None = None) -> dict[str, Any]:
+        """``rerank`` (§7.6): ``{"scores": [...], "order": [...]}``; ``scores[i]`` is ``passages[i]``'s."""
+        return self.call("rerank", rerank_params(query, passages, top_n, method), timeout=timeout,
+                         cancel=cancel, strict=strict)
+
+    def index_add(self, documents: Iterable[Mapping[str, Any]], *, chunk: bool | None = None,
+                  contextual: bool | None = None, timeout: float | None = None,
+                  cancel: CancelToken | None = None, on_progress: ProgressCallback | None = None,
+                  strict: bool | None = None) -> dict[str, Any]:
+        """``index/add`` (§7.10) of ``{"id"?, "text", "meta"?}`` documents: ``{"ids": [...]}``.
+
+        Give documents explicit ids: only then is a retry after a failure harmless.
+        """
+        return self.call("index/add", index_add_params(documents, chunk, contextual),
+                         timeout=timeout, cancel=cancel, on_progress=on_progress, strict=strict)
+
+    def index_delete(self, ids: Iterable[str], *, timeout: float | None = None,
+                     cancel: CancelToken | None = None) -> dict[str, Any]:
+        """``index/delete`` (§7.11): ``{"deleted": n}`` (absent ids are not an error)."""
+        return self.call("index/delete", index_delete_params(ids), timeout=timeout, cancel=cancel)
+
+    def feedback(self, signals: Iterable[Mapping[str, Any]], *, session_id: str | None = None,
+                 query: str | None = None, timeout: float | None = None,
+                 cancel: CancelToken | None = None) -> dict[str, Any]:
+        """``feedback`` (§7.16) signals (``{"hit_id"|"hitId", "used"?, "reward"?, ...}``): ``{"accepted": n}``."""
+        return self.call("feedback", feedback_params(signals, session_id, query), timeout=timeout,
+                         cancel=cancel)
+
+    def call(self, method: str, params: Mapping[str, Any] | None = None, *,
+             timeout: float | None = None, cancel: CancelToken | None = None,
+             on_progress: ProgressCallback | None = None, strict: bool | None = None) -> Any:
+        """Any method with wire-named ``params``: gated, retried per §12.2, its ``result`` returned."""
+        generation = self._session_generation()
+        prepared = self._core.prepare(method, params or {}, strict)
+        return self._send(method, prepared, timeout=timeout, cancel=cancel,
+                          on_progress=on_progress, generation=generation)
+
+    def batch(self, calls: Sequence[tuple[str, Mapping[str, Any] | None]], *,
+              timeout: float | None = None, cancel: CancelToken | None = None,
+              strict: bool | None = None) -> list[Any]:
+        """Send ``(method, params)`` calls as one JSON-RPC batch (§11), without retries.
+
+        Returns one entry per call, in order: its result, or the RCPError it failed
+        with (not raised; a refusal of the whole batch is raised).
+        """
+        self._session_generation()
+        prepared = [(m, self._core.prepare(m, p or {}, strict)) for m, p in calls]
+        if not prepared:
+            return []
+        deadline = self._core.deadline(timeout)
+        frames = [self._core.frame(m, p, deadline) for m, p in prepared]
+        return self._core.batch_results(frames, self._roundtrip(frames, deadline, cancel, False))
+
+    # --- plumbing -----------------------------------------------------------------------
+
+    def _session_generation(self) -> int:
+        if self._closed:
+            raise TransportError("the client is closed")
+        self.initialize()
+        return self._core.generation
+
+    def _reinitialize(self, generation: int) -> None:
+        with self._init_lock:
+            self._core.forget_session(generation)
+        self.initialize()
+
+    def _send(self, method: str, params: dict[str, Any], *, timeout: float | None,
+              cancel: CancelToken | None, on_progress: ProgressCallback | None,
+              generation: int | None = None) -> Any:
+        """One call with the retry policy of §12.2, all within one deadline."""
+        deadline = self._core.deadline(timeout)
+        token = self._core.watch_progress(on_progress) if on_progress is not None else None
+        state = self._core.retry_state(method, params)
+        try:
+            while True:
+                frame = self._core.frame(method, params, deadline, token)
+                response = self._roundtrip(frame, deadline, cancel, token is not None)
+                try:
+                    return self._core.result_of(response)
+                except RCPError as err:
+                    if generation is not None and state.reinitialize(err):
+                        self._reinitialize(generation)
+                        generation = self._core.generation
+                        continue
+                    delay = state.delay(err)
+                    if delay is None or not self._core.fits(deadline, delay):
+                        raise
+                    log.info("%s failed with %s; retrying in %.2fs", method, err.code, delay)
+                    if cancel is not None:
+                        if cancel.wait(delay):
+                            raise Cancelled(f"{method} was cancelled by the caller") from err
+                    else:
+                        time.sleep(delay)
+        finally:
+            self._core.unwatch_progress(token)
+
+    def _roundtrip(self, message: Message, deadline: float | None, cancel: CancelToken | None,
+                   progress: bool) -> Any:
+        """Send ``message`` and wait for its response, the deadline, or the cancel token."""
+        remaining = self._core.remaining(deadline)
+        if cancel is not None and cancel.cancelled:
+            raise Cancelled("cancelled before the request was sent")
+        future = self.transport.submit(message, timeout=remaining, progress=progress)
+        unsubscribe = None
+        if cancel is not None:
+            unsubscribe = cancel.subscribe(lambda: settle(future, exc=Cancelled(
+                "cancelled by the caller" + (f": {cancel.reason}" if cancel.reason else ""))))
+        try:
+            done, _ = futures.wait([future], timeout=remaining)
+            if not done:
+                settle(future, exc=ClientTimeout("no response before the deadline"))
+            exc = future.exception()
+            if isinstance(exc, (Cancelled, ClientTimeout)):  # set locally, never by a transport
+                self._abandon(message)
+                raise exc
+            if exc is not None:
+                raise exc
+            return future.result()
+        finally:
+            if unsubscribe is not None:
+                unsubscribe()
+
+    def _abandon(self, message: Message) -> None:
+        """Stop waiting and tell the server (§7.14); its late answer is discarded (§13.1)."""
+        self.transport.abandon(message)
+        for frame in self._core.cancel_frames(message):
+            try:
+                self.transport.notify(frame)
+            except RCPError as exc:  # best effort: the transport may be the thing that failed
+                log.debug("could not send %s: %s", frame["method"], exc)

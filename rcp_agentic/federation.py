@@ -1,0 +1,625 @@
+"""Federation (RCP §16): one ``retrieve`` fanned out to every reachable engine, fused into one list.
+
+>>> with Federation.from_registry("rcp.json", deadline=5.0) as fed:     # doctest: +SKIP
+...     fed.retrieve("what is reciprocal rank fusion?", k=5)["hits"]
+
+Engines are RCP clients, ``rcp.json`` entries (:class:`~rcp_agentic.client.registry.EngineSpec`)
+or in-process :class:`~rcp_agentic.Engine` s. Each engine advertising ``retrieve`` is
+asked for ``overfetch·k`` hits concurrently (threads for :meth:`Federation.retrieve`,
+asyncio for :meth:`Federation.aretrieve`) within one deadline. Failures and timeouts
+of non-required engines degrade the result (``usage.notes``, ``_meta.degraded``);
+a ``required`` engine's failure is raised as its own error; nothing answering
+raises ``BackendUnavailable`` (§16.2). Hits are fused by weighted RRF (default),
+weighted min-max or floor-anchored convex scores, deduplicated by id (or
+``citation.uri``) and tagged with their origin (§16.3). ``_meta.federation``
+carries the hop budget and path downstream (loop detection) and each engine's
+client sends the remaining deadline as ``_meta.deadlineMs``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import FIRST_COMPLETED, Future, wait
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from .client import AsyncRCPClient, RCPClient
+from .client.errors import (
+    BackendUnavailable,
+    CapabilityMissing,
+    InternalError,
+    InvalidParams,
+    OptionUnsupported,
+    RCPError,
+    Timeout,
+)
+from .client.gating import DEFAULT_UNITS, check_options
+from .client.params import RETRIEVE_OPTIONS, wire_options
+from .client.registry import EngineSpec, Registry, load_registry
+from .engine import Engine
+from .pipeline import fusion as fusion_fns
+
+if TYPE_CHECKING:
+    import os
+
+    from typing_extensions import Self
+
+FUSIONS = ("rrf", "weighted", "convex")
+DEDUP = ("id", "uri")
+# Options meaningless across engines: cursors and snapshot tokens live in one engine's id space.
+NOT_FEDERATED = ("cursor", "indexVersion")
+RESERVE = 0.05  # seconds kept back from each engine's deadline for fusion (§16.2)
+
+
+@dataclass
+class _Member:
+    id: str
+    source: Any  # RCPClient | AsyncRCPClient | EngineSpec | Engine
+    weight: float = 1.0
+    required: bool = False
+    sync: RCPClient | None = None  # given or opened
+    owned: bool = False
+
+
+@dataclass
+class _Plan:
+    query: Any
+    k: int
+    n: int
+    options: dict[str, Any]
+    strict: bool | None
+    dedup: str
+    start: float
+    deadline: float
+    meta: dict[str, Any]
+    members: list[_Member]
+    skipped: dict[str, str] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass
+class _Outcome:
+    id: str
+    result: dict[str, Any] | None = None
+    error: RCPError | None = None
+    skipped: str | None = None
+    latency_ms: float | None = None
+    notes: list[str] = field(default_factory=list)
+    caps: Mapping[str, Any] = field(default_factory=dict)
+
+
+def _as_rcp(exc: BaseException) -> RCPError:
+    return exc if isinstance(exc, RCPError) else InternalError(f"{type(exc).__name__}: {exc}")
+
+
+def _spawn(fn: Callable[..., _Outcome], *args: Any) -> Future[_Outcome]:
+    """Run ``fn(*args)`` in a daemon thread: an engine stuck past the deadline never blocks exit."""
+    future: Future[_Outcome] = Future()
+
+    def run() -> None:
+        try:
+            future.set_result(fn(*args))
+        except BaseException as exc:  # noqa: BLE001 - the caller gets it from the future
+            future.set_exception(exc)
+
+    threading.Thread(target=run, name="rcp-federation", daemon=True).start()
+    return future
+
+
+class Federation:
+    """A facade over several RCP engines: concurrent fan-out, partial failure, fusion (§16).
+
+    ``engines`` maps a client-local id to an RCPClient, AsyncRCPClient, EngineSpec
+    or Engine (or is a loaded Registry). ``deadline`` bounds every query (seconds);
+    ``fusion`` is ``"rrf"`` (weights from the registry or ``weights``), ``"weighted"``
+    (min-max) or ``"convex"`` (floor-anchored; falls back to RRF unless every
+    answering engine advertises ``retrieve.scoreFloor``). ``depth`` is the hop budget
+    sent downstream; ``identity`` names this federation in ``_meta.federation.path``;
+    ``local`` is the engine that is this aggregator's own index (asked even when the
+    hop budget is spent). Clients it opens it also closes.
+    """
+
+    def __init__(self, engines: Mapping[str, Any] | Registry, *, deadline: float = 10.0,
+                 fusion: str = "rrf", rrf_k: int = 60, depth: int = 3, overfetch: int = 2,
+                 dedup: str = "id", weights: Mapping[str, float] | None = None,
+                 required: Iterable[str] | None = None, identity: str | None = None,
+                 local: str | None = None, client_options: Mapping[str, Any] | None = None) -> None:
+        if fusion not in FUSIONS:
+            raise ValueError(f"fusion must be one of {FUSIONS}, not {fusion!r}")
+        if dedup not in DEDUP:
+            raise ValueError(f"dedup must be one of {DEDUP}, not {dedup!r}")
+        if deadline <= 0 or rrf_k < 0 or depth < 0 or overfetch < 1:
+            raise ValueError("need deadline > 0, rrf_k >= 0, depth >= 0 and overfetch >= 1")
+        weights, required = dict(weights or {}), set(required or ())
+        self._members: dict[str, _Member] = {}
+        for id_, source in engines.items():
+            if not isinstance(source, (RCPClient, AsyncRCPClient, EngineSpec, Engine)):
+                raise TypeError(f"engine {id_!r}: expected an RCPClient, AsyncRCPClient, "
+                                f"EngineSpec or Engine, not {type(source).__name__}")
+            spec = source if isinstance(source, EngineSpec) else None
+            self._members[id_] = _Member(
+                id_, source, float(weights.get(id_, spec.weight if spec else 1.0)),
+                id_ in required or bool(spec and spec.required),
+                source if isinstance(source, RCPClient) else None)
+        unknown = (set(weights) | required | ({local} if local else set())) - set(self._members)
+        if unknown:
+            raise ValueError(f"no engine(s) {sorted(unknown)} in this federation")
+        self.deadline, self.fusion, self.rrf_k = float(deadline), fusion, rrf_k
+        self.depth, self.overfetch, self.dedup, self.local = depth, overfetch, dedup, local
+        self.identity = identity or f"federation-{uuid.uuid4().hex[:12]}"
+        self.client_options = dict(client_options or {})
+        self._lock = threading.Lock()
+        self._async: dict[asyncio.AbstractEventLoop, dict[str, AsyncRCPClient]] = {}
+        self._tasks: set[asyncio.Task[Any]] = set()
+
+    @classmethod
+    def from_registry(cls, source: str | os.PathLike[str] | Mapping[str, Any],
+                      **kwargs: Any) -> Federation:
+        """A federation over every engine of an ``rcp.json`` (path or parsed mapping)."""
+        return cls(load_registry(source), **kwargs)
+
+    @property
+    def engines(self) -> tuple[str, ...]:
+        """The engine ids, in registry order."""
+        return tuple(self._members)
+
+    # --- clients --------------------------------------------------------------------------
+
+    def _sync_client(self, m: _Member) -> RCPClient:
+        with self._lock:
+            if m.sync is None:
+                if isinstance(m.source, AsyncRCPClient):
+                    raise TypeError(f"engine {m.id!r} is an AsyncRCPClient: use aretrieve")
+                m.sync = (m.source.connect(**self.client_options)
+                          if isinstance(m.source, EngineSpec)
+                          else RCPClient.in_process(m.source, **self.client_options))
+                m.owned = True
+            return m.sync
+
+    def _async_client(self, m: _Member) -> AsyncRCPClient | None:
+        """This loop's async client for ``m`` (None: a given sync client, run in a thread)."""
+        if isinstance(m.source, AsyncRCPClient):
+            return m.source
+        if isinstance(m.source, RCPClient):
+            return None
+        loop = asyncio.get_running_loop()
+        with self._lock:
+            for old in [lp for lp in self._async if lp.is_closed()]:
+                del self._async[old]  # its clients died with it (subprocesses are reaped)
+            clients = self._async.setdefault(loop, {})
+            if m.id not in clients:
+                clients[m.id] = (m.source.connect_async(**self.client_options)
+                                 if isinstance(m.source, EngineSpec)
+                                 else AsyncRCPClient.in_process(m.source, **self.client_options))
+            return clients[m.id]
+
+    def connect(self) -> dict[str, RCPError]:
+        """Initialize every engine now (each within its client's timeout); the failures by id."""
+        return {id_: o.error for id_, o in self._init_all().items() if o.error}
+
+    async def aconnect(self) -> dict[str, RCPError]:
+        """The asyncio :meth:`connect`, for this event loop's clients."""
+        return {id_: o.error for id_, o in (await self._ainit_all()).items() if o.error}
+
+    def _init_all(self) -> dict[str, _Outcome]:
+        futures = {m.id: _spawn(self._ask_sync, m, None) for m in self._members.values()}
+        return {id_: f.result() for id_, f in futures.items()}
+
+    async def _ainit_all(self) -> dict[str, _Outcome]:
+        outcomes = await asyncio.gather(*(self._ask_async(m, None)
+                                          for m in self._members.values()))
+        return {o.id: o for o in outcomes}
+
+    def close(self) -> None:
+        """Close the clients this federation opened (not the ones it was given)."""
+        for m in self._members.values():
+            if m.owned and m.sync is not None:
+                m.sync.close()
+                m.sync, m.owned = None, False
+        with self._lock:
+            loops, self._async = self._async, {}
+        for loop, clients in loops.items():
+            if not loop.is_closed() and not loop.is_running():
+                loop.run_until_complete(asyncio.gather(*(c.close() for c in clients.values())))
+
+    async def aclose(self) -> None:
+        """Close this loop's async clients, then (in a thread) everything else we opened."""
+        with self._lock:
+            clients = self._async.pop(asyncio.get_running_loop(), {})
+        await asyncio.gather(*(c.close() for c in clients.values()))
+        await asyncio.to_thread(self.close)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    # --- capabilities (§16.4) -------------------------------------------------------------
+
+    @property
+    def capabilities(self) -> dict[str, Any]:
+        """``{"union", "intersection", "engines", "unavailable"}`` over the reachable engines.
+
+        Initializes engines not yet connected. ``union``/``intersection`` hold the
+        top-level capability keys (``{}`` values) and ``retrieve.modes``/``units``.
+        """
+        return _combine(self._init_all())
+
+    async def acapabilities(self) -> dict[str, Any]:
+        """The asyncio :attr:`capabilities`."""
+        return _combine(await self._ainit_all())
+
+    # --- retrieve -------------------------------------------------------------------------
+
+    def retrieve(self, query: Any, k: int = 10, *, timeout: float | None = None,
+                 dedup: str | None = None, strict: bool | None = None,
+                 **options: Any) -> dict[str, Any]:
+        """Federated ``retrieve``: ``{"hits", "usage", "_meta"}`` shaped like one engine's result.
+
+        ``options`` are RCP retrieve params (snake_case or camelCase) sent to every
+        engine; an engine not advertising one gets it with ``strict=false`` (noted),
+        except ``filter``, which an engine that cannot filter is skipped for.
+        ``strict=True`` skips every engine that cannot honour all options. ``timeout``
+        overrides the federation deadline; ``_meta`` may carry an incoming
+        ``federation``/``deadlineMs`` when this federation serves an aggregator.
+        """
+        plan = self._plan(query, k, timeout, dedup, strict, options)
+        futures = {_spawn(self._ask_sync, m, plan): m for m in plan.members}
+        outcomes: dict[str, _Outcome] = {}
+        pending = set(futures)
+        while pending and (left := plan.deadline - time.monotonic()) > 0:
+            done, pending = wait(pending, timeout=left, return_when=FIRST_COMPLETED)
+            for f in done:
+                outcomes[futures[f].id] = self._checked(futures[f], f.result())
+        for f in pending:
+            outcomes[futures[f].id] = self._checked(futures[f], self._late(futures[f], plan))
+        return self._finish(plan, outcomes)
+
+    async def aretrieve(self, query: Any, k: int = 10, *, timeout: float | None = None,
+                        dedup: str | None = None, strict: bool | None = None,
+                        **options: Any) -> dict[str, Any]:
+        """The asyncio :meth:`retrieve` (``asyncio`` tasks over AsyncRCPClients)."""
+        plan = self._plan(query, k, timeout, dedup, strict, options)
+        tasks = {asyncio.create_task(self._ask_async(m, plan)): m for m in plan.members}
+        outcomes: dict[str, _Outcome] = {}
+        pending = set(tasks)
+        try:
+            while pending and (left := plan.deadline - time.monotonic()) > 0:
+                done, pending = await asyncio.wait(pending, timeout=left,
+                                                   return_when=asyncio.FIRST_COMPLETED)
+                for t in done:
+                    outcomes[tasks[t].id] = self._checked(tasks[t], t.result())
+            for t in pending:
+                outcomes[tasks[t].id] = self._checked(tasks[t], self._late(tasks[t], plan))
+        finally:
+            for t in pending:  # cancelling sends notifications/cancel (§7.14); don't wait for it
+                t.cancel()
+                self._tasks.add(t)
+                t.add_done_callback(self._tasks.discard)
+        return self._finish(plan, outcomes)
+
+    def _plan(self, query: Any, k: int, timeout: float | None, dedup: str | None,
+              strict: bool | None, options: Mapping[str, Any]) -> _Plan:
+        """Validate the call, apply loop detection and the deadline: who is asked, with what."""
+        start = time.monotonic()
+        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+            raise InvalidParams("k must be a positive integer", field="k")
+        dedup = dedup or self.dedup
+        if dedup not in DEDUP:
+            raise InvalidParams(f"dedup must be one of {DEDUP}", field="dedup")
+        wire = wire_options("retrieve", options, RETRIEVE_OPTIONS)
+        wire.pop("strict", None)
+        for name in NOT_FEDERATED:
+            if name in wire:
+                raise OptionUnsupported(f"{name} is per engine and cannot be federated",
+                                        option=name)
+        incoming = wire.pop("_meta", None) or {}
+        if not isinstance(incoming, Mapping):
+            raise InvalidParams("_meta must be an object", field="_meta")
+        seconds = self.deadline if timeout is None else timeout
+        if isinstance(incoming.get("deadlineMs"), (int, float)):
+            seconds = min(seconds, incoming["deadlineMs"] / 1000.0)
+        fed = incoming.get("federation") if isinstance(incoming.get("federation"), Mapping) \
+            else None
+        depth, path = self.depth, []
+        if fed is not None:  # we are an aggregator forwarding (§16.2)
+            hops = fed.get("depth")
+            depth = hops if isinstance(hops, int) and not isinstance(hops, bool) else self.depth
+            path = [str(p) for p in fed.get("path") or ()]
+        plan = _Plan(query, k, self.overfetch * k, wire, strict, dedup, start, start + seconds,
+                     {"federation": {"depth": self.depth, "path": []}}, [])
+        halt = None
+        if fed is not None:
+            plan.meta = {"federation": {"depth": max(0, depth - 1),
+                                        "path": [*path, self.identity]}}
+            if depth <= 0:
+                halt = "hop budget exhausted (_meta.federation.depth 0)"
+            elif self.identity in path:
+                halt = f"cycle: {self.identity!r} is already in the federation path"
+            if halt:
+                plan.notes.append(f"{halt}: not forwarding")
+        for m in self._members.values():
+            if m.id in path:
+                plan.skipped[m.id] = "cycle: already in the federation path"
+            elif halt and m.id != self.local:
+                plan.skipped[m.id] = f"not forwarded ({halt})"
+            else:
+                plan.members.append(m)
+        return plan
+
+    def _engine_timeout(self, plan: _Plan) -> float:
+        left = plan.deadline - time.monotonic()
+        return max(0.001, left - min(RESERVE, left * 0.1))  # strictly less downstream
+
+    def _gate(self, m: _Member, caps: Mapping[str, Any], plan: _Plan | None,
+              t0: float) -> _Outcome | tuple[dict[str, Any], bool | None, list[str]]:
+        """How to ask one engine, by its capabilities: (options, strict, notes) or an outcome.
+
+        ``plan`` None means initialize only. An engine that cannot honour an option
+        gets it with strict=false, unless the caller asked strict=True or the option is
+        ``filter`` (its hits would break the caller's constraint): then it is skipped.
+        """
+        if plan is None:
+            return _Outcome(m.id, caps=caps)
+        unsupported = []
+        for name, value in plan.options.items():
+            try:
+                check_options("retrieve", {name: value}, caps)
+            except OptionUnsupported:
+                unsupported.append(name)
+        names = ", ".join(unsupported)
+        skip = ("does not advertise retrieve" if "retrieve" not in caps
+                else f"cannot honour {names} (strict)" if unsupported and plan.strict
+                else "cannot apply the filter" if "filter" in unsupported else None)
+        if skip and not m.required:
+            return _Outcome(m.id, skipped=skip, caps=caps)
+        if skip:  # "required" means the query needs this engine: skipping it is a failure
+            cls = CapabilityMissing if "retrieve" not in caps else OptionUnsupported
+            return _Outcome(m.id, error=cls(f"required engine {m.id!r} {skip}"), caps=caps,
+                            latency_ms=_ms(t0))
+        opts = {**plan.options, "_meta": plan.meta}
+        if not unsupported:
+            return opts, plan.strict, []
+        return opts, False, [f"engine {m.id!r}: sent with strict=false ({names} not advertised)"]
+
+    def _ask_sync(self, m: _Member, plan: _Plan | None) -> _Outcome:
+        """Initialize ``m`` and (with a plan) ask it; every failure becomes the outcome."""
+        t0, caps = time.monotonic(), {}
+        try:
+            if plan is None and isinstance(m.source, AsyncRCPClient) and m.source.server:
+                return _Outcome(m.id, caps=m.source.capabilities)
+            client = self._sync_client(m)
+            client.initialize()
+            caps = client.capabilities
+            call = self._gate(m, caps, plan, t0)
+            if isinstance(call, _Outcome):
+                return call
+            assert plan is not None
+            opts, strict, notes = call
+            result = client.retrieve(plan.query, plan.n, timeout=self._engine_timeout(plan),
+                                     strict=strict, **opts)
+            return _answered(m.id, result, t0, notes, caps)
+        except Exception as exc:  # noqa: BLE001 - one engine's failure is data here (§16.2)
+            return _Outcome(m.id, error=_as_rcp(exc), caps=caps, latency_ms=_ms(t0))
+
+    async def _ask_async(self, m: _Member, plan: _Plan | None) -> _Outcome:
+        """The asyncio :meth:`_ask_sync`; a given sync client runs in a daemon thread."""
+        t0, caps = time.monotonic(), {}
+        try:
+            client = self._async_client(m)
+            if client is None:
+                return await asyncio.wrap_future(_spawn(self._ask_sync, m, plan))
+            await client.initialize()
+            caps = client.capabilities
+            call = self._gate(m, caps, plan, t0)
+            if isinstance(call, _Outcome):
+                return call
+            assert plan is not None
+            opts, strict, notes = call
+            result = await client.retrieve(plan.query, plan.n, strict=strict,
+                                           timeout=self._engine_timeout(plan), **opts)
+            return _answered(m.id, result, t0, notes, caps)
+        except Exception as exc:  # noqa: BLE001 - one engine's failure is data here (§16.2)
+            return _Outcome(m.id, error=_as_rcp(exc), caps=caps, latency_ms=_ms(t0))
+
+    def _late(self, m: _Member, plan: _Plan) -> _Outcome:
+        seconds = plan.deadline - plan.start
+        return _Outcome(m.id, error=Timeout(f"engine {m.id!r} did not answer within the "
+                                            f"federation deadline ({seconds:.3g} s)"),
+                        latency_ms=_ms(plan.start))
+
+    @staticmethod
+    def _checked(m: _Member, outcome: _Outcome) -> _Outcome:
+        """A required engine's failure fails the whole query with that engine's error (§16.2)."""
+        if m.required and outcome.error is not None:
+            outcome.error.data.setdefault("engine", m.id)
+            raise outcome.error
+        return outcome
+
+    def _finish(self, plan: _Plan, outcomes: dict[str, _Outcome]) -> dict[str, Any]:
+        notes, degraded = list(plan.notes), []
+        engines: dict[str, Any] = {}
+        for id_, reason in plan.skipped.items():
+            outcomes[id_] = _Outcome(id_, skipped=reason)
+        for id_ in self._members:
+            o = outcomes[id_]
+            if o.result is not None:
+                engines[id_] = {"hits": len(o.result["hits"]), "latencyMs": o.latency_ms}
+                notes += o.notes
+            elif o.error is not None:
+                engines[id_] = {"hits": 0, "latencyMs": o.latency_ms, "error": o.error.to_wire()}
+                kind = "timed out" if isinstance(o.error, Timeout) else "failed"
+                notes.append(f"engine {id_!r} {kind} ({o.error.code}): {o.error.message}")
+                degraded.append(id_)
+            else:
+                engines[id_] = {"hits": 0, "skipped": o.skipped}
+                notes.append(f"engine {id_!r} skipped: {o.skipped}")
+                if o.skipped != "does not advertise retrieve":
+                    degraded.append(id_)
+        answered = {id_: o for id_, o in outcomes.items() if o.result is not None}
+        if not answered:
+            errors = {i: o.error.to_wire() for i, o in outcomes.items() if o.error is not None}
+            if not errors and all(o.skipped == "does not advertise retrieve"
+                                  for o in outcomes.values()) and outcomes:
+                raise CapabilityMissing("no engine of the federation advertises retrieve")
+            raise BackendUnavailable("no engine answered: " + "; ".join(notes), engines=engines,
+                                     errors=errors or None)
+        hits, candidates, method = self._fuse(answered, plan, notes)
+        return {"hits": hits,
+                "usage": {"candidates": candidates,
+                          "latencyMs": _ms(plan.start),
+                          "notes": notes},
+                "_meta": {"degraded": degraded, "engines": engines, "fusion": method}}
+
+    # --- fusion (§16.3) -------------------------------------------------------------------
+
+    def _fuse(self, answered: dict[str, _Outcome], plan: _Plan,
+              notes: list[str]) -> tuple[list[dict[str, Any]], int, str]:
+        """Fused hits (top k), the number of distinct candidates, and the method used."""
+        weights = {id_: self._members[id_].weight for id_ in answered}
+        lists: dict[str, list[tuple[tuple[str, str], float]]] = {}
+        entries: dict[tuple[str, str], list[_Entry]] = {}
+        for id_ in self._members:  # registry order: a merge independent of arrival order
+            if id_ not in answered:
+                continue
+            lists[id_] = []
+            for hit in answered[id_].result["hits"]:  # type: ignore[index]
+                key = _key(hit, plan.dedup)
+                if any(e.engine == id_ for e in entries.get(key, ())):
+                    entries[key].append(_Entry(id_, 0, hit))  # same engine again: a body only
+                    continue
+                score = hit.get("score")
+                lists[id_].append((key, float(score) if _number(score) else math.nan))
+                entries.setdefault(key, []).append(_Entry(id_, len(lists[id_]), hit))
+        method = self.fusion
+        if method != "rrf" and any(math.isnan(s) for ranked in lists.values() for _k, s in ranked):
+            notes.append(f"fusion {method} needs numeric scores from every engine: used rrf")
+            method = "rrf"
+        floors = {id_: (answered[id_].caps.get("retrieve") or {}).get("scoreFloor")
+                  for id_ in lists}
+        if method == "convex" and not all(_number(f) for f in floors.values()):
+            missing = sorted(i for i, f in floors.items() if not _number(f))
+            notes.append(f"fusion convex needs retrieve.scoreFloor from every engine (missing: "
+                         f"{', '.join(missing)}): used rrf")
+            method = "rrf"
+        if method == "rrf":
+            fused = fusion_fns.rrf(lists, weights, self.rrf_k)
+        elif method == "weighted":
+            fused = fusion_fns.weighted(lists, weights)
+        else:
+            fused = _convex(lists, weights, floors)  # type: ignore[arg-type]
+        primary = {key: self._primary(es, weights) for key, es in entries.items()}
+        summed = {key: math.fsum(weights[e.engine] for e in es if e.rank)
+                  for key, es in entries.items()}
+        # §16.3: fused score, then summed weight, then the smaller stringified id.
+        order = sorted(fused, key=lambda kv: (-kv[1], -summed[kv[0]],
+                                              str(primary[kv[0]].hit.get("id"))))
+        hits = [_merge(entries[key], primary[key], score) for key, score in order[:plan.k]]
+        return hits, len(order), method
+
+    def _primary(self, entries: list[_Entry], weights: Mapping[str, float]) -> _Entry:
+        """The origin of a fused hit: the engine contributing most RRF mass (ties: registry order)."""
+        order = list(self._members)
+        return min((e for e in entries if e.rank),
+                   key=lambda e: (-weights[e.engine] / (self.rrf_k + e.rank),
+                                  order.index(e.engine)))
+
+
+@dataclass
+class _Entry:
+    engine: str
+    rank: int  # 1-based among the engine's distinct documents; 0: a duplicate, body only
+    hit: dict[str, Any]
+
+
+def _merge(entries: list[_Entry], primary: _Entry, score: float) -> dict[str, Any]:
+    """One fused hit: the richest body, merged meta, origin tags, the fused score (§16.3)."""
+    ranked = sorted((e for e in entries if e.rank), key=lambda e: e is not primary)
+    body = max([primary, *(e for e in entries if e is not primary)],
+               key=lambda e: (len(e.hit.get("text") or ""), len(e.hit.get("content") or [])))
+    hit = dict(body.hit)
+    meta: dict[str, Any] = {}
+    for e in reversed(ranked):  # the primary's values win conflicts
+        if isinstance(e.hit.get("meta"), dict):
+            meta.update(e.hit["meta"])
+    meta.update({"engine": primary.engine, "engineRank": primary.rank,
+                 "engineScore": primary.hit.get("score"),
+                 "engines": {e.engine: {"rank": e.rank, "score": e.hit.get("score")}
+                             for e in ranked}})
+    hit.update(score=score, meta=meta)
+    confidences = [e.hit["confidence"] for e in entries if _number(e.hit.get("confidence"))]
+    if confidences:
+        hit["confidence"] = max(confidences)
+    if any((e.hit.get("trust") or {}).get("injectionSuspected") for e in entries):
+        hit["trust"] = {**(hit.get("trust") or {}), "injectionSuspected": True}
+    return hit
+
+
+def _ms(t0: float) -> float:
+    return round((time.monotonic() - t0) * 1000, 3)
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _key(hit: Mapping[str, Any], dedup: str) -> tuple[str, str]:
+    """Document identity: the stringified id, or ``citation.uri`` when asked and present."""
+    uri = (hit.get("citation") or {}).get("uri") if dedup == "uri" else None
+    return ("uri", uri) if isinstance(uri, str) and uri else ("id", str(hit.get("id")))
+
+
+def _convex(lists: Mapping[str, list[tuple[Any, float]]], weights: Mapping[str, float],
+            floors: Mapping[str, float]) -> list[tuple[Any, float]]:
+    """Σ weight · (score − scoreFloor) / (max − scoreFloor): TM2C2 over N engines (§16.3)."""
+    parts: dict[Any, list[float]] = {}
+    for id_, ranked in lists.items():
+        if not ranked:
+            continue
+        span = max(s for _k, s in ranked) - floors[id_]
+        for key, s in ranked:
+            norm = max(0.0, (s - floors[id_]) / span) if span > 0 else 0.0
+            parts.setdefault(key, []).append(weights[id_] * norm)
+    return [(key, math.fsum(terms)) for key, terms in parts.items()]
+
+
+def _answered(id_: str, result: Any, t0: float, notes: list[str],
+              caps: Mapping[str, Any]) -> _Outcome:
+    latency = _ms(t0)
+    if not isinstance(result, dict) or not isinstance(result.get("hits"), list) \
+            or not all(isinstance(h, dict) for h in result["hits"]):
+        return _Outcome(id_, error=InternalError(f"engine {id_!r} returned a malformed result"),
+                        latency_ms=latency, caps=caps)
+    own = (result.get("usage") or {}).get("notes") or []
+    return _Outcome(id_, result=result, latency_ms=latency, caps=caps,
+                    notes=notes + [f"engine {id_!r}: {n}" for n in own])
+
+
+def _combine(outcomes: Mapping[str, _Outcome]) -> dict[str, Any]:
+    """Union (effective) and intersection (guaranteed) of the engines' capabilities (§16.4)."""
+    caps = {id_: dict(o.caps) for id_, o in outcomes.items() if o.error is None}
+    union: dict[str, Any] = {key: {} for c in caps.values() for key in sorted(c)}
+    common = set.intersection(*(set(c) for c in caps.values())) if caps else set()
+    inter: dict[str, Any] = {key: {} for key in sorted(common)}
+    with_retrieve = [c["retrieve"] for c in caps.values() if isinstance(c.get("retrieve"), dict)]
+    for name, default in (("modes", ()), ("units", DEFAULT_UNITS)):
+        sets = [set(r.get(name) or default) for r in with_retrieve]
+        if sets:
+            union["retrieve"][name] = sorted(set.union(*sets))
+        if sets and "retrieve" in inter:
+            inter["retrieve"][name] = sorted(set.intersection(*sets))
+    return {"union": union, "intersection": inter, "engines": caps,
+            "unavailable": {id_: o.error.to_wire() for id_, o in outcomes.items()
+                            if o.error is not None}}

@@ -1,0 +1,594 @@
+"""``rcp_agentic.federation`` over real engines and real transports (RCP §16).
+
+Three real engines hold different, overlapping subsets of DOCS: ``alpha`` in
+process, ``beta`` a ``serve --stdio`` subprocess, ``gamma`` a uvicorn ``serve
+--http`` subprocess behind a bearer token. Dead engines are a stdio command that
+exits at once and an HTTP port nobody listens on. Scripted engines are small real
+HTTP servers (stdlib ``ThreadingHTTPServer``) whose capabilities, hits and delay
+each test sets and whose received params each test reads: they prove what went
+over the wire (``_meta.federation``, ``_meta.deadlineMs``, ``strict``) and make
+ties and slowness exact. Reference fusions are computed here, independently.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import os
+import sys
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conftest import DOCS, free_port, running_server
+from rcp_agentic import Engine
+from rcp_agentic.client import (AsyncRCPClient, BackendUnavailable, CapabilityMissing,
+                                InvalidParams, OptionUnsupported, RCPClient, TransportError,
+                                Unauthorized)
+from rcp_agentic.client.registry import load_registry
+from rcp_agentic.federation import Federation
+from rcp_agentic.integrations.common import HitSource
+
+TOKEN = "federation-test-token"
+TOKEN_ENV = "RCP_FEDERATION_TEST_TOKEN"
+URI = "https://example.org/papers/rrf"
+SHORT = {"id": "ua", "uri": URI, "text": "Cormack 2009: reciprocal rank fusion."}
+LONG = {"id": "ug", "uri": URI, "text": "Cormack, Clarke and Buettcher (SIGIR 2009) show that "
+        "reciprocal rank fusion outperforms Condorcet and individual rank learning methods."}
+ALPHA_DOCS = [*DOCS[:5], SHORT]        # d1..d5
+BETA_DOCS = DOCS[3:]                    # d4..d8: shares d4, d5 with alpha
+GAMMA_DOCS = [DOCS[0], DOCS[5], LONG]   # shares d1 with alpha, d6 with beta
+QUERY = "how do retrievers rank documents"
+
+
+# --- scripted engines ------------------------------------------------------------------
+
+class Scripted:
+    """A real RCP server over HTTP whose answers a test scripts and whose params it records."""
+
+    def __init__(self, caps: dict[str, Any] | None = None,
+                 hits: list[dict[str, Any]] | None = None) -> None:
+        self.caps = caps or {"retrieve": {"maxK": 200, "modes": ["dense"]}}
+        self.hits = hits or [{"id": "s:1", "score": 2.0, "text": "scripted"}]
+        self.delay = 0.0  # before answering retrieve
+        self.init_delay = 0.0  # before answering initialize
+        self.received: list[dict[str, Any]] = []
+        scripted = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def do_POST(self) -> None:
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                method, params = body.get("method"), body.get("params") or {}
+                if "id" not in body:  # a notification (cancel): never answered
+                    self.send_response(204)
+                    self.end_headers()
+                    return
+                if method in ("initialize", "info"):
+                    time.sleep(scripted.init_delay)
+                    result: Any = {"protocolVersion": 1, "capabilities": scripted.caps,
+                                   "server": {"name": "scripted", "version": "0"}}
+                elif method == "retrieve":
+                    scripted.received.append(params)
+                    time.sleep(scripted.delay)
+                    result = {"hits": scripted.hits[:params["k"]]}
+                else:
+                    result = {}
+                data = json.dumps({"jsonrpc": "2.0", "id": body["id"], "result": result}).encode()
+                try:
+                    self.send_response(200)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
+                except OSError:  # the client gave up on us (deadline)
+                    pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def client(self) -> RCPClient:
+        return RCPClient.http(self.url)
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture()
+def scripted() -> Iterator[Scripted]:
+    s = Scripted()
+    yield s
+    s.close()
+
+
+# --- real engines ----------------------------------------------------------------------
+
+def build(path: Path, docs: list[dict[str, Any]], embedder: Any) -> Path:
+    with Engine(path, embedder=embedder) as eng:
+        eng.add_documents(docs)
+    return path
+
+
+def _pings(url: str) -> bool:
+    req = urllib.request.Request(f"{url}/rcp/ping", method="POST",
+                                 data=b'{"jsonrpc":"2.0","id":0,"method":"ping"}',
+                                 headers={"Content-Type": "application/json",
+                                          "Authorization": f"Bearer {TOKEN}"})
+    try:
+        with urllib.request.urlopen(req, timeout=2) as resp:
+            return resp.status == 200
+    except OSError:
+        return False
+
+
+class Real:
+    """The module's engines: paths, an open in-process engine, clients, and the dead ends."""
+
+    alpha: Engine
+    alpha_client: RCPClient
+    beta_dir: Path
+    beta: RCPClient
+    gamma_url: str
+    gamma: RCPClient
+    dead_stdio = (sys.executable, "-c", "pass")
+    dead_url = ""
+
+    def clients(self) -> dict[str, Any]:
+        return {"alpha": self.alpha_client, "beta": self.beta, "gamma": self.gamma}
+
+    def own(self, query: str, n: int) -> dict[str, list[dict[str, Any]]]:
+        """Each engine's own ranked list for ``query`` (what the federation must fuse)."""
+        return {id_: c.retrieve(query, n)["hits"] for id_, c in self.clients().items()}
+
+
+@pytest.fixture(scope="module")
+def real(tmp_path_factory: pytest.TempPathFactory, embedder: Any) -> Iterator[Real]:
+    root = tmp_path_factory.mktemp("federation")
+    r = Real()
+    alpha_dir = build(root / "alpha", ALPHA_DOCS, embedder)
+    r.beta_dir = build(root / "beta", BETA_DOCS, embedder)
+    gamma_dir = build(root / "gamma", GAMMA_DOCS, embedder)
+    r.dead_url = f"http://127.0.0.1:{free_port()}"
+    r.alpha = Engine(alpha_dir, embedder=embedder)
+    r.alpha_client = RCPClient.in_process(r.alpha)
+    r.beta = RCPClient.stdio(engine=r.beta_dir)
+    port = free_port()
+    r.gamma_url = f"http://127.0.0.1:{port}"
+    with running_server([sys.executable, "-m", "rcp_agentic.cli", "serve", "--http", "--engine",
+                         str(gamma_dir), "--port", str(port)], lambda: _pings(r.gamma_url),
+                        timeout=120, env={**os.environ, "RCP_AGENTIC_TOKEN": TOKEN}):
+        r.gamma = RCPClient.http(r.gamma_url, TOKEN)
+        for client in r.clients().values():
+            client.initialize()
+        yield r
+        for client in r.clients().values():
+            client.close()
+    r.alpha.close()
+
+
+# --- reference fusions, computed independently -----------------------------------------
+
+def ref_rrf(lists: dict[str, list[dict[str, Any]]], weights: dict[str, float],
+            rrf_k: int = 60) -> list[tuple[str, float]]:
+    terms: dict[str, list[float]] = {}
+    wsum: dict[str, float] = {}
+    for engine, hits in lists.items():
+        for rank, hit in enumerate(hits, start=1):
+            terms.setdefault(str(hit["id"]), []).append(weights[engine] / (rrf_k + rank))
+            wsum[str(hit["id"])] = wsum.get(str(hit["id"]), 0.0) + weights[engine]
+    scores = {i: math.fsum(t) for i, t in terms.items()}
+    return sorted(scores.items(), key=lambda kv: (-kv[1], -wsum[kv[0]], kv[0]))
+
+
+def ref_scored(lists: dict[str, list[dict[str, Any]]], weights: dict[str, float],
+               floors: dict[str, float] | None = None) -> list[tuple[str, float]]:
+    """Weighted min-max (floors None) or floor-anchored convex fusion."""
+    terms: dict[str, list[float]] = {}
+    for engine, hits in lists.items():
+        scores = [h["score"] for h in hits]
+        low = min(scores) if floors is None else floors[engine]
+        span = max(scores) - low
+        for h in hits:
+            norm = (h["score"] - low) / span if span > 0 else (1.0 if floors is None else 0.0)
+            terms.setdefault(str(h["id"]), []).append(weights[engine] * max(0.0, norm))
+    scores_ = {i: math.fsum(t) for i, t in terms.items()}
+    return sorted(scores_.items(), key=lambda kv: (-kv[1], kv[0]))
+
+
+def ids(result: dict[str, Any]) -> list[str]:
+    return [str(h["id"]) for h in result["hits"]]
+
+
+# --- fan-out and fusion ----------------------------------------------------------------
+
+def test_rrf_over_three_transports_matches_reference(real: Real) -> None:
+    k = 8
+    with Federation(real.clients(), deadline=60) as fed:
+        out = fed.retrieve(QUERY, k)
+    own = real.own(QUERY, 2 * k)
+    ref = ref_rrf(own, {"alpha": 1.0, "beta": 1.0, "gamma": 1.0})
+    assert ids(out) == [i for i, _s in ref[:k]]
+    assert [h["score"] for h in out["hits"]] == pytest.approx([s for _i, s in ref[:k]])
+    # Origin tags: the engine, its rank and its own score for that hit.
+    assert {h["meta"]["engine"] for h in out["hits"]} == {"alpha", "beta", "gamma"}
+    for hit in out["hits"]:
+        for engine, tag in hit["meta"]["engines"].items():
+            mine = [str(h["id"]) for h in own[engine]]
+            assert mine.index(str(hit["id"])) + 1 == tag["rank"]
+            assert own[engine][tag["rank"] - 1]["score"] == tag["score"]
+        primary = hit["meta"]["engines"][hit["meta"]["engine"]]
+        assert (hit["meta"]["engineRank"], hit["meta"]["engineScore"]) == (primary["rank"],
+                                                                           primary["score"])
+    assert len(set(ids(out))) == len(ids(out))
+    assert out["_meta"]["degraded"] == [] and out["_meta"]["fusion"] == "rrf"
+    assert {e: v["hits"] for e, v in out["_meta"]["engines"].items()} == {
+        e: len(h) for e, h in own.items()}
+    assert out["usage"]["candidates"] == len(ref) and out["usage"]["latencyMs"] > 0
+
+
+def test_weights_change_the_order(real: Real) -> None:
+    k = 6
+    own = real.own(QUERY, 2 * k)
+    tops = {}
+    for heavy in ("alpha", "beta"):
+        weights = {"alpha": 1.0, "beta": 1.0, "gamma": 1.0, heavy: 5.0}
+        with Federation(real.clients(), weights=weights, deadline=60) as fed:
+            out = fed.retrieve(QUERY, k)
+        assert ids(out) == [i for i, _s in ref_rrf(own, weights)[:k]]
+        # 5/(60+3) beats anything a weight-1 engine alone can reach (1/61 + 1/61).
+        assert all(heavy in h["meta"]["engines"] for h in out["hits"][:3])
+        tops[heavy] = ids(out)
+    assert tops["alpha"] != tops["beta"]
+
+
+def test_weighted_and_convex_fusion(real: Real) -> None:
+    k = 6
+    clients = {"alpha": real.alpha_client, "beta": real.beta}
+    own = {e: h for e, h in real.own(QUERY, 2 * k).items() if e in clients}
+    weights = {"alpha": 1.0, "beta": 2.0}
+    with Federation(clients, fusion="weighted", weights=weights, deadline=60) as fed:
+        out = fed.retrieve(QUERY, k)
+    ref = ref_scored(own, weights)
+    assert out["_meta"]["fusion"] == "weighted"
+    assert ids(out) == [i for i, _s in ref[:k]]
+    assert [h["score"] for h in out["hits"]] == pytest.approx([s for _i, s in ref[:k]])
+    floors = {e: c.capabilities["retrieve"]["scoreFloor"] for e, c in clients.items()}
+    with Federation(clients, fusion="convex", weights=weights, deadline=60) as fed:
+        out = fed.retrieve(QUERY, k)
+    ref = ref_scored(own, weights, floors)
+    assert out["_meta"]["fusion"] == "convex"
+    assert ids(out) == [i for i, _s in ref[:k]]
+    assert [h["score"] for h in out["hits"]] == pytest.approx([s for _i, s in ref[:k]])
+
+
+def test_convex_falls_back_to_rrf_without_a_score_floor(real: Real, scripted: Scripted) -> None:
+    with Federation({"alpha": real.alpha_client, "s": scripted.client()}, fusion="convex",
+                    deadline=30) as fed:
+        out = fed.retrieve(QUERY, 4)
+    assert out["_meta"]["fusion"] == "rrf"
+    assert any("scoreFloor" in n and "s" in n for n in out["usage"]["notes"])
+    assert "s:1" in ids(out)
+
+
+def test_tie_breaking_summed_weight_then_id(real: Real) -> None:
+    one, two = Scripted(), Scripted()
+    try:
+        # z: 1/(60+1) + 2/(60+62) == a: 2/(60+1) exactly; z has more summed weight (3 > 2).
+        one.hits = [{"id": "z", "score": 1.0}]
+        two.hits = [{"id": "a", "score": 9.0}, *({"id": f"f{i:02d}", "score": 1.0}
+                                                 for i in range(60)), {"id": "z", "score": 0.5}]
+        clients = {"one": one.client(), "two": two.client()}
+        with Federation(clients, weights={"one": 1.0, "two": 2.0}, overfetch=2) as fed:
+            out = fed.retrieve("q", 40)
+        assert out["hits"][0]["score"] == out["hits"][1]["score"]
+        assert ids(out)[:2] == ["z", "a"]
+        # Equal score and equal summed weight: the smaller id first, whatever the engine order.
+        one.hits, two.hits = [{"id": "b", "score": 1.0}], [{"id": "a", "score": 1.0}]
+        for order in (["one", "two"], ["two", "one"]):
+            with Federation({e: clients[e] for e in order}) as fed:
+                assert ids(fed.retrieve("q", 2)) == ["a", "b"]
+        for c in clients.values():
+            c.close()
+    finally:
+        one.close()
+        two.close()
+
+
+def test_dedup_by_id_and_by_uri(real: Real) -> None:
+    query = "dense retrievers embed passages with a bi-encoder"
+    with Federation(real.clients(), deadline=60) as fed:
+        out = fed.retrieve(query, 5)
+        d4 = [h for h in out["hits"] if h["id"] == "doc:d4#c0"]
+        assert len(d4) == 1 and set(d4[0]["meta"]["engines"]) == {"alpha", "beta"}
+        assert d4[0]["meta"]["doc_id"] == "d4"  # the engines' meta survives the merge
+        assert len(set(ids(out))) == len(ids(out))
+
+        query = "reciprocal rank fusion Cormack 2009"
+        by_id = fed.retrieve(query, 10)  # overlapping documents outrank two single top-1s
+        by_uri = fed.retrieve(query, 10, dedup="uri")
+    assert {"doc:ua#c0", "doc:ug#c0"} <= set(ids(by_id))
+    merged = [h for h in by_uri["hits"] if (h.get("citation") or {}).get("uri") == URI]
+    assert len(merged) == 1
+    assert merged[0]["text"] == LONG["text"]  # the richest body wins
+    assert set(merged[0]["meta"]["engines"]) == {"alpha", "gamma"}
+    own = {h["id"]: h for e in ("alpha", "gamma") for h in real.own(query, 8)[e]}
+    assert merged[0]["confidence"] == max(own["doc:ua#c0"]["confidence"],
+                                          own["doc:ug#c0"]["confidence"])
+    assert by_uri["usage"]["candidates"] == by_id["usage"]["candidates"] - 1
+
+
+# --- partial failure -------------------------------------------------------------------
+
+def test_partial_failure_is_noted_and_degraded(real: Real) -> None:
+    engines = {"alpha": real.alpha_client, "beta": real.beta,
+               "dead-stdio": RCPClient.stdio(list(real.dead_stdio)), "dead-http":
+               RCPClient.http(real.dead_url)}
+    with Federation(engines, deadline=30) as fed:
+        out = fed.retrieve(QUERY, 5)
+    assert out["hits"] and {h["meta"]["engine"] for h in out["hits"]} <= {"alpha", "beta"}
+    assert out["_meta"]["degraded"] == ["dead-stdio", "dead-http"]
+    for dead in ("dead-stdio", "dead-http"):
+        assert out["_meta"]["engines"][dead]["error"]["code"] == -32010
+        assert out["_meta"]["engines"][dead]["hits"] == 0
+        assert any(n.startswith(f"engine {dead!r} failed (-32010)") for n in out["usage"]["notes"])
+    engines["dead-stdio"].close()
+    engines["dead-http"].close()
+
+
+def test_required_engine_failure_raises_its_error(real: Real) -> None:
+    wrong = RCPClient.http(real.gamma_url, "not-the-token")
+    with (Federation({"alpha": real.alpha_client, "gamma": wrong}, required=["gamma"]) as fed,
+          pytest.raises(Unauthorized) as err):
+        fed.retrieve(QUERY, 3)
+    assert err.value.code == -32012 and err.value.data["engine"] == "gamma"
+    # Not required: the same failure only degrades the result.
+    with Federation({"alpha": real.alpha_client, "gamma": wrong}) as fed:
+        out = fed.retrieve(QUERY, 3)
+    assert out["_meta"]["degraded"] == ["gamma"]
+    assert out["_meta"]["engines"]["gamma"]["error"]["code"] == -32012
+    dead = RCPClient.http(real.dead_url)
+    with (Federation({"alpha": real.alpha_client, "dead": dead}, required=["dead"]) as fed,
+          pytest.raises(TransportError) as err2):
+        fed.retrieve(QUERY, 3)
+    assert err2.value.code == -32010
+    wrong.close()
+    dead.close()
+
+
+def test_every_engine_dead_is_backend_unavailable(real: Real) -> None:
+    engines = {"dead-stdio": RCPClient.stdio(list(real.dead_stdio)),
+               "dead-http": RCPClient.http(real.dead_url)}
+    with Federation(engines, deadline=30) as fed, pytest.raises(BackendUnavailable) as err:
+        fed.retrieve(QUERY, 3)
+    assert type(err.value) is BackendUnavailable and err.value.code == -32010
+    assert set(err.value.data["errors"]) == {"dead-stdio", "dead-http"}
+    for c in engines.values():
+        c.close()
+
+
+# --- deadlines and budget propagation --------------------------------------------------
+
+@pytest.fixture()
+def stalled() -> Iterator[Scripted]:
+    """An engine whose ``initialize`` takes 8 s (bounded only by the federation's deadline)."""
+    s = Scripted()
+    s.init_delay = 8.0
+    yield s
+    s.close()
+
+
+def test_deadline_drops_the_slow_engine(real: Real, scripted: Scripted,
+                                        stalled: Scripted) -> None:
+    scripted.delay = 8.0
+    slow = scripted.client()
+    slow.initialize()
+    engines = {"alpha": real.alpha_client, "slow": slow, "stalled": stalled.client()}
+    with Federation(engines, deadline=1.5) as fed:
+        t0 = time.monotonic()
+        out = fed.retrieve(QUERY, 4)
+        elapsed = time.monotonic() - t0
+    assert elapsed < 1.5 + 1.5, elapsed
+    assert out["hits"] and all(h["meta"]["engine"] == "alpha" for h in out["hits"])
+    assert out["_meta"]["degraded"] == ["slow", "stalled"]
+    assert out["_meta"]["engines"]["slow"]["error"]["code"] == -32014
+    assert out["_meta"]["engines"]["stalled"]["error"]["code"] == -32014
+    assert any(n.startswith("engine 'slow' timed out") for n in out["usage"]["notes"])
+    # The slow engine was told its (strictly smaller) budget and the hop budget.
+    meta = scripted.received[-1]["_meta"]
+    assert 0 < meta["deadlineMs"] < 1500
+    assert meta["federation"] == {"depth": 3, "path": []}
+    slow.close()
+
+
+def test_async_deadline_drops_the_slow_engine(real: Real, scripted: Scripted,
+                                              stalled: Scripted) -> None:
+    scripted.delay = 8.0
+
+    async def main() -> tuple[float, dict[str, Any]]:
+        engines = {"alpha": AsyncRCPClient.in_process(real.alpha),
+                   "slow": AsyncRCPClient.http(scripted.url)}
+        async with Federation(engines, deadline=1.5) as fed:
+            assert await fed.aconnect() == {}
+        engines["stalled"] = AsyncRCPClient.http(stalled.url)
+        async with Federation(engines, deadline=1.5) as fed:
+            t0 = time.monotonic()
+            out = await fed.aretrieve(QUERY, 4)
+            elapsed = time.monotonic() - t0
+        for c in engines.values():
+            await c.close()
+        return elapsed, out
+
+    elapsed, out = asyncio.run(main())
+    assert elapsed < 1.5 + 1.5, elapsed
+    assert out["_meta"]["degraded"] == ["slow", "stalled"]
+    assert out["_meta"]["engines"]["slow"]["error"]["code"] == -32014
+    assert out["_meta"]["engines"]["stalled"]["error"]["code"] == -32014
+    assert out["hits"] and all(h["meta"]["engine"] == "alpha" for h in out["hits"])
+
+
+def test_incoming_deadline_caps_the_budget(real: Real, scripted: Scripted) -> None:
+    with Federation({"s": scripted.client()}, deadline=30) as fed:
+        fed.retrieve("q", 2, _meta={"deadlineMs": 400})
+    assert 0 < scripted.received[-1]["_meta"]["deadlineMs"] < 400
+
+
+# --- async == sync, ownership, registry ------------------------------------------------
+
+def test_async_path_equals_sync_path(real: Real, monkeypatch: pytest.MonkeyPatch) -> None:
+    # alpha: an Engine (in-process clients opened per path); gamma: a registry entry (a sync
+    # and an async HTTP client); beta: a given sync stdio client (a thread on the async path).
+    monkeypatch.setenv(TOKEN_ENV, TOKEN)
+    registry = load_registry({"engines": [
+        {"id": "gamma", "transport": "http", "url": real.gamma_url, "tokenEnv": TOKEN_ENV,
+         "weight": 2.0}]})
+    fed = Federation({"alpha": real.alpha, "beta": real.beta, **registry}, deadline=60)
+    sync_out = fed.retrieve(QUERY, 6, mode="hybrid")
+
+    async def main() -> dict[str, Any]:
+        out = await fed.aretrieve(QUERY, 6, mode="hybrid")
+        await fed.aclose()
+        return out
+
+    async_out = asyncio.run(main())
+    assert ids(async_out) == ids(sync_out)
+    assert [h["score"] for h in async_out["hits"]] == [h["score"] for h in sync_out["hits"]]
+    assert [h["meta"]["engine"] for h in async_out["hits"]] == [
+        h["meta"]["engine"] for h in sync_out["hits"]]
+    assert async_out["_meta"]["degraded"] == sync_out["_meta"]["degraded"] == []
+    assert ids(sync_out) == [i for i, _s in ref_rrf(
+        real.own(QUERY, 12), {"alpha": 1.0, "beta": 1.0, "gamma": 2.0})[:6]]
+
+
+def test_from_registry_owns_and_closes_its_clients(real: Real, tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(TOKEN_ENV, TOKEN)
+    path = tmp_path / "rcp.json"
+    path.write_text(json.dumps({"engines": [
+        {"id": "beta", "transport": "stdio",
+         "command": [sys.executable, "-m", "rcp_agentic.cli", "serve", "--stdio", "--engine",
+                     str(real.beta_dir)]},
+        {"id": "gamma", "transport": "http", "url": real.gamma_url, "tokenEnv": TOKEN_ENV,
+         "weight": 2.0},
+        {"id": "dead", "transport": "stdio", "command": list(real.dead_stdio)}]}))
+    with Federation.from_registry(path, deadline=60) as fed:
+        assert fed.engines == ("beta", "gamma", "dead")
+        failures = fed.connect()
+        assert set(failures) == {"dead"} and failures["dead"].code == -32010
+        out = fed.retrieve(QUERY, 5)
+        procs = [m.sync.transport.process for m in fed._members.values()
+                 if m.sync is not None and hasattr(m.sync.transport, "process")]
+    own = real.own(QUERY, 10)
+    assert ids(out) == [i for i, _s in ref_rrf({e: own[e] for e in ("beta", "gamma")},
+                                               {"beta": 1.0, "gamma": 2.0})[:5]]
+    assert out["_meta"]["degraded"] == ["dead"]
+    assert len(procs) == 2 and all(p.poll() is not None for p in procs)  # closed by the federation
+    assert real.beta.retrieve(QUERY, 1)["hits"]  # a given client is left open
+
+
+# --- loop detection --------------------------------------------------------------------
+
+def test_loop_detection(real: Real, scripted: Scripted) -> None:
+    engines = {"alpha": real.alpha_client, "s": scripted.client()}
+    with Federation(engines, identity="gw", deadline=30) as fed:
+        fed.retrieve("q", 2, _meta={"federation": {"depth": 2, "path": ["up"]}})
+        assert scripted.received[-1]["_meta"]["federation"] == {"depth": 1, "path": ["up", "gw"]}
+        asked = len(scripted.received)
+        # Depth 0: no fan-out at all, and no own index to answer from.
+        with pytest.raises(BackendUnavailable, match="hop budget"):
+            fed.retrieve("q", 2, _meta={"federation": {"depth": 0, "path": ["up"]}})
+        # An engine already on the path is skipped (a cycle), the others still answer.
+        out = fed.retrieve("q", 2, _meta={"federation": {"depth": 2, "path": ["up", "s"]}})
+        assert out["_meta"]["engines"]["s"]["skipped"].startswith("cycle")
+        assert "s" in out["_meta"]["degraded"] and any("cycle" in n for n in out["usage"]["notes"])
+        assert out["hits"] and all(h["meta"]["engine"] == "alpha" for h in out["hits"])
+        assert len(scripted.received) == asked
+    with Federation(engines, identity="gw", local="alpha", deadline=30) as fed:
+        for incoming in ({"depth": 0, "path": []}, {"depth": 3, "path": ["gw", "x"]}):
+            out = fed.retrieve("q", 2, _meta={"federation": incoming})
+            assert out["hits"] and out["_meta"]["degraded"] == ["s"]
+            assert any("not forwarding" in n for n in out["usage"]["notes"])
+        assert len(scripted.received) == asked
+    engines["s"].close()
+
+
+# --- option gating, capabilities, integration ------------------------------------------
+
+def test_option_gating_per_engine(real: Real, scripted: Scripted) -> None:
+    engines = {"alpha": real.alpha_client, "s": scripted.client()}
+    with Federation(engines, deadline=30) as fed:
+        out = fed.retrieve("q", 3, mmr={"lambda": 0.5})
+        sent = scripted.received[-1]
+        assert sent["strict"] is False and sent["mmr"] == {"lambda": 0.5}
+        assert any("strict=false (mmr not advertised)" in n for n in out["usage"]["notes"])
+        assert "s" not in out["_meta"]["degraded"] and "s:1" in ids(out)
+        asked = len(scripted.received)
+        flt = {"field": "lang", "op": "eq", "value": "en"}
+        out = fed.retrieve("q", 5, filter=flt)
+        assert len(scripted.received) == asked
+        assert out["_meta"]["engines"]["s"]["skipped"] == "cannot apply the filter"
+        assert all(h["meta"]["lang"] == "en" for h in out["hits"])
+        out = fed.retrieve("q", 3, mmr={"lambda": 0.5}, strict=True)
+        assert len(scripted.received) == asked and out["_meta"]["degraded"] == ["s"]
+        with pytest.raises(OptionUnsupported):  # one engine's cursor means nothing to another
+            fed.retrieve("q", 3, cursor="abc")
+        with pytest.raises(InvalidParams):
+            fed.retrieve("q", 0)
+    engines["s"].close()
+
+
+def test_engines_without_retrieve_are_skipped(real: Real) -> None:
+    s = Scripted(caps={"embed": {"dimension": 3}})
+    try:
+        embed_only = s.client()
+        with Federation({"alpha": real.alpha_client, "e": embed_only}) as fed:
+            out = fed.retrieve("q", 2)
+        assert out["_meta"]["engines"]["e"] == {"hits": 0, "skipped": "does not advertise retrieve"}
+        assert out["_meta"]["degraded"] == []  # it could never have contributed
+        with Federation({"e": embed_only}) as fed, pytest.raises(CapabilityMissing):
+            fed.retrieve("q", 2)
+        with (Federation({"alpha": real.alpha_client, "e": embed_only}, required=["e"]) as fed,
+              pytest.raises(CapabilityMissing)):
+            fed.retrieve("q", 2)
+        assert s.received == []
+        embed_only.close()
+    finally:
+        s.close()
+
+
+def test_capabilities_union_and_intersection(real: Real) -> None:
+    s = Scripted(caps={"retrieve": {"modes": ["dense"], "units": ["chunk", "document"]},
+                       "x-test": {}})
+    try:
+        engines = {"alpha": real.alpha_client, "s": s.client(),
+                   "dead": RCPClient.http(real.dead_url)}
+        with Federation(engines) as fed:
+            caps = fed.capabilities
+        assert {"embed", "x-test", "retrieve", "filter"} <= set(caps["union"])
+        assert set(caps["intersection"]) == {"retrieve"}
+        assert caps["union"]["retrieve"]["modes"] == ["dense", "hybrid", "sparse"]
+        assert caps["intersection"]["retrieve"] == {"modes": ["dense"],
+                                                    "units": ["chunk", "document"]}
+        assert set(caps["engines"]) == {"alpha", "s"} and set(caps["unavailable"]) == {"dead"}
+        for c in engines.values():
+            c.close()
+    finally:
+        s.close()
+
+
+def test_a_federation_is_a_hit_source(real: Real) -> None:
+    with Federation(real.clients(), deadline=60) as fed:
+        source = HitSource(fed)
+        direct = fed.retrieve(QUERY, 4, token_budget=400)
+        assert ids(source.retrieve(QUERY, 4, {"token_budget": 400})) == ids(direct)
+        assert ids(asyncio.run(source.aretrieve(QUERY, 4, {"token_budget": 400}))) == ids(direct)

@@ -1,0 +1,52 @@
+"""Every notebook in notebooks/ runs top to bottom on a real kernel, and shows what it should."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+
+from conftest import REPO
+
+NOTEBOOKS = sorted((REPO / "notebooks").glob("*.ipynb"))
+# Text each notebook must print (its cells also assert on their own results).
+EXPECTED = {
+    "01_quickstart.ipynb": ["5 documents, 6 chunks, 2 pages indexed", "tokens used:", "step 2:"],
+    "02_langchain.ipynb": ["RRF adds 1/(60 + rank)", "doc:docs/hybrid-search.md"],
+    "03_llamaindex.ipynb": ["source: doc:docs/chunking.txt"],
+    "04_corrective_loop.ipynb": ["| question | step | action |", "escalate", "evidence tokens"],
+}
+
+
+def outputs(book: Any) -> tuple[str, set[str]]:
+    text, kinds = [], set()
+    for cell in book.cells:
+        for out in cell.get("outputs", []):
+            text.append(out.get("text", ""))
+            for kind, value in out.get("data", {}).items():
+                kinds.add(kind)
+                if kind.startswith("text/"):
+                    text.append(value)
+    return "\n".join(text), kinds
+
+
+def test_every_notebook_is_checked() -> None:
+    assert sorted(EXPECTED) == [p.name for p in NOTEBOOKS]
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_notebook_runs(path: Path) -> None:
+    book = nbformat.read(path, as_version=4)
+    NotebookClient(book, timeout=600, kernel_name="python3",
+                   resources={"metadata": {"path": str(path.parent)}}).execute()
+    errors = [out for cell in book.cells for out in cell.get("outputs", [])
+              if out.get("output_type") == "error"]
+    assert not errors
+    text, kinds = outputs(book)
+    for expected in EXPECTED[path.name]:
+        assert expected in text, expected
+    if path.name == "04_corrective_loop.ipynb":
+        assert "image/png" in kinds and "text/markdown" in kinds  # the plot and the trace table
