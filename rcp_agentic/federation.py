@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .client import AsyncRCPClient, RCPClient
+from .closing import Closable
 from .client.errors import (
     BackendUnavailable,
     CapabilityMissing,
@@ -47,7 +48,6 @@ from .pipeline import fusion as fusion_fns
 if TYPE_CHECKING:
     import os
 
-    from typing_extensions import Self
 
 FUSIONS = ("rrf", "weighted", "convex")
 DEDUP = ("id", "uri")
@@ -111,7 +111,7 @@ def _spawn(fn: Callable[..., _Outcome], *args: Any) -> Future[_Outcome]:
     return future
 
 
-class Federation:
+class Federation(Closable):
     """A facade over several RCP engines: concurrent fan-out, partial failure, fusion (§16).
 
     ``engines`` maps a client-local id to an RCPClient, AsyncRCPClient, EngineSpec
@@ -234,17 +234,6 @@ class Federation:
         await asyncio.gather(*(c.close() for c in clients.values()))
         await asyncio.to_thread(self.close)
 
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.aclose()
 
     # --- capabilities (§16.4) -------------------------------------------------------------
 

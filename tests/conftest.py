@@ -68,6 +68,16 @@ def engine(tmp_path: Path, embedder: SentenceTransformerEmbedder) -> Iterator[En
 
 
 @pytest.fixture(scope="module")
+def engine_dir(tmp_path_factory: pytest.TempPathFactory, embedder: SentenceTransformerEmbedder
+               ) -> Path:
+    """An engine directory holding DOCS, closed again (for servers to open); one per module."""
+    path = tmp_path_factory.mktemp("docs-engine") / "e"
+    with Engine(path, embedder=embedder) as eng:
+        eng.add_documents(DOCS)
+    return path
+
+
+@pytest.fixture(scope="module")
 def filled_engine(tmp_path_factory: pytest.TempPathFactory,
                   embedder: SentenceTransformerEmbedder) -> Iterator[Engine]:
     """An engine holding DOCS (read-only for the tests that use it)."""

@@ -406,3 +406,104 @@ def test_http_bearer_token_is_reported_as_unauthorized(tmp_path: Path) -> None:
                                                      "RCP_AGENTIC_TOKEN": "interop-secret"})
     with server:
         assert rcp_error(rcp.connect_http, base).code == rcp.Errc.UNAUTHORIZED
+
+
+# --- the reverse: our client against a server built with the SDK ------------------------
+
+SDK_SERVER = '''
+import sys
+import rcp
+
+DOCS = {"a": "alpha reciprocal rank fusion", "b": "beta dense retrieval with bi-encoders"}
+server = rcp.Server()
+server.set_info("sdk-tiny", "1.0")
+server.set_conformance("L1")
+server.advertise(rcp.Capability.Retrieve, {"maxK": 10, "modes": ["sparse"]})
+server.advertise(rcp.Capability.Index, {"writable": True})
+
+
+@server.on(rcp.Method.RETRIEVE)
+def retrieve(params):
+    if params.get("mode", "sparse") != "sparse":
+        raise rcp.RcpError(rcp.Errc.OPTION_UNSUPPORTED, "mode", {"option": "mode"})
+    words = set(str(params["query"]).lower().split())
+    ranked = sorted(((len(words & set(t.split())), i, t) for i, t in DOCS.items()),
+                    key=lambda x: (-x[0], x[1]))
+    return {"hits": [{"id": i, "score": float(n), "text": t}
+                     for n, i, t in ranked[:params.get("k", 10)]]}
+
+
+@server.on(rcp.Method.INDEX_ADD)
+def index_add(params):
+    DOCS.update({d["id"]: d["text"] for d in params["documents"]})
+    return {"ids": [d["id"] for d in params["documents"]]}
+
+
+if sys.argv[1:2] == ["--http"]:
+    server.serve_http(int(sys.argv[2]))
+else:
+    server.serve_stdio()
+'''
+
+
+@pytest.fixture(scope="module")
+def sdk_server(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    script = tmp_path_factory.mktemp("sdk") / "tiny_server.py"
+    script.write_text(SDK_SERVER)
+    return script
+
+
+def _exercise(client: Any) -> None:
+    from rcp_agentic.client import CapabilityMissing, OptionUnsupported
+
+    info = client.initialize()
+    assert info["server"]["name"] == "sdk-tiny" and info["protocolVersion"] == 1
+    hits = client.retrieve("rank fusion", k=5)["hits"]
+    assert [h["id"] for h in hits] == ["a", "b"]
+    assert client.retrieve("rank fusion", k=500)["hits"][0]["id"] == "a"  # clamped to maxK
+    assert client.index_add([{"id": "c", "text": "gamma rank fusion rank"}])["ids"] == ["c"]
+    assert client.retrieve("gamma fusion", k=1)["hits"][0]["id"] == "c"
+    with pytest.raises(CapabilityMissing):  # embed is not advertised: refused before any I/O
+        client.embed(["x"])
+    with pytest.raises(OptionUnsupported):  # only sparse is advertised: refused locally
+        client.retrieve("x", mode="dense")
+
+
+def test_our_client_against_the_sdk_server_over_stdio(sdk_server: Path) -> None:
+    from rcp_agentic.client import OptionUnsupported, RCPClient
+
+    with RCPClient.stdio([sys.executable, str(sdk_server)]) as client:
+        _exercise(client)
+        with pytest.raises(OptionUnsupported) as err:  # strict=False: sent, refused remotely
+            client.retrieve("x", mode="dense", strict=False)
+        assert err.value.data == {"option": "mode"}
+
+
+def test_our_async_client_against_the_sdk_server_over_http(sdk_server: Path) -> None:
+    import asyncio
+    import subprocess
+
+    import httpx
+
+    from rcp_agentic.client import AsyncRCPClient
+
+    port = free_port()
+
+    def ready() -> bool:
+        try:
+            httpx.post(f"http://127.0.0.1:{port}/rcp/ping",
+                       json={"jsonrpc": "2.0", "id": 0, "method": "ping"}, timeout=2)
+            return True
+        except httpx.HTTPError:
+            return False
+
+    async def run() -> list[str]:
+        async with AsyncRCPClient.http(f"http://127.0.0.1:{port}") as client:
+            await client.initialize()
+            result = await client.retrieve("dense retrieval", k=2)
+            return [h["id"] for h in result["hits"]]
+
+    with running_server([sys.executable, str(sdk_server), "--http", str(port)], ready,
+                        timeout=60) as proc:
+        assert isinstance(proc, subprocess.Popen)
+        assert asyncio.run(run()) == ["b", "a"]

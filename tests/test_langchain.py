@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import DOCS, REPO, free_port, running_server
 from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.documents import Document
 from langchain_core.language_models import FakeListChatModel
@@ -32,7 +33,6 @@ from langchain_core.tools import create_retriever_tool
 from langchain_tests.integration_tests import RetrieversIntegrationTests
 from pydantic import ValidationError
 
-from conftest import DOCS, REPO, free_port, running_server
 from rcp_agentic import Engine
 from rcp_agentic.client import AsyncRCPClient, RCPClient
 from rcp_agentic.client.registry import load_registry
@@ -55,15 +55,6 @@ def ids(docs: list[Document]) -> list[str | None]:
 @pytest.fixture(scope="module")
 def anyio_backend() -> str:
     return "asyncio"  # the RCP clients are asyncio clients
-
-
-@pytest.fixture(scope="module")
-def engine_dir(tmp_path_factory: pytest.TempPathFactory, embedder: Any) -> Path:
-    """DOCS in an engine directory, closed: the stdio servers open it."""
-    path = tmp_path_factory.mktemp("lc") / "stdio-engine"
-    with Engine(path, embedder=embedder) as eng:
-        eng.add_documents(DOCS)
-    return path
 
 
 @pytest.fixture(scope="module")
@@ -248,7 +239,7 @@ def test_constructors_describe_their_source(stdio: RCPRetriever, http: RCPRetrie
     assert http.token is not None and TOKEN not in repr(http)
     by_dir = RCPRetriever.from_stdio(engine_dir=engine_dir)
     assert by_dir.source == default_stdio_command(engine_dir)
-    assert by_dir.metadata == {"rcp_engine": "stdio-engine", "rcp_transport": "stdio"}
+    assert by_dir.metadata == {"rcp_engine": engine_dir.name, "rcp_transport": "stdio"}
     by_command = RCPRetriever.from_stdio(["rcp-agentic", "serve", "--stdio"], engine_name="mine")
     assert (by_command.metadata or {})["rcp_engine"] == "mine"
     # A parsed registry works too; an unknown id is a KeyError naming the known ones.

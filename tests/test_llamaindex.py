@@ -20,22 +20,27 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fpdf import FPDF
-from pydantic import Field
+from conftest import DOCS, free_port, running_server
 from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.instrumentation import get_dispatcher
 from llama_index.core.instrumentation.event_handlers import BaseEventHandler
 from llama_index.core.instrumentation.events import BaseEvent
-from llama_index.core.instrumentation.events.retrieval import (RetrievalEndEvent,
-                                                               RetrievalStartEvent)
+from llama_index.core.instrumentation.events.retrieval import RetrievalEndEvent, RetrievalStartEvent
 from llama_index.core.llms.mock import MockLLM
-from llama_index.core.postprocessor import (MetadataReplacementPostProcessor,
-                                            SimilarityPostprocessor)
+from llama_index.core.postprocessor import MetadataReplacementPostProcessor, SimilarityPostprocessor
 from llama_index.core.query_engine import RetrieverQueryEngine
-from llama_index.core.schema import (BaseNode, NodeRelationship, NodeWithScore, ObjectType,
-                                     QueryBundle, RelatedNodeInfo, TextNode)
+from llama_index.core.schema import (
+    BaseNode,
+    NodeRelationship,
+    NodeWithScore,
+    ObjectType,
+    QueryBundle,
+    RelatedNodeInfo,
+    TextNode,
+)
+from pydantic import Field
+from test_loaders import write_pdf
 
-from conftest import DOCS, free_port, running_server
 from rcp_agentic import Engine
 from rcp_agentic.client import AsyncRCPClient, RCPClient
 from rcp_agentic.client.sync_client import default_stdio_command
@@ -75,17 +80,6 @@ PDF_PAGES = [
 ]
 
 
-def write_pdf(path: Path) -> Path:
-    pdf = FPDF()
-    pdf.set_font("Helvetica", size=12)
-    for lines in PDF_PAGES:
-        pdf.add_page()
-        for line in lines:
-            pdf.cell(0, 10, line, new_x="LMARGIN", new_y="NEXT")
-    pdf.output(str(path))
-    return path
-
-
 # --- real engines and servers (once per module) --------------------------------------------
 
 @pytest.fixture(scope="module")
@@ -95,7 +89,7 @@ def corpus_dir(tmp_path_factory: pytest.TempPathFactory, embedder: Any) -> Path:
     with Engine(path, embedder=embedder, filter_fields={"published": "date"}) as eng:
         eng.add_documents([*CORPUS, {"id": "long", "text": LONG_TEXT,
                                      "meta": {"lang": "en", "year": 2024}}])
-        res = eng.index_paths([write_pdf(root / "orchard.pdf")])
+        res = eng.index_paths([write_pdf(root / "orchard.pdf", PDF_PAGES)])
         assert res.documents == 1 and res.pages == 3
     return path
 

@@ -21,8 +21,8 @@ from typing import Any
 
 import httpx
 import pytest
+from conftest import REPO, free_port, running_server
 
-from conftest import DOCS, REPO, free_port, running_server
 from rcp_agentic import Engine
 
 WORDS = ("protein signalling cortex lattice enzyme glacier reactor sonnet harbour quantum "
@@ -88,14 +88,6 @@ class StdioPeer:
         assert self.proc.stdin is not None
         self.proc.stdin.close()
         self.proc.wait(timeout=120)
-
-
-@pytest.fixture(scope="module")
-def engine_dir(tmp_path_factory: pytest.TempPathFactory, embedder: Any) -> Path:
-    path = tmp_path_factory.mktemp("control") / "e"
-    with Engine(path, embedder=embedder) as eng:
-        eng.add_documents(DOCS)
-    return path
 
 
 @pytest.fixture(scope="module")

@@ -8,18 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from conftest import DOCS, REPO
-from rcp_agentic import Engine
-
-
-@pytest.fixture(scope="module")
-def engine_dir(tmp_path_factory: pytest.TempPathFactory, embedder: Any) -> Path:
-    path = tmp_path_factory.mktemp("stdio") / "e"
-    with Engine(path, embedder=embedder) as eng:
-        eng.add_documents(DOCS)
-    return path
 
 
 def run_session(engine_dir: Path, frames: list[Any]) -> tuple[list[dict[str, Any]], str]:

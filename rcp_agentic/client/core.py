@@ -18,7 +18,8 @@ from typing import Any
 
 from .. import __version__
 from .errors import ClientTimeout, RCPError, TransportError, VersionMismatch, error_from_wire
-from .gating import PROTOCOL_VERSION, check_method, check_options, clamp
+from ..protocol.methods import PROTOCOL_VERSION
+from .gating import check_method, check_options, clamp
 from .retry import RetryPolicy, RetryState, repeatable
 from .transport import Frame, Message, deliver, request_ids
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from ..protocol.methods import PROTOCOL_VERSION, RCP_METHODS
+from ..protocol.methods import RCP_METHODS
 from .errors import CapabilityMissing, OptionUnsupported
 
 # Absent `retrieve.units` means chunk/passage only (§6.1); absent modalities mean text (§4.8).

@@ -33,6 +33,7 @@ from typing_extensions import Self
 from ..client import AsyncRCPClient, RCPClient
 from ..client.registry import EngineSpec, load_registry
 from ..client.sync_client import default_stdio_command
+from ..closing import Closable
 from ..engine import Engine
 from .common import RETRIEVE_OPTIONS, HitSource, hit_metadata, retrieve_options
 
@@ -61,7 +62,7 @@ def hit_to_document(hit: Mapping[str, Any]) -> Document:
                     page_content=hit.get("text") or "", metadata=hit_metadata(hit))
 
 
-class RCPRetriever(BaseRetriever):
+class RCPRetriever(BaseRetriever, Closable):
     """A LangChain retriever over an RCP engine (in process, stdio, HTTP, registry or client).
 
     ``None`` leaves an option to the engine. Engine errors surface as
@@ -206,17 +207,6 @@ class RCPRetriever(BaseRetriever):
         """Also close the async client this retriever opened on the running event loop."""
         await self._hits.aclose()
 
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.aclose()
 
 
 def _documents(result: Mapping[str, Any]) -> list[Document]:

@@ -32,11 +32,12 @@ from llama_index.core.schema import (
 
 from ..client.registry import load_registry
 from ..client.sync_client import default_stdio_command
+from ..closing import Closable
 from ..corpus.documents import unit_id
 from .common import RETRIEVE_OPTIONS, HitSource, hit_metadata, retrieve_options
 
 if TYPE_CHECKING:
-    from typing_extensions import Self
+    pass
 
 __all__ = ["RCPRetriever", "hit_to_node", "unit_ids"]
 
@@ -121,7 +122,7 @@ def hit_to_node(hit: Mapping[str, Any], score_mode: ScoreMode = "confidence") ->
     return NodeWithScore(node=node, score=float(hit["score"] if score is None else score))
 
 
-class RCPRetriever(BaseRetriever):
+class RCPRetriever(BaseRetriever, Closable):
     """A LlamaIndex retriever over an RCP engine (in process, stdio, HTTP, registry or client).
 
     Every retrieve option of RCP §7.7 (:data:`~.common.RETRIEVE_OPTIONS`, snake_case)
@@ -266,14 +267,3 @@ class RCPRetriever(BaseRetriever):
         """Close the clients this retriever opened, including the running loop's async one."""
         await self.hit_source.aclose()
 
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.aclose()

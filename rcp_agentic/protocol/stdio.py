@@ -68,10 +68,10 @@ def serve_stdio(engine: Engine, *, stdin: IO[bytes] | None = None,
                 write({"jsonrpc": "2.0", "id": None,
                        "error": ParseError(f"invalid JSON: {exc}").to_wire()})
                 continue
-            if isinstance(message, dict) and ("id" not in message
-                                              or message.get("method") == "initialize"):
+            if isinstance(message, dict) and ("id" not in message or message.get("method") in
+                                              ("initialize", "shutdown")):
                 # Notifications are cheap and a cancel must not queue behind its target;
-                # initialize finishes before any later frame is looked at.
+                # initialize and shutdown finish before any later frame is looked at.
                 answer(message)
             else:
                 pool.submit(answer, message)
