@@ -28,27 +28,19 @@ from .corpus.metadata import filterable_meta, is_valid_field_name
 from .control import RequestControl, checked
 from .errors import (BackendUnavailable, Cancelled, CapabilityMissing, Conflict, InternalError,
                      InvalidParams, NotFound, OptionUnsupported, PayloadTooLarge, Timeout)
-from .models.analyzer import analyze
 from .models.reranker import Reranker, as_reranker
 from .models.embedder import SentenceTransformerEmbedder, TimedEmbedder, as_embedder
-from .pipeline import fusion
-from .pipeline import cursor
-from .pipeline.cursor import CursorState, query_hash
-from .pipeline.filters import BUILTIN_FIELDS, OPERATORS, compile_filter
-from .pipeline.hits import build_hit
-from .pipeline.mmr import mmr_order
-from .pipeline.packing import pack
-from .pipeline.recency import decay
+from .pipeline.filters import BUILTIN_FIELDS, OPERATORS
 from .pipeline.confidence import Calibrator
 from .pipeline.trust import InjectionScreen
-from .pipeline.params import (FUSIONS, MODES, PARAM_NAMES, UNITS, Plan, make_plan, parse_params,
-                              query_text)
+from .pipeline.params import (FUSIONS, MODES, UNITS, query_text)
+from .pipeline.retrieve import Retrieval
 from .store.chroma import ChromaVectors
 from .store.docstore import DocumentRecord, Docstore
 from .store.feedback import FeedbackLog
-from .sessions import Candidate, SessionStore
+from .sessions import SessionStore
 from .store.memindex import UnitIndex
-from .wire import Hit, RerankResult, RetrieveResult, Usage
+from .wire import RerankResult
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +51,6 @@ _INDEX_CACHE = 6
 ENGINE_ENV = "RCP_AGENTIC_ENGINE"
 # Documents per write transaction: bounds memory and makes progress visible.
 WRITE_BATCH_DOCS = 64
-RERANK_SLICE = 16
 
 
 class EmbeddingMismatch(Conflict):
@@ -89,7 +80,7 @@ def default_engine_dir() -> Path:
     return Path(os.environ.get(ENGINE_ENV) or DEFAULT_ENGINE_DIR)
 
 
-class Engine:
+class Engine(Retrieval):
     """A retrieval engine over one corpus.
 
     >>> engine = Engine("./my-engine")                 # doctest: +SKIP
@@ -473,285 +464,6 @@ class Engine:
                 retryable=False)
         return wanted
 
-    # --- retrieval -------------------------------------------------------------------
-
-    def retrieve(self, query: Any, k: int = 10, **options: Any) -> RetrieveResult:
-        """Ranked hits for ``query``; options are the RCP/1 retrieve params (§7.7) in snake_case.
-
-        ``mode`` dense | sparse | hybrid; ``fusion`` {method: rrf | weighted | convex,
-        weights, rrf_k, alpha}; ``candidate_k``; ``unit`` chunk | passage | page |
-        document; ``filter`` (§8); ``min_score``; ``include_text``; ``include_vectors``.
-        The result's ``to_wire()`` is the exact RCP result object.
-        """
-        unknown = [name for name in options if name not in PARAM_NAMES]
-        if unknown:
-            raise InvalidParams(f"unknown retrieve option(s): {', '.join(sorted(unknown))}",
-                                field=unknown[0])
-        return self.retrieve_params({"query": query, "k": k, **options})
-
-    def query_terms(self, query: str) -> list[int]:
-        """Vocabulary ids of the analysed query terms (unknown terms dropped)."""
-        return sorted({t for t in (self.store.term_id(w) for w in analyze(query))
-                       if t is not None})
-
-    def sparse_ceiling(self, query: str, unit: str = "chunk", level: int = 0) -> float:
-        """The largest BM25 any unit of this kind could score for ``query`` (0 if no term is known)."""
-        return self._index(unit, level).sparse_ceiling(self.query_terms(query))
-
-    def retrieve_params(self, raw: dict[str, Any],
-                        control: RequestControl | None = None) -> RetrieveResult:
-        """``retrieve`` from a raw params object (wire camelCase or snake_case).
-
-        Stages: recall (dense/sparse, ``candidate_k`` deep, deeper by what the
-        session has seen) → fuse → session dedup → rerank (``topN``) → recency →
-        ``min_score`` → MMR → pack to ``k`` and ``token_budget`` (from the cursor's
-        place) → hits with citations, trust and calibrated confidence. Dedup runs
-        before rerank so the reranker spends its budget on units the trajectory has
-        not seen yet. ``control`` stops the work between stages on cancel or deadline
-        and receives progress, with the fused top ``k`` as partial hits after recall.
-        """
-        start = time.perf_counter()
-        ctl = checked(control)
-        params = parse_params(raw)
-        plan = make_plan(params, max_k=self.config.max_k,
-                         default_candidate_k=self.config.candidate_k,
-                         max_candidate_k=self.config.max_candidate_k,
-                         default_mode=self.config.default_mode, default_rrf_k=self.config.rrf_k,
-                         rerank_method=self.reranker.method if self.reranker else None,
-                         max_rerank=self.config.rerank_max_candidates,
-                         can_rank_by_confidence=self.calibrator is not None)
-        qhash = query_hash(params.model_dump(
-            mode="json", exclude={"cursor", "meta", "index_version", "strict"}))
-        state = (cursor.decode(plan.cursor, self._secret, qhash) if plan.cursor is not None
-                 else None)
-        if state is not None and plan.index_version not in (None, f"v{state.version}"):
-            raise InvalidParams("indexVersion differs from the snapshot the cursor pages",
-                                field="indexVersion")
-        served = self._served_version(f"v{state.version}" if state else plan.index_version)
-        version = f"v{served}"
-        fields = self.filter_fields() if (plan.filter or plan.recency_field) else {}
-        if plan.recency_field and fields.get(plan.recency_field) != "date":
-            raise InvalidParams(f"recency.field {plan.recency_field!r} is not a declared date "
-                                "field", field="recency.field")
-        index = self._index(plan.stored_unit, plan.level, served)
-        allowed = None
-        if plan.filter is not None:
-            compiled = compile_filter(plan.filter, fields)
-            rows = self.store.filtered_rowids(plan.stored_unit, plan.level, served, compiled.sql,
-                                              compiled.params)
-            allowed = index.positions_of(rows)
-        # Backfill: recall deeper by what the session already holds, so k new hits remain.
-        seen = self.sessions.seen_count(plan.session_id) if plan.session_id else 0
-        depth = plan.candidate_k + seen
-        lists: dict[str, list[tuple[int, float]]] = {}
-        qvec = None
-        term_ids: list[int] = []
-        if plan.mode in ("dense", "hybrid"):
-            qvec = self.embedder.embed_query(plan.query)
-            lists["dense"] = self._dense(index, plan, qvec, allowed, depth)
-        if plan.mode in ("sparse", "hybrid"):
-            term_ids = self.query_terms(plan.query)
-            ranked = index.sparse(term_ids, depth, allowed)
-            lists["sparse"] = list(zip(ranked.positions.tolist(), ranked.scores.tolist()))
-        ctl.check()
-        ranked_list = self._fuse(plan, lists, index, qvec, term_ids)
-        if plan.session_id:
-            new = self.sessions.filter_new(plan.session_id,
-                                           [_candidate(index, p) for p, _s in ranked_list])
-            ranked_list = [ps for ps, ok in zip(ranked_list, new) if ok]
-        fused = dict(ranked_list) if plan.mode == "hybrid" else {}
-        if ctl.wants_progress:
-            first = ranked_list[:plan.k]
-            partial = self._hits(plan, index, first, lists, qvec, term_ids,
-                                 list(range(len(first))), {}, fused=fused)
-            ctl.report(0.5, "fuse", f"recalled {len(ranked_list)} candidate(s)",
-                       [h.to_wire() for h in partial])
-        ctl.check()
-        rerank_scores: dict[int, float] = {}
-        if plan.rerank_top_n is not None:
-            ranked_list, rerank_scores = self._rerank(plan, index, ranked_list, ctl)
-            ctl.report(0.8, "rerank", f"reranked {len(rerank_scores)} candidate(s)")
-            ctl.check()
-        learned: dict[int, float] | None = None
-        if plan.rank_by_confidence:
-            ranked_list, learned = self._rank_by_confidence(plan, index, ranked_list, lists,
-                                                            qvec, term_ids)
-        if plan.recency_field:
-            ranked_list = self._recency(plan, index, ranked_list)
-        if plan.min_score is not None:
-            ranked_list = [(p, s) for p, s in ranked_list if s >= plan.min_score]
-        if plan.mmr_lambda is not None:
-            ranked_list = self._mmr(plan, index, ranked_list)
-        packed = pack([int(index.tokens[p]) for p, _s in ranked_list], plan.k, plan.token_budget,
-                      start=state.start if state else 0,
-                      exclude=state.exclude if state else frozenset())
-        if packed.skipped:
-            plan.notes.append(f"tokenBudget: skipped {packed.skipped} hit(s) larger than the "
-                              "budget left")
-        if packed.oversized:
-            plan.notes.append(f"tokenBudget: {packed.oversized} hit(s) larger than the whole "
-                              "budget can never be packed")
-        top = [ranked_list[i] for i in packed.taken]
-        ctl.check()
-        next_cursor = None
-        if packed.more and not plan.session_id:
-            next_cursor = cursor.encode(CursorState(served, packed.next_start,
-                                                    packed.next_exclude, qhash), self._secret)
-        hits = self._hits(plan, index, top, lists, qvec, term_ids, packed.taken, rerank_scores,
-                          learned, fused=fused)
-        if plan.session_id:
-            forgotten = self.sessions.record(plan.session_id, [_candidate(index, p) for p, _s in top])
-            if forgotten:
-                plan.notes.append(f"session full: forgot its {forgotten} oldest unit(s)")
-        candidates = len({p for ranked in lists.values() for p, _s in ranked})
-        ctl.report(1.0, "pack", f"packed {len(hits)} hit(s)")
-        usage = Usage(candidates=candidates, reranked=len(rerank_scores), tokens=packed.tokens,
-                      latency_ms=round((time.perf_counter() - start) * 1000.0, 3),
-                      notes=plan.notes or None)
-        return RetrieveResult(hits=hits, index_version=version, usage=usage,
-                              next_cursor=next_cursor)
-
-    def _recency(self, plan: Plan, index: UnitIndex,
-                 ranked: list[tuple[int, float]]) -> list[tuple[int, float]]:
-        assert plan.recency_field and plan.recency_half_life_days
-        rowids = [int(index.rowids[p]) for p, _s in ranked]
-        dates = self.store.dates(rowids, plan.recency_field)
-        factors = decay([dates.get(r) for r in rowids], time.time() * 1000.0,
-                        plan.recency_half_life_days)
-        out = [(p, s * float(f)) for (p, s), f in zip(ranked, factors)]
-        return sorted(out, key=lambda ps: (-ps[1], ps[0]))
-
-    def _mmr(self, plan: Plan, index: UnitIndex,
-             ranked: list[tuple[int, float]]) -> list[tuple[int, float]]:
-        assert plan.mmr_lambda is not None
-        pool = ranked[:min(len(ranked), max(4 * plan.k, 50), 400)]
-        if len(pool) < 2:
-            return ranked
-        vecs = self._unit_vectors(index, np.asarray([p for p, _s in pool], dtype=np.int64))
-        scores = np.asarray([s for _p, s in pool], dtype=np.float64)
-        order = mmr_order(scores, vecs, plan.mmr_lambda, len(pool))
-        return [pool[i] for i in order] + ranked[len(pool):]
-
-    def _dense(self, index: UnitIndex, plan: Plan, qvec: np.ndarray,
-               allowed: np.ndarray | None, depth: int) -> list[tuple[int, float]]:
-        if index.size == 0 or (allowed is not None and len(allowed) == 0):
-            return []
-        if index.vectors is not None:
-            ranked = index.dense(qvec, depth, allowed)
-            return list(zip(ranked.positions.tolist(), ranked.scores.tolist()))
-        rowids = None if allowed is None else index.rowids[allowed].tolist()
-        # Chroma also holds rows of retained older versions; ask for enough to cover them.
-        hidden = 0 if rowids is not None else max(0, self.store.stored_count(
-            plan.stored_unit, plan.level) - index.size)
-        n = min(depth, index.size if rowids is None else len(rowids)) + hidden
-        got, sims = self.chroma.query(plan.stored_unit, plan.level, qvec, n, rowids)
-        out = [(index.position[r], s) for r, s in zip(got, sims) if r in index.position]
-        return sorted(out, key=lambda ps: (-ps[1], ps[0]))[:depth]
-
-    def _unit_vectors(self, index: UnitIndex, positions: np.ndarray) -> np.ndarray:
-        """Vectors of the units at ``positions``: from memory, or SQLite above dense_exact_max."""
-        if index.vectors is not None:
-            return index.vectors[positions]
-        rowids = index.rowids[positions].tolist()
-        got = self.store.vectors(rowids)
-        return np.vstack([got[r] for r in rowids])
-
-    def _fill(self, index: UnitIndex, name: str, positions: list[int], qvec: np.ndarray | None,
-              term_ids: list[int]) -> dict[int, float]:
-        """Exact scores of one retriever for the given positions."""
-        if not positions:
-            return {}
-        pos = np.asarray(positions, dtype=np.int64)
-        if name == "dense":
-            assert qvec is not None
-            return dict(zip(positions, (self._unit_vectors(index, pos) @ qvec).tolist()))
-        return dict(zip(positions, index.sparse_scores(term_ids, pos).tolist()))
-
-    def _fuse(self, plan: Plan, lists: dict[str, list[tuple[int, float]]], index: UnitIndex,
-              qvec: np.ndarray | None, term_ids: list[int]) -> list[tuple[int, float]]:
-        if plan.mode != "hybrid":
-            return lists[plan.mode]
-        if plan.fusion == "rrf":
-            return fusion.rrf(lists, plan.weights, plan.rrf_k)
-        union = sorted({p for ranked in lists.values() for p, _s in ranked})
-        fill = {name: self._fill(index, name, union, qvec, term_ids) for name in lists}
-        if plan.fusion == "weighted":
-            return fusion.weighted(lists, plan.weights, fill)
-        return fusion.convex(lists, plan.alpha, fill)
-
-    def _hits(self, plan: Plan, index: UnitIndex, top: list[tuple[int, float]],
-              lists: dict[str, list[tuple[int, float]]], qvec: np.ndarray | None,
-              term_ids: list[int], ranks: list[int], rerank_scores: dict[int, float],
-              learned: dict[int, float] | None = None, *,
-              fused: dict[int, float] | None = None) -> list[Hit]:
-        """Hits for ``top``; ``scores`` keeps every stage's score (``fused`` before any rerank)."""
-        positions = [p for p, _s in top]
-        per_stage = {name: self._fill(index, name, positions, qvec, term_ids) for name in lists}
-        confidence = ([learned[p] for p in positions] if learned is not None
-                      else self._confidence(plan, index, positions, per_stage, term_ids, ranks))
-        rowids = [int(index.rowids[p]) for p in positions]
-        rows = self.store.hydrate(rowids)
-        vectors = self.store.vectors(rowids) if plan.include_vectors else {}
-        hits = []
-        for i, ((pos, score), rowid) in enumerate(zip(top, rowids)):
-            row = rows.get(rowid)
-            if row is None:  # deleted after this query's snapshot was taken
-                continue
-            scores = {name: per_stage[name][pos] for name in lists}
-            if fused and pos in fused:
-                scores["fused"] = float(fused[pos])
-            if pos in rerank_scores:
-                scores["rerank"] = float(rerank_scores[pos])
-            hits.append(build_hit(row, unit=plan.unit, score=float(score), scores=scores,
-                                  include_text=plan.include_text, vector=vectors.get(rowid),
-                                  confidence=None if confidence is None else confidence[i]))
-        return hits
-
-    def _probabilities(self, plan: Plan, index: UnitIndex, positions: list[int],
-                       per_stage: dict[str, dict[int, float]], term_ids: list[int],
-                       ranks: np.ndarray) -> np.ndarray | None:
-        """Calibrated P(relevant) of the units at ``positions`` (None without a calibration)."""
-        if self.calibrator is None or not positions or not self.calibrator.supports(
-                plan.mode, plan.stored_unit):
-            return None
-        dense = (np.array([per_stage["dense"][p] for p in positions])
-                 if "dense" in per_stage else None)
-        sparse = (np.array([per_stage["sparse"][p] for p in positions])
-                  if "sparse" in per_stage else None)
-        ceiling = index.sparse_ceiling(term_ids) if "sparse" in per_stage else None
-        probs = self.calibrator.predict(mode=plan.mode, unit=plan.stored_unit, dense=dense,
-                                        sparse=sparse, ceiling=ceiling, ranks=ranks)
-        return np.clip(probs, 0.0, 1.0)
-
-    def _confidence(self, plan: Plan, index: UnitIndex, positions: list[int],
-                    per_stage: dict[str, dict[int, float]], term_ids: list[int],
-                    ranks: list[int]) -> list[float] | None:
-        """Calibrated P(relevant) per hit, made non-increasing down the list."""
-        probs = self._probabilities(plan, index, positions, per_stage, term_ids,
-                                    np.asarray(ranks, dtype=np.float64))
-        if probs is None:
-            return None
-        # A hit never claims more confidence than the one ranked above it.
-        return [round(float(x), 6) for x in np.minimum.accumulate(probs)]
-
-    def _rank_by_confidence(self, plan: Plan, index: UnitIndex, ranked: list[tuple[int, float]],
-                            lists: dict[str, list[tuple[int, float]]], qvec: np.ndarray | None,
-                            term_ids: list[int]) -> tuple[list[tuple[int, float]], dict[int, float]]:
-        """Re-rank the fused list by calibrated P(relevant); the score becomes that probability.
-
-        Measured on SciFact (held-out folds): nDCG@10 0.879 against RRF's 0.873.
-        """
-        positions = [p for p, _s in ranked]
-        per_stage = {name: self._fill(index, name, positions, qvec, term_ids) for name in lists}
-        probs = self._probabilities(plan, index, positions, per_stage, term_ids,
-                                    np.arange(len(positions), dtype=np.float64))
-        if probs is None:
-            raise OptionUnsupported(f"no confidence calibration for {plan.mode}/{plan.unit}",
-                                    option="x-rcp-agentic-rankBy")
-        order = sorted(range(len(positions)), key=lambda i: (-float(probs[i]), i))
-        learned = {positions[i]: round(float(probs[i]), 6) for i in order}
-        return [(positions[i], learned[positions[i]]) for i in order], learned
-
     # --- feedback --------------------------------------------------------------------
 
     def record_feedback(self, signals: Any, *, session_id: Any = None, query: Any = None) -> int:
@@ -823,29 +535,3 @@ class Engine:
         scores = [float(x) for x in self.reranker.score(text, bodies)]
         order = sorted(range(len(scores)), key=lambda i: (-scores[i], i))
         return RerankResult(scores=scores, order=order[:top_n] if top_n else order)
-
-    def _rerank(self, plan: Plan, index: UnitIndex, ranked: list[tuple[int, float]],
-                ctl: RequestControl) -> tuple[list[tuple[int, float]], dict[int, float]]:
-        assert self.reranker is not None and plan.rerank_top_n is not None
-        head = ranked[:plan.rerank_top_n]
-        if not head:
-            return ranked, {}
-        rows = self.store.hydrate([int(index.rowids[p]) for p, _s in head])
-        texts = [rows[int(index.rowids[p])]["text"] for p, _s in head]
-        scores: list[float] = []
-        # In slices, so a cancel or deadline stops a long rerank part-way.
-        for at in range(0, len(texts), RERANK_SLICE):
-            ctl.check()
-            scores.extend(float(x) for x in self.reranker.score(plan.query,
-                                                                texts[at:at + RERANK_SLICE]))
-            ctl.report(0.5 + 0.3 * len(scores) / len(texts), "rerank",
-                       f"reranked {len(scores)}/{len(texts)}")
-        order = sorted(range(len(head)), key=lambda i: (-scores[i], i))
-        reranked = [(head[i][0], scores[i]) for i in order]
-        return reranked, {head[i][0]: scores[i] for i in range(len(head))}
-
-
-def _candidate(index: UnitIndex, pos: int) -> Candidate:
-    ps, pe = int(index.page_start[pos]), int(index.page_end[pos])
-    return Candidate(index.uids[pos], index.unit, index.doc_ids[pos],
-                     ps if ps >= 0 else None, pe if pe >= 0 else None)
