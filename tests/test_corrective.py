@@ -150,11 +150,16 @@ def test_async_loop_matches_sync(paged: Engine) -> None:
     assert res.session_id != sync.session_id
 
 
-def test_expansion_adds_new_evidence_words() -> None:
-    hit = {"text": "Paris is the capital of France.", "citation": {"title": "Paris"}}
-    expanded = expand_query("Where was the painter born?", [hit])
-    assert expanded.startswith("Where was the painter born? Paris")
-    assert "France" in expanded and "the" not in expanded.split()[6:]
+def test_expansion_adds_the_new_entities_of_the_best_hits() -> None:
+    first = {"text": "The painting hangs in the Louvre, bought by Louis XIV of France."}
+    second = {"text": "Claude Monet was born in Paris."}
+    third = {"text": "Nothing Here Matters."}
+    expanded = expand_query("Where is the painting bought by Louis XIV?", [first, second, third])
+    # "The" is a stopword, "Louis XIV" is asked already, the third hit is not read.
+    assert expanded == ("Where is the painting bought by Louis XIV? Louvre Louis XIV of France "
+                        "Claude Monet Paris")
+    lower = {"text": "reciprocal rank fusion sums reciprocal ranks", "citation": {"title": ""}}
+    assert expand_query("how does rrf work", [lower]).startswith("how does rrf work reciprocal")
 
 
 def test_langchain_retriever_and_langgraph_node(paged: Engine) -> None:
