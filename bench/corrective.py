@@ -36,7 +36,7 @@ from rcp_agentic.models.tokenizer import count_tokens  # noqa: E402
 REPO = Path(__file__).resolve().parents[1]
 DATA = Path("/work/shared/data")
 CACHE = REPO / "bench" / ".cache"
-SETTINGS = {"upper 0.6 / lower 0.2": (0.6, 0.2), "upper 0.6 / lower 0.05": (0.6, 0.05)}
+SETTINGS = {"upper 0.6 / lower 0.2": (0.6, 0.2), "upper 0.6 / lower 0.05 (default)": (0.6, 0.05)}
 
 
 def load_set(name: str) -> tuple[list[dict[str, Any]], list[tuple[str, set[str]]]]:
