@@ -19,7 +19,6 @@ client sends the remaining deadline as ``_meta.deadlineMs``.
 from __future__ import annotations
 
 import asyncio
-import math
 import threading
 import time
 import uuid
@@ -28,9 +27,8 @@ from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from .client import AsyncRCPClient, RCPClient
-from .closing import Closable
-from .client.errors import (
+from ..client import AsyncRCPClient, RCPClient
+from ..client.errors import (
     BackendUnavailable,
     CapabilityMissing,
     InternalError,
@@ -39,11 +37,12 @@ from .client.errors import (
     RCPError,
     Timeout,
 )
-from .client.gating import DEFAULT_UNITS, check_options
-from .client.params import RETRIEVE_OPTIONS, wire_options
-from .client.registry import EngineSpec, Registry, load_registry
-from .engine import Engine
-from .pipeline import fusion as fusion_fns
+from ..client.gating import DEFAULT_UNITS, check_options
+from ..client.params import RETRIEVE_OPTIONS, wire_options
+from ..client.registry import EngineSpec, Registry, load_registry
+from ..closing import Closable
+from ..engine import Engine
+from .fusion import fuse
 
 if TYPE_CHECKING:
     import os
@@ -477,111 +476,17 @@ class Federation(Closable):
     def _fuse(self, answered: dict[str, _Outcome], plan: _Plan,
               notes: list[str]) -> tuple[list[dict[str, Any]], int, str]:
         """Fused hits (top k), the number of distinct candidates, and the method used."""
-        weights = {id_: self._members[id_].weight for id_ in answered}
-        lists: dict[str, list[tuple[tuple[str, str], float]]] = {}
-        entries: dict[tuple[str, str], list[_Entry]] = {}
-        for id_ in self._members:  # registry order: a merge independent of arrival order
-            if id_ not in answered:
-                continue
-            lists[id_] = []
-            for hit in answered[id_].result["hits"]:  # type: ignore[index]
-                key = _key(hit, plan.dedup)
-                if any(e.engine == id_ for e in entries.get(key, ())):
-                    entries[key].append(_Entry(id_, 0, hit))  # same engine again: a body only
-                    continue
-                score = hit.get("score")
-                lists[id_].append((key, float(score) if _number(score) else math.nan))
-                entries.setdefault(key, []).append(_Entry(id_, len(lists[id_]), hit))
-        method = self.fusion
-        if method != "rrf" and any(math.isnan(s) for ranked in lists.values() for _k, s in ranked):
-            notes.append(f"fusion {method} needs numeric scores from every engine: used rrf")
-            method = "rrf"
-        floors = {id_: (answered[id_].caps.get("retrieve") or {}).get("scoreFloor")
-                  for id_ in lists}
-        if method == "convex" and not all(_number(f) for f in floors.values()):
-            missing = sorted(i for i, f in floors.items() if not _number(f))
-            notes.append(f"fusion convex needs retrieve.scoreFloor from every engine (missing: "
-                         f"{', '.join(missing)}): used rrf")
-            method = "rrf"
-        if method == "rrf":
-            fused = fusion_fns.rrf(lists, weights, self.rrf_k)
-        elif method == "weighted":
-            fused = fusion_fns.weighted(lists, weights)
-        else:
-            fused = _convex(lists, weights, floors)  # type: ignore[arg-type]
-        primary = {key: self._primary(es, weights) for key, es in entries.items()}
-        summed = {key: math.fsum(weights[e.engine] for e in es if e.rank)
-                  for key, es in entries.items()}
-        # §16.3: fused score, then summed weight, then the smaller stringified id.
-        order = sorted(fused, key=lambda kv: (-kv[1], -summed[kv[0]],
-                                              str(primary[kv[0]].hit.get("id"))))
-        hits = [_merge(entries[key], primary[key], score) for key, score in order[:plan.k]]
-        return hits, len(order), method
-
-    def _primary(self, entries: list[_Entry], weights: Mapping[str, float]) -> _Entry:
-        """The origin of a fused hit: the engine contributing most RRF mass (ties: registry order)."""
-        order = list(self._members)
-        return min((e for e in entries if e.rank),
-                   key=lambda e: (-weights[e.engine] / (self.rrf_k + e.rank),
-                                  order.index(e.engine)))
-
-
-@dataclass
-class _Entry:
-    engine: str
-    rank: int  # 1-based among the engine's distinct documents; 0: a duplicate, body only
-    hit: dict[str, Any]
-
-
-def _merge(entries: list[_Entry], primary: _Entry, score: float) -> dict[str, Any]:
-    """One fused hit: the richest body, merged meta, origin tags, the fused score (§16.3)."""
-    ranked = sorted((e for e in entries if e.rank), key=lambda e: e is not primary)
-    body = max([primary, *(e for e in entries if e is not primary)],
-               key=lambda e: (len(e.hit.get("text") or ""), len(e.hit.get("content") or [])))
-    hit = dict(body.hit)
-    meta: dict[str, Any] = {}
-    for e in reversed(ranked):  # the primary's values win conflicts
-        if isinstance(e.hit.get("meta"), dict):
-            meta.update(e.hit["meta"])
-    meta.update({"engine": primary.engine, "engineRank": primary.rank,
-                 "engineScore": primary.hit.get("score"),
-                 "engines": {e.engine: {"rank": e.rank, "score": e.hit.get("score")}
-                             for e in ranked}})
-    hit.update(score=score, meta=meta)
-    confidences = [e.hit["confidence"] for e in entries if _number(e.hit.get("confidence"))]
-    if confidences:
-        hit["confidence"] = max(confidences)
-    if any((e.hit.get("trust") or {}).get("injectionSuspected") for e in entries):
-        hit["trust"] = {**(hit.get("trust") or {}), "injectionSuspected": True}
-    return hit
+        lists = {id_: answered[id_].result["hits"]  # type: ignore[index]
+                 for id_ in self._members if id_ in answered}
+        return fuse(lists, weights={id_: self._members[id_].weight for id_ in lists},
+                    floors={id_: (answered[id_].caps.get("retrieve") or {}).get("scoreFloor")
+                            for id_ in lists},
+                    method=self.fusion, rrf_k=self.rrf_k, dedup=plan.dedup, k=plan.k,
+                    notes=notes)
 
 
 def _ms(t0: float) -> float:
     return round((time.monotonic() - t0) * 1000, 3)
-
-
-def _number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-
-
-def _key(hit: Mapping[str, Any], dedup: str) -> tuple[str, str]:
-    """Document identity: the stringified id, or ``citation.uri`` when asked and present."""
-    uri = (hit.get("citation") or {}).get("uri") if dedup == "uri" else None
-    return ("uri", uri) if isinstance(uri, str) and uri else ("id", str(hit.get("id")))
-
-
-def _convex(lists: Mapping[str, list[tuple[Any, float]]], weights: Mapping[str, float],
-            floors: Mapping[str, float]) -> list[tuple[Any, float]]:
-    """Σ weight · (score − scoreFloor) / (max − scoreFloor): TM2C2 over N engines (§16.3)."""
-    parts: dict[Any, list[float]] = {}
-    for id_, ranked in lists.items():
-        if not ranked:
-            continue
-        span = max(s for _k, s in ranked) - floors[id_]
-        for key, s in ranked:
-            norm = max(0.0, (s - floors[id_]) / span) if span > 0 else 0.0
-            parts.setdefault(key, []).append(weights[id_] * norm)
-    return [(key, math.fsum(terms)) for key, terms in parts.items()]
 
 
 def _answered(id_: str, result: Any, t0: float, notes: list[str],
