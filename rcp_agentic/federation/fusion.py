@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeGuard
 
 from ..pipeline import fusion as fusion_fns
 
@@ -98,7 +98,7 @@ def _merge(entries: list[_Entry], primary: _Entry, score: float) -> dict[str, An
     return hit
 
 
-def number(value: Any) -> bool:
+def number(value: Any) -> TypeGuard[int | float]:
     """A finite int or float (not a bool)."""
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 

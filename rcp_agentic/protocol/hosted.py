@@ -148,7 +148,7 @@ class RetrieveRequest(_Strict):
     vector_pipeline_weight: float | None = Field(None, ge=0.0, le=1.0)
     top_k: int = Field(DEFAULT_TOP_K, ge=1)
     num_candidates: int | None = Field(None, ge=1)
-    rerank: Rerank = Field(default_factory=Rerank)
+    rerank: Rerank = Field(default_factory=lambda: Rerank(top_n=None))
     score_threshold: float | None = None
 
     def weights(self) -> tuple[float, float]:
