@@ -77,11 +77,12 @@ def mrr_at_k(run: Run, qrels: Qrels, k: int = 10) -> float:
     return _mean(scores)
 
 
-def percentiles(latencies_ms: Sequence[float]) -> dict[str, float]:
-    """``{"p50", "p95", "mean"}`` in ms (linear interpolation, like numpy's default)."""
+def percentiles(latencies_ms: Sequence[float], ps: Sequence[int] = (50, 95)) -> dict[str, float]:
+    """``{"p50", "p95", "mean"}`` in ms by default, ``ps`` choosing the percentiles (linear
+    interpolation, like numpy's default)."""
     xs = sorted(float(x) for x in latencies_ms)
     if not xs:
-        return {"p50": float("nan"), "p95": float("nan"), "mean": float("nan")}
+        return {**{f"p{p}": float("nan") for p in ps}, "mean": float("nan")}
 
     def pct(p: float) -> float:
         pos = (len(xs) - 1) * p / 100.0
@@ -89,4 +90,4 @@ def percentiles(latencies_ms: Sequence[float]) -> dict[str, float]:
         hi = min(lo + 1, len(xs) - 1)
         return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
 
-    return {"p50": pct(50), "p95": pct(95), "mean": sum(xs) / len(xs)}
+    return {**{f"p{p}": pct(p) for p in ps}, "mean": sum(xs) / len(xs)}

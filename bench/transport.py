@@ -32,6 +32,7 @@ from typing import Any
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from metrics import percentiles  # noqa: E402
 from scifact import load_queries  # noqa: E402
 
 from rcp_agentic import Engine  # noqa: E402
@@ -40,14 +41,9 @@ REPO = Path(__file__).resolve().parents[1]
 PARAMS = {"k": 10, "mode": "hybrid"}
 
 
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
-
-
 def summary(latencies: list[float], wall: float) -> dict[str, float]:
-    return {"qps": len(latencies) / wall, "p50_ms": statistics.median(latencies) * 1000,
-            "p99_ms": percentile(latencies, 0.99) * 1000}
+    pct = percentiles([t * 1000 for t in latencies], ps=(50, 99))
+    return {"qps": len(latencies) / wall, "p50_ms": pct["p50"], "p99_ms": pct["p99"]}
 
 
 def run_concurrent(call: Any, queries: list[str], clients: int) -> dict[str, float]:

@@ -23,9 +23,18 @@ from typing import Any
 from .. import __version__
 from ..control import Progress, RequestControl
 from ..engine import Engine
-from ..errors import (CapabilityMissing, InternalError, InvalidParams, InvalidRequest,
-                      NotInitialized, OptionUnsupported, ParseError, RCPError, UnknownMethod,
-                      VersionMismatch)
+from ..errors import (
+    CapabilityMissing,
+    InternalError,
+    InvalidParams,
+    InvalidRequest,
+    NotInitialized,
+    OptionUnsupported,
+    ParseError,
+    RCPError,
+    UnknownMethod,
+    VersionMismatch,
+)
 from .methods import PROTOCOL_VERSION, RCP_METHODS
 
 log = logging.getLogger(__name__)

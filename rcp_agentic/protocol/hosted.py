@@ -47,13 +47,13 @@ from ..engine import Engine
 from ..errors import BackendUnavailable, InvalidParams, OptionUnsupported
 from ..pipeline.filters import BUILTIN_FIELDS
 from ..wire import Hit
+from .body import DEFAULT_BODY_LIMIT, read_body
 
 log = logging.getLogger(__name__)
 
 RETRIEVE_PATH = "/api/v1/retrieval/retrieve"
 RERANK_STATUS_HEADER = "x-rerank-status"
 DEFAULT_TOP_K = 10
-DEFAULT_BODY_LIMIT = 8 * 1024 * 1024
 
 Endpoint = Callable[[Request], Awaitable[Response]]
 Operator = Literal["eq", "ne", "gt", "gte", "lt", "lte", "in", "nin"]
@@ -293,19 +293,6 @@ def _json(status: int, body: Any, headers: Mapping[str, str] | None = None) -> R
                     headers=dict(headers or {}))
 
 
-async def _read_body(request: Request, limit: int) -> bytes | None:
-    """The request body, or None when it exceeds ``limit`` bytes."""
-    declared = request.headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > limit:
-        return None
-    body = b""
-    async for part in request.stream():
-        body += part
-        if len(body) > limit:
-            return None
-    return body
-
-
 def retrieve_endpoint(engines: Mapping[str, Engine], *,
                       body_limit: int = DEFAULT_BODY_LIMIT) -> Endpoint:
     """The ``async`` Starlette endpoint of the hosted retrieve, over ``index_id → engine``.
@@ -315,7 +302,7 @@ def retrieve_endpoint(engines: Mapping[str, Engine], *,
     ``await request.body()`` (which Starlette caches), never ``request.stream()``.
     """
     async def retrieve(request: Request) -> Response:
-        body = await _read_body(request, body_limit)
+        body = await read_body(request, body_limit)
         if body is None:
             return _json(413, {"detail": f"request body exceeds {body_limit} bytes"})
         try:

@@ -39,9 +39,9 @@ from starlette.routing import BaseRoute, Route
 from ..control import RequestControl
 from ..engine import Engine
 from ..errors import InvalidRequest, ParseError, PayloadTooLarge, RCPError, Unauthorized
+from .body import DEFAULT_BODY_LIMIT, read_body
 from .dispatcher import Dispatcher, dumps
 
-DEFAULT_BODY_LIMIT = 8 * 1024 * 1024
 SESSION_HEADER = "rcp-session"
 MAX_SESSION_NAME = 128
 
@@ -80,16 +80,10 @@ class _Gate:
         return guarded
 
     async def body(self, request: Request) -> bytes | Response:
-        declared = request.headers.get("content-length")
-        too_large = _error_response(413, PayloadTooLarge(f"body exceeds {self.body_limit} bytes"))
-        if declared is not None and declared.isdigit() and int(declared) > self.body_limit:
-            return too_large
-        body = bytearray()
-        async for part in request.stream():
-            body += part
-            if len(body) > self.body_limit:
-                return too_large
-        return bytes(body)
+        body = await read_body(request, self.body_limit)
+        if body is None:
+            return _error_response(413, PayloadTooLarge(f"body exceeds {self.body_limit} bytes"))
+        return body
 
 
 async def _watch_disconnect(request: Request, controls: list[RequestControl]) -> None:
