@@ -48,7 +48,6 @@ from rcp_agentic.client.params import camel, retrieve_params
 from rcp_agentic.client.retry import RetryState
 from rcp_agentic.client.transport_http import base_url, retry_after_ms
 from rcp_agentic.client.vectors import decode_vectors
-from rcp_agentic.protocol.dispatcher import Dispatcher
 
 T = TypeVar("T")
 TOKEN = "client-test-token"
@@ -56,10 +55,6 @@ TRANSPORTS = ("inprocess", "stdio", "http")
 MODES = ("sync", "async")
 COMBOS = [(t, m) for t in TRANSPORTS for m in MODES]
 LOGGER = "rcp_agentic.client"
-# Progress frames and cancellation need the streaming Dispatcher (handle(message, send)).
-SERVER_STREAMS = "send" in inspect.signature(Dispatcher.handle).parameters
-needs_server_streaming = pytest.mark.xfail(not SERVER_STREAMS, strict=False,
-                                           reason="server streaming/cancel pending")
 
 
 # --- driving sync and async clients with one test body ----------------------------------
@@ -485,7 +480,6 @@ def test_methods_and_batch(servers: Servers, combo: tuple[str, str]) -> None:
     drive(open_client(servers, *combo), body)
 
 
-@needs_server_streaming
 def test_progress_from_the_real_server(servers: Servers, combo: tuple[str, str]) -> None:
     async def body(c: Driver) -> None:
         frames: list[dict[str, Any]] = []
@@ -512,7 +506,6 @@ async def _index_settled(c: Driver) -> None:
         await asyncio.sleep(0.4)
 
 
-@needs_server_streaming
 def test_cancel_stops_the_servers_work(servers: Servers, combo: tuple[str, str], tmp_path: Path,
                                        engine: Engine) -> None:
     transport, mode = combo
@@ -693,20 +686,6 @@ async def eventually_dead(c: Driver) -> None:
     while time.monotonic() < deadline:
         await c.ping()  # raises TransportError once the reader saw EOF
         await asyncio.sleep(0.05)
-
-
-def test_inprocess_dispatcher_without_send(engine: Engine) -> None:
-    class OlderDispatcher(Dispatcher):
-        """The pre-streaming interface: handle(message) only."""
-
-        def handle(self, message: Any) -> Any:  # type: ignore[override]
-            return super().handle(message)
-
-    engine.add_documents(DOCS)
-    frames: list[Any] = []
-    with RCPClient.in_process(OlderDispatcher(engine)) as c:
-        out = c.retrieve("rank fusion", k=1, on_progress=frames.append)
-    assert out["hits"][0]["chunk"]["docId"] == "d5" and frames == []
 
 
 # === scripted servers: the client's side of the protocol =====================================

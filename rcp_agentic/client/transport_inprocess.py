@@ -5,14 +5,12 @@ shapes are exactly what a wire transport would deliver. Calls run in worker
 threads (the caller can time out or cancel while the engine works); progress
 frames come from the dispatcher's ``send`` callback, and ``notifications/cancel``
 is handed to the dispatcher directly from the caller's thread, so it never
-queues behind the call it targets. A dispatcher whose ``handle`` has no ``send``
-parameter still works, without progress.
+queues behind the call it targets.
 """
 
 from __future__ import annotations
 
 import asyncio
-import inspect
 import json
 import logging
 from collections.abc import Callable
@@ -57,23 +55,16 @@ def _response_from_wire(response: Any, message: Message) -> Any:
 
 
 class _Endpoint:
-    """The dispatcher, and how to call it with or without a progress ``send``."""
+    """The dispatcher, called as a transport would: progress frames go to ``send``."""
 
     def __init__(self, target: Engine | Dispatcher) -> None:
         from ..protocol.dispatcher import Dispatcher
 
         self.dispatcher = target if isinstance(target, Dispatcher) else Dispatcher(target)
-        try:
-            self.with_send = "send" in inspect.signature(self.dispatcher.handle).parameters
-        except (TypeError, ValueError):
-            self.with_send = False
 
     def call(self, wire: Any, message: Message, send: Callable[[Frame], None]) -> Any:
         try:
-            if self.with_send:
-                response = self.dispatcher.handle(wire, send=send)
-            else:
-                response = self.dispatcher.handle(wire)
+            response = self.dispatcher.handle(wire, send=send)
         except Exception as exc:  # the dispatcher promises never to raise
             raise TransportError(f"the dispatcher raised {exc!r}") from exc
         return _response_from_wire(response, message)
