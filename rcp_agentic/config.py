@@ -63,6 +63,25 @@ class EngineConfig(BaseModel):
                                      "its last use")
     max_sessions: int = Field(10_000, ge=1, description="live sessions; least recently used go")
     session_max_items: int = Field(10_000, ge=1, description="units one session remembers")
+    # --- bounds on what a client may send or make the engine hold (issue 9) ----------------
+    chroma_timeout_seconds: float = Field(
+        10.0, gt=0, description="timeout of every call to a Chroma server; past it -32010")
+    max_meta_keys: int = Field(256, ge=1, description="metadata keys one document may carry")
+    max_meta_depth: int = Field(16, ge=1, description="nesting depth of a document's metadata")
+    max_filter_fields: int = Field(
+        1024, ge=0, description="filter fields one engine may hold (declared + inferred)")
+    max_query_chars: int = Field(16_384, ge=1, description="characters of a query")
+    max_session_id_chars: int = Field(256, ge=1, description="characters of a sessionId")
+    session_max_bytes: int = Field(
+        256 * 1024 * 1024, ge=1024, description="memory all sessions together may hold (bytes)")
+    max_token_budget: int = Field(1_000_000, ge=1, description="largest tokenBudget accepted")
+    max_filter_depth: int = Field(32, ge=1, description="nesting depth of a filter tree")
+    max_filter_nodes: int = Field(512, ge=1, description="operators and leaves of a filter tree")
+    max_document_chars: int = Field(
+        10_000_000, ge=1, description="characters of one document's text (index/add, files)")
+    max_hit_chars: int = Field(
+        200_000, ge=1, description="characters of a hit's text in a response (longer is cut)")
+    max_embed_chars: int = Field(32_768, ge=1, description="characters of one embed input")
     torch_threads: int | None = Field(None, ge=1, description="None = torch's default")
     blas_threads: int | None = Field(
         1, ge=1, description="numpy BLAS threads for query-time math (None = leave as is)")
