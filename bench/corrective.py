@@ -29,12 +29,12 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import scifact  # noqa: E402
+from bench.data import data_path  # noqa: E402
 from rcp_agentic import Engine  # noqa: E402
 from rcp_agentic.agentic import ConfidenceEvaluator, CorrectiveRetriever  # noqa: E402
 from rcp_agentic.models.tokenizer import count_tokens  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
-DATA = Path("/work/shared/data")
 CACHE = REPO / "bench" / ".cache"
 SETTINGS = {"upper 0.6 / lower 0.2": (0.6, 0.2), "upper 0.6 / lower 0.05 (default)": (0.6, 0.05)}
 
@@ -45,7 +45,7 @@ def load_set(name: str) -> tuple[list[dict[str, Any]], list[tuple[str, set[str]]
         qrels = scifact.load_qrels()
         queries = scifact.load_queries()
         return [], [(queries[q], set(rel)) for q, rel in qrels.items() if q in queries]
-    root = DATA / "multihop" / name
+    root = data_path("multihop", name)
     docs = [json.loads(line) for line in (root / "corpus.jsonl").open(encoding="utf-8")]
     questions = [json.loads(line) for line in (root / "questions.jsonl").open(encoding="utf-8")]
     corpus = [{"id": d["_id"], "title": d["title"], "text": f"{d['title']}\n\n{d['text']}"}

@@ -1,7 +1,8 @@
 """SciFact (BEIR layout) loading for the benchmarks.
 
-The data lives outside the repository, in ``$SCIFACT_DIR`` (default
-``/work/shared/data/scifact``): ``corpus.jsonl`` (``{"_id","title","text"}``),
+The data lives outside the repository, in ``scifact/`` of the benchmark data root
+(``$RCP_AGENTIC_DATA``, else ``../shared/data`` beside the checkout; see ``data.py``):
+``corpus.jsonl`` (``{"_id","title","text"}``),
 ``train_queries.jsonl`` (``{"_id","text"}``) and ``train_qrels.tsv`` (a header
 line, then ``query-id<TAB>corpus-id<TAB>score``). Nothing is copied.
 
@@ -22,11 +23,15 @@ from __future__ import annotations
 
 import csv
 import json
-import os
 from collections.abc import Iterable
 from pathlib import Path
 
-DATA_DIR = Path(os.environ.get("SCIFACT_DIR", "/work/shared/data/scifact"))
+if __package__:  # imported as bench.scifact
+    from .data import data_path
+else:  # bench/ itself is on sys.path (bench/transport.py, bench/retrievers.py)
+    from data import data_path
+
+DATA_DIR = data_path("scifact")
 
 
 def doc_text(title: str, text: str) -> str:

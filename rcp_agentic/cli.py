@@ -38,11 +38,13 @@ def cmd_index(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     for p in args.paths:
-        if not os.path.exists(p):
+        # lexists: a named symlink that loops or dangles is a skipped entry, not "missing".
+        if not os.path.lexists(p):
             raise InvalidParams(f"no such file or folder: {p}", field="paths")
     engine = _open(args, create=True)
     with tqdm(desc="indexing", unit="doc", disable=args.quiet or None, file=sys.stderr) as bar:
-        result = engine.index_paths(args.paths, on_document=lambda _id: bar.update(1))
+        result = engine.index_paths(args.paths, on_document=lambda _id: bar.update(1),
+                                    follow_symlinks=args.follow_symlinks)
     stats = engine.stats()
     print(f"Indexed {result.documents} documents ({result.chunks} chunks, {result.pages} pages) "
           f"in {result.seconds:.1f}s ({result.seconds_embedding:.1f}s embedding) "
@@ -154,12 +156,35 @@ def _hosted_indexes(specs: list[str]) -> dict[str, Path]:
     return out
 
 
+def _warn_if_exposed(host: str, token: str | None, anonymous_writes: bool) -> None:
+    """Say loudly on stderr when a non-loopback server answers callers without a token."""
+    from .protocol.guard import is_loopback
+
+    if token is not None or is_loopback(host):
+        return
+    what = "reads AND WRITES" if anonymous_writes else "reads"
+    print(f"rcp-agentic: WARNING: listening on {host}, which is not loopback, without a "
+          f"bearer token: anyone who can reach this address can make {what}. Set "
+          "$RCP_AGENTIC_TOKEN, or bind to 127.0.0.1.", file=sys.stderr, flush=True)
+
+
+def _positive(kind: type) -> Any:
+    def parse(text: str) -> Any:
+        value = kind(text)
+        if not value > 0:
+            raise argparse.ArgumentTypeError(f"must be > 0, not {text}")
+        return value
+
+    return parse
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     from .engine import Engine
 
     engine = _open(args, create=True)
     if args.http:
         from .protocol.http import serve_http
+        from .protocol.listener import ServerLimits
 
         # The hosted-API route serves the main engine as "default" and each --index
         # NAME=DIR beside it; they share the main engine's embedding model.
@@ -168,10 +193,18 @@ def cmd_serve(args: argparse.Namespace) -> int:
             for name, path in _hosted_indexes(args.index).items():
                 hosted[name] = Engine(path, embedder=engine.embedder.inner,
                                       chroma_url=args.chroma_url)
-            serve_http(engine, host=args.host, port=args.port,
-                       token=os.environ.get("RCP_AGENTIC_TOKEN") or None,
+            token = os.environ.get("RCP_AGENTIC_TOKEN") or None
+            _warn_if_exposed(args.host, token, args.allow_anonymous_writes)
+            limits = ServerLimits(header_timeout=args.header_timeout,
+                                  body_timeout=args.body_timeout,
+                                  keep_alive_timeout=args.timeout_keep_alive,
+                                  max_connections=args.limit_concurrency)
+            serve_http(engine, host=args.host, port=args.port, token=token,
                        cors_origins=args.cors_origin, hosted_engines=hosted,
-                       stateful=args.stateful)
+                       stateful=args.stateful, allowed_hosts=args.allowed_host,
+                       allow_anonymous_writes=args.allow_anonymous_writes, limits=limits,
+                       on_listening=lambda url: print(f"rcp-agentic: serving RCP/1 on {url}/rcp",
+                                                      file=sys.stderr, flush=True))
         finally:
             for other in hosted.values():
                 other.close()
@@ -193,6 +226,8 @@ def build_parser() -> argparse.ArgumentParser:
     idx.add_argument("--engine", metavar="DIR", help="engine directory (default: "
                      "$RCP_AGENTIC_ENGINE or ./.rcp-agentic)")
     idx.add_argument("--chroma-url", metavar="URL", help="use a `chroma run` server")
+    idx.add_argument("--follow-symlinks", action="store_true",
+                     help="follow symlinks that lead outside the folders given (skipped otherwise)")
     idx.add_argument("--quiet", action="store_true", help="no progress bar")
     idx.set_defaults(func=cmd_index)
 
@@ -220,7 +255,8 @@ def build_parser() -> argparse.ArgumentParser:
     how.add_argument("--stdio", action="store_true",
                      help="newline-delimited JSON-RPC on stdin/stdout (logs go to stderr)")
     how.add_argument("--http", action="store_true",
-                     help="POST /rcp/<method>; bearer token from $RCP_AGENTIC_TOKEN if set")
+                     help="POST /rcp/<method>; bearer token from $RCP_AGENTIC_TOKEN if set "
+                     "(writes need one unless --allow-anonymous-writes)")
     srv.add_argument("--host", default="127.0.0.1")
     srv.add_argument("--port", type=int, default=8750)
     srv.add_argument("--engine", metavar="DIR")
@@ -232,7 +268,23 @@ def build_parser() -> argparse.ArgumentParser:
                      help="(HTTP) keep the initialize lifecycle per RCP-Session header (one "
                      "shared session without it) instead of answering statelessly")
     srv.add_argument("--cors-origin", action="append", default=[], metavar="ORIGIN",
-                     help="(HTTP) allow browser calls from ORIGIN; no CORS headers otherwise")
+                     help="(HTTP) allow browser calls from ORIGIN; no CORS headers otherwise "
+                     "(other origins are refused with 403)")
+    srv.add_argument("--allowed-host", action="append", default=[], metavar="NAME",
+                     help="(HTTP) also answer requests whose Host header is NAME (besides the "
+                     "--host address and loopback names; '*' for any); others get 421")
+    srv.add_argument("--allow-anonymous-writes", action="store_true",
+                     help="(HTTP) without $RCP_AGENTIC_TOKEN, let callers without a token "
+                     "use index/add, index/delete, feedback (refused with 401 otherwise)")
+    srv.add_argument("--header-timeout", type=_positive(float), default=10.0, metavar="S",
+                     help="(HTTP) close a connection whose request head takes longer (10)")
+    srv.add_argument("--body-timeout", type=_positive(float), default=30.0, metavar="S",
+                     help="(HTTP) answer 408 to a request body that takes longer (30)")
+    srv.add_argument("--timeout-keep-alive", type=_positive(float), default=5.0, metavar="S",
+                     help="(HTTP) close an idle keep-alive connection after S seconds (5)")
+    srv.add_argument("--limit-concurrency", type=_positive(int), metavar="N",
+                     help="(HTTP) answer 503 past N open connections (default: what the "
+                     "open-file limit allows, at most 4096)")
     srv.set_defaults(func=cmd_serve)
     return parser
 

@@ -10,11 +10,12 @@ from __future__ import annotations
 import base64
 import logging
 import os
+import re
 import secrets
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,7 +25,7 @@ import numpy as np
 from .config import EngineConfig
 from .corpus.documents import attach_vectors, build_record, to_source_document
 from .corpus.loaders import SkippedFile, SourceDocument, load_path
-from .corpus.metadata import filterable_meta, is_valid_field_name
+from .corpus.metadata import check_meta_shape, filterable_meta, is_valid_field_name
 from .control import RequestControl, checked
 from .errors import (BackendUnavailable, Cancelled, CapabilityMissing, Conflict, InternalError,
                      InvalidParams, NotFound, OptionUnsupported, PayloadTooLarge, Timeout)
@@ -35,7 +36,7 @@ from .pipeline.confidence import Calibrator
 from .pipeline.trust import InjectionScreen
 from .pipeline.params import (FUSIONS, MODES, UNITS, query_text)
 from .pipeline.retrieve import Retrieval
-from .store.chroma import ChromaVectors
+from .store.chroma import ChromaVectors, CollectionLost
 from .store.docstore import DocumentRecord, Docstore
 from .store.feedback import FeedbackLog
 from .sessions import SessionStore
@@ -49,6 +50,8 @@ CALIBRATION_FILE = "calibration.json"
 # Scoring indexes kept in memory: the current version of a few unit kinds, plus pinned ones.
 _INDEX_CACHE = 6
 ENGINE_ENV = "RCP_AGENTIC_ENGINE"
+# An index version token as this engine hands it out: "v" and the version, no leading zero.
+_VERSION_TOKEN = re.compile(r"v(0|[1-9][0-9]{0,17})")
 # Documents per write transaction: bounds memory and makes progress visible.
 WRITE_BATCH_DOCS = 64
 
@@ -120,16 +123,20 @@ class Engine(Retrieval):
             self._check_embedder()
             self._declare_fields()
             self.feedback = FeedbackLog(self.store)
-            engine_id = self.store.info("engine_id")
-            if engine_id is None:
-                engine_id = uuid.uuid4().hex[:12]
-                self.store.set_info("engine_id", engine_id)
-                self.store.set_info("cursor_secret", secrets.token_hex(32))
-            self._secret = bytes.fromhex(self.store.info("cursor_secret") or "")
+            # Atomic: processes opening a new directory at once agree on both.
+            engine_id = self.store.info_default("engine_id", uuid.uuid4().hex[:12])
+            self._secret = bytes.fromhex(self.store.info_default("cursor_secret",
+                                                                 secrets.token_hex(32)))
             self.chroma = ChromaVectors(
                 path=None if self.config.chroma_url else self.path / "chroma",
-                url=self.config.chroma_url, prefix=f"rcp-{engine_id}")
-            self.reconcile()
+                url=self.config.chroma_url, prefix=f"rcp-{engine_id}",
+                timeout=self.config.chroma_timeout_seconds)
+            self._sync_lock = threading.Lock()
+            self._sync_wanted = threading.Event()
+            self._chroma_stale = True  # compare every id with SQLite before trusting Chroma
+            self._chroma_retry_at = 0.0
+            self._chroma_error = ""
+            self._sync_chroma()  # a Chroma server that is down leaves the engine open, degraded
         except BaseException:
             self.store.close()
             raise
@@ -147,10 +154,8 @@ class Engine(Retrieval):
         self.close()
 
     def _check_embedder(self) -> None:
-        stored = self.store.info("embedding.identity")
-        if stored is None:
-            self.store.set_info("embedding.identity", self.embedder.identity)
-        elif stored != self.embedder.identity:
+        stored = self.store.info_default("embedding.identity", self.embedder.identity)
+        if stored != self.embedder.identity:
             raise EmbeddingMismatch(
                 f"the engine at {self.path} was built with embedding model {stored!r}; it cannot "
                 f"be queried with {self.embedder.identity!r} (vectors would be meaningless). "
@@ -169,10 +174,9 @@ class Engine(Retrieval):
         return None
 
     def _check_dimension(self, dim: int) -> None:
-        stored = self.store.info("embedding.dimension")
-        if stored is None:
-            self.store.set_info("embedding.dimension", str(dim))
-        elif int(stored) != dim:
+        stored = (self.store.info("embedding.dimension")
+                  or self.store.info_default("embedding.dimension", str(dim)))
+        if int(stored) != dim:
             raise EmbeddingMismatch(f"embedding dimension {dim} differs from the index's {stored}",
                                     field="embedder")
 
@@ -259,35 +263,133 @@ class Engine(Retrieval):
             if present:
                 self.chroma.add(unit, level, present, np.vstack([vecs[r] for r in present]))
 
+    def _reconcile_chroma(self) -> None:
+        """Replay the outbox, then repair every difference between Chroma and SQLite.
+
+        Needs no write lock: only the holder of ``_sync_lock`` changes Chroma, and a row
+        committed or deleted meanwhile is also in the outbox, replayed on the next sync.
+        """
+        self._apply_outbox()
+        for unit, level in self.store.stored_kinds():
+            truth = set(self.store.rowids(unit, level))
+            have = self.chroma.all_ids(unit, level)
+            extra, missing = sorted(have - truth), sorted(truth - have)
+            if not extra and not missing:
+                continue
+            log.warning("repairing Chroma %s/l%d: %d extra, %d missing vectors", unit, level,
+                        len(extra), len(missing))
+            if extra:
+                self.chroma.delete(unit, level, extra)
+            self._push_vectors(unit, level, missing)
+
     def reconcile(self) -> None:
-        """Bring Chroma in line with SQLite: replay queued operations, then repair any difference."""
-        with self._write_lock:
-            self._apply_outbox()
-            for unit, level in self.store.stored_kinds():
-                truth = set(self.store.rowids(unit, level))
-                have = self.chroma.all_ids(unit, level)
-                extra, missing = sorted(have - truth), sorted(truth - have)
-                if not extra and not missing:
+        """Bring Chroma in line with SQLite now: replay queued operations, then repair any
+        difference. Raises BackendUnavailable (-32010) if Chroma cannot be reached."""
+        with self._sync_lock:
+            self._chroma_stale = True
+            self._chroma_retry_at = 0.0
+            self._sync_step()
+
+    def _sync_step(self) -> None:
+        """One attempt to bring Chroma up to date (``_sync_lock`` held).
+
+        After an open or an outage it compares every id with SQLite (a server may have
+        lost acknowledged writes or restarted empty); otherwise it replays the outbox.
+        Collections a restarted server lost are recreated and refilled at once. Any
+        other failure marks Chroma stale and starts a retry window (1 s plus the time
+        the attempt took, so a hung server is not waited on again at once); within it
+        every attempt raises at once with the ``retryAfterMs`` left.
+        """
+        now = time.monotonic()
+        if now < self._chroma_retry_at:
+            raise self._chroma_down(now)
+        for attempt in (1, 2):
+            try:
+                if self._chroma_stale or self.chroma.lost:
+                    self.chroma.lost = False
+                    self._reconcile_chroma()
+                    self._chroma_stale = False
+                else:
+                    self._apply_outbox()
+                self._chroma_retry_at = 0.0
+                return
+            except BackendUnavailable as exc:
+                self._chroma_failed(exc, now)
+                if attempt == 1 and isinstance(exc, CollectionLost):
                     continue
-                log.warning("repairing Chroma %s/l%d: %d extra, %d missing vectors", unit, level,
-                            len(extra), len(missing))
-                if extra:
-                    self.chroma.delete(unit, level, extra)
-                self._push_vectors(unit, level, missing)
+                raise self._chroma_down(time.monotonic()) from exc
+
+    def _chroma_failed(self, exc: BackendUnavailable, started: float) -> None:
+        """Remember a failed Chroma call: reconcile fully next time, after a retry window."""
+        self._chroma_stale = True
+        self._chroma_error = exc.message
+        self._chroma_retry_at = time.monotonic() + 1.0 + (time.monotonic() - started)
+        log.warning("Chroma is behind SQLite (the outbox waits): %s", exc.message)
+
+    def _chroma_down(self, now: float) -> BackendUnavailable:
+        wait_ms = max(1, int((self._chroma_retry_at - now) * 1000))
+        return BackendUnavailable(
+            f"Chroma-backed dense recall is unavailable: {self._chroma_error}. Every write is "
+            "committed in SQLite (the source of truth) and queued for Chroma; sparse and exact "
+            "dense retrieval keep working, and Chroma is brought up to date from SQLite as soon "
+            f"as it answers (retry after {wait_ms} ms)", retryable=True, retryAfterMs=wait_ms)
 
     def _sync_chroma(self) -> None:
-        """Apply the outbox after a commit; the data is already safe in SQLite if Chroma is down."""
-        try:
-            self._apply_outbox()
-        except BackendUnavailable as exc:
-            raise BackendUnavailable(
-                f"the write is committed (index version {self.index_version}) but Chroma could "
-                f"not be updated: {exc.message}. Its copy is repaired on the next write or "
-                "reopen.", retryable=True, committed=True) from exc
+        """After a commit (outside the write lock): bring Chroma up to date, best effort.
+
+        Never raises for Chroma: the write is already committed in SQLite and its
+        Chroma operations wait in the outbox for the next write, the next Chroma-backed
+        query or ``reconcile``. A hung server holds only the calling thread, at most
+        ``chroma_timeout_seconds`` per request; a commit made while another thread
+        syncs is left to that thread (``_sync_wanted``), so writers never queue here.
+        """
+        self._sync_wanted.set()
+        while self._sync_wanted.is_set():
+            if not self._sync_lock.acquire(blocking=False):
+                return
+            try:
+                self._sync_wanted.clear()
+                self._sync_step()
+            except BackendUnavailable:
+                return
+            finally:
+                self._sync_lock.release()
+
+    def _chroma_query(self, unit: str, level: int, vector: np.ndarray, n: int,
+                      rowids: list[int] | None) -> tuple[list[int], list[float]]:
+        """Chroma-backed dense recall over a Chroma that holds every committed row.
+
+        Syncs first (waiting at most ``chroma_timeout_seconds`` for a sync already
+        running); while Chroma is behind SQLite and cannot catch up this raises
+        BackendUnavailable (-32010, ``retryAfterMs``) instead of answering without the
+        rows it misses. Collections lost by a server restarted empty are recreated and
+        refilled from SQLite, and the query is retried once.
+        """
+        for attempt in (1, 2):
+            if not self._sync_lock.acquire(timeout=self.config.chroma_timeout_seconds):
+                raise BackendUnavailable(
+                    "Chroma-backed dense recall is unavailable: another call is still bringing "
+                    f"Chroma up to date after {self.config.chroma_timeout_seconds:g} s",
+                    retryable=True, retryAfterMs=1000)
+            try:
+                if attempt == 2:
+                    self._chroma_retry_at = 0.0  # the server answered: refill it now
+                self._sync_step()
+            finally:
+                self._sync_lock.release()
+            started = time.monotonic()
+            try:
+                return self.chroma.query(unit, level, vector, n, rowids)
+            except BackendUnavailable as exc:
+                self._chroma_failed(exc, started)
+                if attempt == 1 and isinstance(exc, CollectionLost):
+                    continue
+                raise self._chroma_down(time.monotonic()) from exc
+        raise AssertionError("unreachable")
 
     # --- writes ----------------------------------------------------------------------
 
-    def add_documents(self, documents: Iterable[Any], *,
+    def add_documents(self, documents: Iterable[Any], *, trusted: bool = False,
                       on_document: Callable[[str], None] | None = None,
                       control: RequestControl | None = None) -> AddResult:
         """Add or replace documents: each ``{"id"?, "text", "title"?, "meta"?}`` or a SourceDocument.
@@ -298,14 +400,25 @@ class Engine(Retrieval):
         Raises InvalidParams (naming the field) before writing anything of a bad batch.
         ``control`` is checked before each transaction: a cancel or an expired
         deadline raises with ``data.committedIds`` naming what was already written.
+
+        ``trusted=True`` labels every document ``trusted``: an operator's option for
+        content they vouch for, which the protocol (``index/add``) never sets. Without
+        it a document is ``default_trust``, or the lower level its ``trust`` asks for;
+        no field of a document can raise its own trust.
         """
+        return self._add(documents, lambda _doc: trusted, on_document, control)
+
+    def _add(self, documents: Iterable[Any], grant: Callable[[SourceDocument], bool],
+             on_document: Callable[[str], None] | None,
+             control: RequestControl | None) -> AddResult:
+        """``add_documents``, with ``grant`` deciding per document whether the operator trusts it."""
         ctl = checked(control)
         total = len(documents) if isinstance(documents, (list, tuple)) else None
         result = AddResult()
         start = time.perf_counter()
         embed_before = self.embedder.seconds_in_model
 
-        def write(batch: list[tuple[SourceDocument, str | None]]) -> None:
+        def write(batch: list[tuple[SourceDocument, str]]) -> None:
             try:
                 ctl.check()
             except (Cancelled, Timeout) as exc:
@@ -316,9 +429,14 @@ class Engine(Retrieval):
             ctl.report(done / total if total else 0.0, "index",
                        f"indexed {done}" + (f"/{total}" if total else "") + " document(s)")
 
-        batch: list[tuple[SourceDocument, str | None]] = []
+        batch: list[tuple[SourceDocument, str]] = []
         for i, item in enumerate(documents):
-            batch.append(to_source_document(item, i))
+            check_meta_shape(item.meta if isinstance(item, SourceDocument) else
+                             item.get("meta", item.get("metadata")) if isinstance(item, Mapping)
+                             else None, max_keys=self.config.max_meta_keys,
+                             max_depth=self.config.max_meta_depth, where=f"documents[{i}]")
+            doc, requested = to_source_document(item, i)
+            batch.append((doc, self._trust(requested, grant(doc), i)))
             if len(batch) >= WRITE_BATCH_DOCS:
                 write(batch)
                 batch = []
@@ -329,17 +447,33 @@ class Engine(Retrieval):
         result.seconds_embedding = self.embedder.seconds_in_model - embed_before
         return result
 
-    def _trust(self, doc: SourceDocument, requested: str | None, position: int) -> str:
-        """Operators grant ``trusted`` by source prefix; a document may only lower its own trust."""
-        origin = [doc.source or "", doc.id or ""]
-        if any(o.startswith(p) for p in self.config.trusted_sources for o in origin if o):
-            return "trusted"
+    def _trust(self, requested: str | None, granted: bool, position: int) -> str:
+        """The trust level of one document: ``trusted`` only when the operator granted it
+        (never from a field the document's sender chose); a document may lower its own."""
+        if granted:
+            return requested or "trusted"
         if requested == "trusted":
-            raise InvalidParams("trust 'trusted' is granted only by the engine's trusted_sources "
-                                "configuration", field=f"documents[{position}].trust")
+            raise InvalidParams("trust 'trusted' is granted only by the operator (files under "
+                                "trusted_sources, or add_documents(trusted=True) in Python)",
+                                field=f"documents[{position}].trust")
+        if requested == "community" and self.config.default_trust == "untrusted":
+            return "untrusted"
         return requested or self.config.default_trust
 
-    def _write_batch(self, docs: list[tuple[SourceDocument, str | None]], result: AddResult,
+    def _under_trusted_path(self, doc: SourceDocument) -> bool:
+        """Whether the file a loader read lies, symlinks resolved, under a trusted_sources path
+        (relative ones are taken from the working directory)."""
+        if not doc.source or not self.config.trusted_sources:
+            return False
+        path = re.sub(r"#L\d+$", "", doc.source) if doc.file_type == "jsonl" else doc.source
+        real = os.path.realpath(path)
+        for prefix in self.config.trusted_sources:
+            root = os.path.realpath(os.path.expanduser(prefix))
+            if real == root or real.startswith(root.rstrip(os.sep) + os.sep):
+                return True
+        return False
+
+    def _write_batch(self, docs: list[tuple[SourceDocument, str]], result: AddResult,
                      on_document: Callable[[str], None] | None) -> None:
         stored = self.store.fields()
         fields = {n: t for n, (t, _o) in stored.items()}
@@ -347,13 +481,12 @@ class Engine(Retrieval):
         new_fields: dict[str, str] = {}
         records: dict[str, DocumentRecord] = {}
         texts: list[tuple[DocumentRecord, list[str]]] = []
-        for position, (doc, requested) in enumerate(docs):
+        for doc, trust in docs:
             fmeta = filterable_meta(doc.meta, fields, infer=self.config.infer_filter_fields,
                                     declared=declared, new_fields=new_fields)
             record, chunk_texts = build_record(doc, chunk_size=self.config.chunk_size,
                                                chunk_overlap=self.config.chunk_overlap,
-                                               fmeta=fmeta,
-                                               trust=self._trust(doc, requested, position))
+                                               fmeta=fmeta, trust=trust)
             for unit in record.units:
                 screening = self.screen.screen(unit.text)
                 unit.injection_suspected = screening.suspected
@@ -372,9 +505,11 @@ class Engine(Retrieval):
             attach_vectors(record, vectors[pos:pos + len(ts)])
             pos += len(ts)
         with self._write_lock:
-            self.store.write_documents(list(records.values()), new_fields)
+            used = {n: new_fields.get(n) or fields[n] for r in records.values() for n in r.fmeta}
+            self.store.write_documents(list(records.values()), used,
+                                       max_fields=self.config.max_filter_fields)
             self._invalidate()
-            self._sync_chroma()
+        self._sync_chroma()
         result.ids.extend(r.id for r, _texts in texts)  # one per input, in input order
         for record in records.values():
             result.chunks += sum(1 for u in record.units if u.unit == "chunk")
@@ -398,18 +533,25 @@ class Engine(Retrieval):
                                    field="ids", ids=missing[:100])
             deleted, _version = self.store.delete_documents(ids)
             self._invalidate()
-            self._sync_chroma()
+        self._sync_chroma()
         return deleted
 
     def index_paths(self, paths: Iterable[str | os.PathLike[str]], *,
                     on_document: Callable[[str], None] | None = None,
-                    on_skip: Callable[[SkippedFile], None] | None = None) -> AddResult:
-        """Load files and folders (txt, md, html, pdf, jsonl) and add them; bad files are skipped."""
+                    on_skip: Callable[[SkippedFile], None] | None = None,
+                    follow_symlinks: bool = False) -> AddResult:
+        """Load files and folders (txt, md, html, pdf, jsonl) and add them; bad files are skipped.
+
+        A file whose real path (symlinks resolved) lies under one of ``trusted_sources``
+        is labelled ``trusted``. Symlinks leaving a folder given are skipped unless
+        ``follow_symlinks``; files longer than ``max_document_chars`` are skipped.
+        """
         skipped: list[SkippedFile] = []
 
         def documents() -> Iterable[SourceDocument]:
             for path in paths:
-                for item in load_path(path):
+                for item in load_path(path, follow_symlinks=follow_symlinks,
+                                      max_chars=self.config.max_document_chars):
                     if isinstance(item, SkippedFile):
                         skipped.append(item)
                         if on_skip:
@@ -417,7 +559,7 @@ class Engine(Retrieval):
                     else:
                         yield item
 
-        result = self.add_documents(documents(), on_document=on_document)
+        result = self._add(documents(), self._under_trusted_path, on_document, None)
         result.skipped = skipped
         return result
 
@@ -427,9 +569,17 @@ class Engine(Retrieval):
         with self._index_lock:
             self._indexes.clear()
 
+    def _current_version(self) -> int:
+        """The last committed version, after catching up with other processes' commits."""
+        current = self.store.index_version()
+        # After reading the version, so the vocabulary covers every term it uses.
+        if self.store.refresh():
+            self._invalidate()
+        return current
+
     def _index(self, unit: str, level: int, version: int | None = None) -> UnitIndex:
         """The scoring index of one kind of unit as of ``version`` (default: current)."""
-        v = self.store.index_version() if version is None else version
+        v = self._current_version() if version is None else version
         key = (unit, level, v)
         index = self._indexes.get(key)
         if index is not None:
@@ -449,20 +599,27 @@ class Engine(Retrieval):
         return index
 
     def _served_version(self, pinned: str | None) -> int:
-        """The version a retrieve reads: the current one, or a pinned one still retained."""
-        current = self.store.index_version()
+        """The version a retrieve reads: the current one, or a pinned one still retained.
+
+        A pinned token that cannot be served is BackendUnavailable (-32010, §7.7.1),
+        whatever its form: the token is opaque to the client. It is not retryable: a
+        collected version never returns, and one this engine never handed out (a bad
+        form, or beyond the last commit) is not a snapshot of it.
+        """
+        current = self._current_version()
         if pinned is None:
             return current
-        if not (pinned.startswith("v") and pinned[1:].isdigit()):
-            raise InvalidParams(f"indexVersion {pinned!r} is not a version of this engine",
-                                field="indexVersion")
-        wanted = int(pinned[1:])
-        if not self.store.oldest_retained(current) <= wanted <= current:
-            raise BackendUnavailable(
-                f"indexVersion {pinned} is not retained (this engine keeps "
-                f"v{self.store.oldest_retained(current)}..v{current})", field="indexVersion",
-                retryable=False)
-        return wanted
+        match = _VERSION_TOKEN.fullmatch(pinned)
+        wanted = int(match[1]) if match else None
+        oldest = self.store.oldest_retained(current)
+        if wanted is not None and oldest <= wanted <= current:
+            return wanted
+        why = ("is no longer retained" if wanted is not None and wanted < oldest
+               else "is not a version this engine has served")
+        shown = pinned if len(pinned) <= 40 else pinned[:40] + "…"
+        raise BackendUnavailable(f"indexVersion {shown!r} {why} (this engine keeps "
+                                 f"v{oldest}..v{current})", field="indexVersion",
+                                 retryable=False)
 
     # --- feedback --------------------------------------------------------------------
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -13,12 +14,13 @@ import pytest
 from conftest import REPO
 
 
-def run(*args: str, env_dir: Path | None = None) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ)
+def run(*args: str, env_dir: Path | None = None, extra_env: dict[str, str] | None = None,
+        prefix: list[str] | None = None) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ) | (extra_env or {})
     if env_dir is not None:
         env["RCP_AGENTIC_ENGINE"] = str(env_dir)
-    return subprocess.run([sys.executable, "-m", "rcp_agentic.cli", *args], capture_output=True,
-                          text=True, env=env, timeout=300, cwd=REPO)
+    return subprocess.run([*(prefix or []), sys.executable, "-m", "rcp_agentic.cli", *args],
+                          capture_output=True, text=True, env=env, timeout=300, cwd=REPO)
 
 
 @pytest.fixture(scope="module")
@@ -83,3 +85,84 @@ def test_missing_engine_and_paths(tmp_path: Path) -> None:
     assert not (tmp_path / "none").exists()
     res = run("index", str(tmp_path / "nowhere"), "--engine", str(tmp_path / "e"))
     assert res.returncode == 2 and "no such file or folder" in res.stderr
+
+
+def _skipped(stdout: str) -> dict[str, str]:
+    """The `path: reason` lines under "Skipped N file(s):", keyed by file name."""
+    lines = stdout.split("Skipped ", 1)[1].splitlines()[1:] if "Skipped " in stdout else []
+    return {Path(line.strip().split(": ", 1)[0]).name: line.split(": ", 1)[1] for line in lines}
+
+
+def test_index_skips_loops_unreadable_entries_and_outside_links(tmp_path: Path) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "elsewhere.txt").write_text("A file outside the indexed folder.")
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    (folder / "ok.txt").write_text("Reciprocal rank fusion combines rankings.")
+    (folder / "self").symlink_to("self")
+    (folder / "out.txt").symlink_to(outside / "elsewhere.txt")
+    (folder / "init-cwd").symlink_to("/proc/1/cwd")
+    os.mkfifo(folder / "pipe.txt")
+    (folder / "big.txt").write_text("long " * 100)
+    engine_dir = tmp_path / "engine"
+    env = {"RCP_AGENTIC_MAX_DOCUMENT_CHARS": "300"}
+
+    res = run("index", str(folder), "--quiet", "--engine", str(engine_dir), extra_env=env)
+    assert res.returncode == 0, res.stderr
+    assert "Traceback" not in res.stderr
+    assert "Indexed 1 documents" in res.stdout
+    skipped = _skipped(res.stdout)
+    assert skipped.pop("self") == "symlink loop"
+    assert skipped.pop("out.txt").endswith("leaves the indexed folder (--follow-symlinks follows it)")
+    assert skipped.pop("pipe.txt") == "not a regular file"
+    assert skipped.pop("big.txt") == "text of 500 characters is longer than max_document_chars (300)"
+    # /proc/1/cwd is unreadable even for root in some sandboxes, readable in others.
+    init_cwd = skipped.pop("init-cwd")
+    assert init_cwd == "unreadable entry: Permission denied" or init_cwd.endswith(
+        "(--follow-symlinks follows it)")
+    assert skipped == {}
+    (folder / "init-cwd").unlink()   # where it is readable, following it would walk all of /
+
+    # A self-referencing symlink named on the command line is skipped too, not "missing".
+    res = run("index", str(folder / "self"), "--quiet", "--engine", str(engine_dir))
+    assert res.returncode == 0 and _skipped(res.stdout) == {"self": "symlink loop"}, res
+
+    # A symlink named on the command line is the user's choice: followed.
+    res = run("index", str(folder / "out.txt"), "--quiet", "--engine", str(tmp_path / "e2"))
+    assert res.returncode == 0 and "Indexed 1 documents" in res.stdout, res
+
+    res = run("index", str(folder), "--follow-symlinks", "--quiet", "--engine", str(engine_dir),
+              extra_env=env)
+    assert res.returncode == 0, res.stderr
+    assert set(_skipped(res.stdout)) == {"self", "pipe.txt", "big.txt"}
+    wire = json.loads(run("query", "file outside the indexed folder", "--json", "--filter",
+                          '{"field": "doc_id", "op": "eq", "value": "docs/out.txt"}',
+                          "--engine", str(engine_dir)).stdout)
+    assert wire["hits"][0]["text"] == "A file outside the indexed folder."
+
+
+@pytest.mark.skipif(os.geteuid() == 0 and not shutil.which("setpriv"),
+                    reason="as root, needs setpriv to drop the capability that reads mode-000 "
+                           "files")
+def test_index_skips_unreadable_files_and_folders(tmp_path: Path) -> None:
+    folder = tmp_path / "docs"
+    (folder / "locked").mkdir(parents=True)
+    (folder / "locked" / "inner.txt").write_text("never read")
+    (folder / "ok.txt").write_text("Readable text.")
+    (folder / "secret.txt").write_text("mode 000")
+    (folder / "secret.txt").chmod(0)
+    (folder / "locked").chmod(0)
+    # Root reads mode-000 files anyway; without CAP_DAC_OVERRIDE / CAP_DAC_READ_SEARCH
+    # it is refused like any other user.
+    prefix = (["setpriv", "--bounding-set=-dac_override,-dac_read_search"]
+              if os.geteuid() == 0 else [])
+    try:
+        res = run("index", str(folder), "--quiet", "--engine", str(tmp_path / "engine"),
+                  prefix=prefix)
+    finally:
+        (folder / "locked").chmod(0o755)
+    assert res.returncode == 0, res.stderr
+    assert "Indexed 1 documents" in res.stdout
+    assert _skipped(res.stdout) == {"locked": "unreadable folder: Permission denied",
+                                    "secret.txt": "unreadable file: Permission denied"}

@@ -12,7 +12,7 @@ from conftest import REPO
 from rcp_agentic import Engine
 from rcp_agentic.protocol.dispatcher import Dispatcher
 
-SCHEMA = json.loads((REPO.parent / "shared" / "rcp" / "rcp-1.0.json").read_text("utf-8"))
+SCHEMA = json.loads((REPO / "tests" / "schema" / "rcp-1.0.json").read_text("utf-8"))
 
 
 def validator(name: str) -> jsonschema.Draft202012Validator:

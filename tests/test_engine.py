@@ -14,7 +14,7 @@ from conftest import DOCS, REPO
 from rcp_agentic import (BackendUnavailable, EmbeddingMismatch, Engine, InvalidParams,
                          OptionUnsupported)
 
-SCHEMA_PATH = REPO.parent / "shared" / "rcp" / "rcp-1.0.json"
+SCHEMA_PATH = REPO / "tests" / "schema" / "rcp-1.0.json"
 
 
 @pytest.fixture(scope="module")

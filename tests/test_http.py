@@ -87,6 +87,41 @@ def test_auth_before_anything(server: str) -> None:
         assert status == 401 and out["error"]["code"] == -32012
 
 
+def test_bearer_scheme_is_case_insensitive_and_401_challenges(server: str) -> None:
+    """RFC 7235: the scheme name is case-insensitive; every 401 names the scheme."""
+    ping = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "ping"}).encode()
+    for auth, status in ((f"bearer {TOKEN}", 200), (f"BEARER {TOKEN}", 200),
+                         (f"Bearer  {TOKEN}", 200), (f"Basic {TOKEN}", 401), (TOKEN, 401),
+                         ("Bearer", 401), (f"bearer {TOKEN}x", 401), (None, 401)):
+        req = urllib.request.Request(f"{server}/rcp/ping", data=ping, method="POST",
+                                     headers={"Content-Type": "application/json"})
+        if auth is not None:
+            req.add_header("Authorization", auth)
+        try:
+            with urllib.request.urlopen(req, timeout=60) as resp:
+                got, headers = resp.status, resp.headers
+        except urllib.error.HTTPError as err:
+            got, headers = err.code, err.headers
+            assert json.loads(err.read())["error"]["code"] == -32012
+        assert got == status, auth
+        if status == 401:
+            assert headers["WWW-Authenticate"] == "Bearer"
+
+
+def test_writes_with_the_token(server: str) -> None:
+    doc = {"id": "written", "text": "Written over HTTP with the bearer token."}
+    status, out = post(server, "index/add", {"jsonrpc": "2.0", "id": 1, "method": "index/add",
+                                             "params": {"documents": [doc]}})
+    assert status == 200 and out["result"]["ids"] == ["written"]
+    status, out = post(server, "index/delete", {"jsonrpc": "2.0", "id": 2,
+                                                "method": "index/delete",
+                                                "params": {"ids": ["written"]}})
+    assert status == 200 and out["result"] == {"deleted": 1}
+    status, out = post(server, "index/add", {"jsonrpc": "2.0", "id": 3, "method": "index/add",
+                                             "params": {"documents": [doc]}}, token=None)
+    assert status == 401 and out["error"]["code"] == -32012
+
+
 def test_batch_and_body_limit(server: str) -> None:
     status, out = post(server, None, [{"jsonrpc": "2.0", "id": 1, "method": "ping"},
                                       {"jsonrpc": "2.0", "id": 2, "method": "info"}])
@@ -95,7 +130,8 @@ def test_batch_and_body_limit(server: str) -> None:
     # before the server reads (or the client can push) anything.
     host, port = server.removeprefix("http://").split(":")
     with socket.create_connection((host, int(port)), timeout=30) as sock:
-        sock.sendall(b"POST /rcp/ping HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        sock.sendall(b"POST /rcp/ping HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                     b"Content-Type: application/json\r\n"
                      b"Authorization: Bearer " + TOKEN.encode() + b"\r\n"
                      b"Content-Length: 9437184\r\n\r\n")
         reply = b""

@@ -54,7 +54,9 @@ def _http_server(path: Path, env: dict[str, str]) -> Any:
         except rcp.RcpError:
             return False
 
-    cmd = [*SERVE, "--http", "--engine", str(path), "--host", "127.0.0.1", "--port", str(port)]
+    # The SDK cannot send a token: without one, the writes tested here need the opt-in.
+    cmd = [*SERVE, "--http", "--engine", str(path), "--host", "127.0.0.1", "--port", str(port),
+           "--allow-anonymous-writes"]
     return base, running_server(cmd, ready, timeout=120, env=env)
 
 

@@ -369,3 +369,140 @@ def test_symlink_loop_and_broken_link(tmp_path: Path) -> None:
     items = load(root)
     assert [i.id for i in items if isinstance(i, SourceDocument)] == ["root/a.txt"]
     assert [i.reason for i in items if isinstance(i, SkippedFile)] == ["broken symlink"]
+
+
+# --- symlinks, unreadable entries and OSErrors: skipped with their reason -----------------
+
+def _summary(items: list[SourceDocument | SkippedFile], root: Path) -> tuple[list[str], dict]:
+    docs = [i.id or "" for i in items if isinstance(i, SourceDocument)]
+    skips = {Path(i.path).relative_to(root).as_posix(): i.reason for i in items
+             if isinstance(i, SkippedFile)}
+    return docs, skips
+
+
+def _proc1_cwd_unreadable() -> bool:
+    try:
+        os.stat("/proc/1/cwd")
+    except PermissionError:
+        return True
+    except OSError:
+        return False
+    return False
+
+
+def test_self_referencing_symlinks_are_skipped_not_raised(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    root.mkdir()
+    (root / "a.txt").write_text("alpha")
+    (root / "self").symlink_to("self")                 # ELOOP on stat
+    (root / "ping.txt").symlink_to("pong.txt")
+    (root / "pong.txt").symlink_to("ping.txt")
+    (root / "z.txt").write_text("zulu")
+    docs, skips = _summary(load(root), root)
+    assert docs == ["root/a.txt", "root/z.txt"]
+    assert skips == {"ping.txt": "symlink loop", "pong.txt": "symlink loop",
+                     "self": "symlink loop"}
+    # Named explicitly, a looping link is one skipped entry too, not "missing".
+    assert only_skip(root / "self") == SkippedFile(str(root / "self"), "symlink loop")
+
+
+def test_symlinks_leaving_the_root_are_skipped_unless_followed(tmp_path: Path) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret.txt").write_text("outside the indexed folder")
+    root = tmp_path / "root"
+    (root / "sub").mkdir(parents=True)
+    (root / "sub" / "s.txt").write_text("inside")
+    (root / "out-dir").symlink_to(outside, target_is_directory=True)
+    (root / "out-file.txt").symlink_to(outside / "secret.txt")
+    (root / "in-file.txt").symlink_to(root / "sub" / "s.txt")   # stays inside: followed
+
+    docs, skips = _summary(load(root), root)
+    assert docs == ["root/in-file.txt", "root/sub/s.txt"]
+    assert skips == {
+        "out-dir": f"symlink to {outside} leaves the indexed folder (--follow-symlinks follows it)",
+        "out-file.txt": f"symlink to {outside / 'secret.txt'} leaves the indexed folder "
+                        "(--follow-symlinks follows it)"}
+
+    followed = list(load_path(root, follow_symlinks=True))
+    docs, skips = _summary(followed, root)
+    assert docs == ["root/in-file.txt", "root/out-dir/secret.txt", "root/out-file.txt",
+                    "root/sub/s.txt"] and skips == {}
+
+    # A symlink named as the root is the user's choice: followed, ids from its own name.
+    link = tmp_path / "link"
+    link.symlink_to(root, target_is_directory=True)
+    assert [i.id for i in load(link) if isinstance(i, SourceDocument)] == [
+        "link/in-file.txt", "link/sub/s.txt"]
+
+
+def test_a_symlink_cycle_through_an_outside_folder_ends_when_followed(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    other = tmp_path / "other"
+    root.mkdir()
+    other.mkdir()
+    (other / "o.txt").write_text("other")
+    (other / "back").symlink_to(root, target_is_directory=True)
+    (root / "r.txt").write_text("root")
+    (root / "there").symlink_to(other, target_is_directory=True)
+    docs, skips = _summary(list(load_path(root, follow_symlinks=True)), root)
+    assert docs == ["root/r.txt", "root/there/o.txt"] and skips == {}
+
+
+@pytest.mark.skipif(not _proc1_cwd_unreadable(), reason="/proc/1/cwd is readable here")
+def test_unreadable_proc_entry_is_skipped(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    root.mkdir()
+    (root / "a.txt").write_text("alpha")
+    (root / "init-cwd").symlink_to("/proc/1/cwd")
+    for follow in (False, True):
+        docs, skips = _summary(list(load_path(root, follow_symlinks=follow)), root)
+        assert docs == ["root/a.txt"]
+        assert skips == {"init-cwd": "unreadable entry: Permission denied"}
+    assert load("/proc/1/cwd") == [
+        SkippedFile("/proc/1/cwd", "unreadable entry: Permission denied")]
+
+
+def test_a_folder_removed_during_the_walk_is_skipped(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    (root / "later").mkdir(parents=True)
+    (root / "a.txt").write_text("alpha")
+    (root / "later" / "b.txt").write_text("beta")
+    items = load_path(root)
+    first = next(items)
+    assert isinstance(first, SourceDocument) and first.id == "root/a.txt"
+    for child in (root / "later").iterdir():
+        child.unlink()
+    (root / "later").rmdir()
+    assert list(items) == [SkippedFile(str(root / "later"), "entry vanished while indexing")]
+
+
+def test_fifo_is_skipped_without_blocking(tmp_path: Path) -> None:
+    fifo = tmp_path / "pipe.txt"
+    os.mkfifo(fifo)
+    assert only_skip(fifo) == SkippedFile(str(fifo), "not a regular file")
+    assert load(tmp_path) == [SkippedFile(str(fifo), "not a regular file")]
+
+
+# --- max_chars: a document longer than the engine accepts is a skipped file ---------------
+
+def test_documents_longer_than_max_chars_are_skipped(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    root.mkdir()
+    (root / "short.txt").write_text("x" * 100)
+    (root / "long.md").write_text("# Long\n\n" + "y" * 200)
+    (root / "huge.txt").write_text("z" * 1000)              # > 4 bytes a character allowed
+    (root / "page.html").write_text("<html><head><style>" + "s" * 500 + "</style></head>"
+                                    "<body><p>visible</p></body></html>")   # text is short
+    (root / "recs.jsonl").write_text(json.dumps({"id": "ok", "text": "fits"}) + "\n"
+                                     + json.dumps({"id": "big", "text": "w" * 300}) + "\n")
+    items = list(load_path(root, max_chars=150))
+    docs, skips = _summary(items, root)
+    assert docs == ["root/page.html", "ok", "root/short.txt"]
+    assert skips == {
+        "huge.txt": "file of 1,000 bytes is longer than max_document_chars (150 characters)",
+        "long.md": "text of 208 characters is longer than max_document_chars (150)",
+        "recs.jsonl#L2": "text of 300 characters is longer than max_document_chars (150)",
+    }
+    assert [i.id for i in load(root) if isinstance(i, SourceDocument)] == [
+        "root/huge.txt", "root/long.md", "root/page.html", "ok", "big", "root/short.txt"]

@@ -232,7 +232,8 @@ def http_server(engine_dir: Path) -> Iterator[str]:
 
     with running_server([sys.executable, "-m", "rcp_agentic.cli", "serve", "--http", "--engine",
                          str(engine_dir), "--port", str(port), "--cors-origin",
-                         "https://app.example"], ready, timeout=120, env=dict(os.environ)):
+                         "https://app.example", "--allow-anonymous-writes"], ready,
+                        timeout=120, env=dict(os.environ)):
         yield url
 
 

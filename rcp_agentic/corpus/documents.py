@@ -35,6 +35,17 @@ def mint_id(text: str) -> str:
 TRUST_LEVELS = ("trusted", "community", "untrusted")
 
 
+def check_document_chars(text: str, max_chars: int, field: str) -> None:
+    """Refuse a document text longer than ``max_chars`` (EngineConfig.max_document_chars).
+
+    Raises InvalidParams on ``field`` (e.g. ``documents[3].text``); the file loader
+    turns the same error into a skipped file with its reason.
+    """
+    if len(text) > max_chars:
+        raise InvalidParams(f"{field} has {len(text)} characters, more than the limit of "
+                            f"{max_chars} (max_document_chars)", field=field)
+
+
 def to_source_document(item: Any, position: int) -> tuple[SourceDocument, str | None]:
     """Validate one ``add_documents`` item: a mapping ``{id?, text, title?, meta?, trust?}`` or a
     SourceDocument. Returns the document and the trust level the item asked for, if any."""
@@ -64,18 +75,23 @@ def to_source_document(item: Any, position: int) -> tuple[SourceDocument, str | 
         raise InvalidParams(f"documents[{position}] must be an object with 'text'",
                             field=f"documents[{position}]")
     where = f"documents[{position}]"
+    # Lone surrogates (legal JSON escapes, not Unicode) become U+FFFD, as in a query.
     doc.text = clean_text(doc.text)
+    doc.title = clean_text(doc.title) if doc.title is not None else None
+    doc.source = clean_text(doc.source) if doc.source is not None else None
     if not doc.text.strip():
         raise InvalidParams(f"{where}.text is empty", field=f"{where}.text")
     if doc.id is not None and (not doc.id or len(doc.id) > MAX_ID_LENGTH
-                               or any(ord(c) < 32 for c in doc.id)):
+                               or any(ord(c) < 32 for c in doc.id) or clean_text(doc.id) != doc.id):
         raise InvalidParams(f"{where}.id must be 1–{MAX_ID_LENGTH} printable characters",
                             field=f"{where}.id")
     try:
-        json.dumps(doc.meta, allow_nan=False)
+        meta_json = json.dumps(doc.meta, ensure_ascii=False, allow_nan=False)
     except (TypeError, ValueError) as exc:
         raise InvalidParams(f"{where}.meta must be JSON (finite numbers, strings, arrays, "
                             f"objects): {exc}", field=f"{where}.meta") from None
+    if clean_text(meta_json) != meta_json:  # rare: clean every key and string of meta
+        doc.meta = json.loads(clean_text(meta_json))
     return doc, requested
 
 

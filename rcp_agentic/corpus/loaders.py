@@ -12,6 +12,7 @@ import io
 import json
 import os
 import re
+import stat
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from html.parser import HTMLParser
@@ -75,55 +76,109 @@ class _Skip(Exception):
         self.reason = reason
 
 
-def load_path(path: str | os.PathLike[str]) -> Iterator[SourceDocument | SkippedFile]:
-    """A file, or a folder walked recursively in sorted order (hidden files/dirs starting with '.' skipped)."""
+def load_path(path: str | os.PathLike[str], *, follow_symlinks: bool = False,
+              max_chars: int | None = None) -> Iterator[SourceDocument | SkippedFile]:
+    """A file, or a folder walked recursively in sorted order (hidden files/dirs starting with '.' skipped).
+
+    Symlinks are followed while their target stays inside the folder given; one that leaves
+    it is a SkippedFile unless ``follow_symlinks``. Any OSError on one entry (a symlink loop,
+    an unreadable folder or file, one that vanished mid-walk) makes that entry a SkippedFile
+    with the reason, never an exception. With ``max_chars``, a document whose text is longer
+    is skipped too.
+    """
     root = Path(os.path.abspath(os.fspath(path)))
-    # Checked here rather than in the generator so a bad argument fails at call time.
-    if not root.exists():
+    # Checked here rather than in the generator so a bad argument fails at call time;
+    # lstat, so a dangling or looping symlink named explicitly is reported, not "missing".
+    if not os.path.lexists(root):
         raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), os.fspath(path))
-    return _load_root(root)
+    return _load_root(root, _Walk(follow_symlinks, max_chars))
 
 
-def _load_root(root: Path) -> Iterator[SourceDocument | SkippedFile]:
-    if root.is_dir():
-        for entry in _walk(root, set()):
+@dataclass
+class _Walk:
+    """The options of one load_path call and the real folders it has walked (to stop loops)."""
+
+    follow_symlinks: bool
+    max_chars: int | None
+    inside: str = ""
+    seen: set[tuple[int, int]] = field(default_factory=set)
+
+
+def _load_root(root: Path, walk: _Walk) -> Iterator[SourceDocument | SkippedFile]:
+    try:
+        st = root.stat()
+    except OSError as exc:
+        yield SkippedFile(str(root), _os_reason(exc, root, "entry"))
+        return
+    if stat.S_ISDIR(st.st_mode):
+        walk.inside = os.path.realpath(root)
+        for entry in _walk(root, walk):
             if isinstance(entry, SkippedFile):
                 yield entry
             else:
-                yield from _load_file(entry, entry.relative_to(root.parent).as_posix())
-    elif root.is_file():
-        yield from _load_file(root, root.name)
+                yield from _load_file(entry, entry.relative_to(root.parent).as_posix(), walk)
+    elif stat.S_ISREG(st.st_mode):
+        yield from _load_file(root, root.name, walk)
     else:
         yield SkippedFile(str(root), "not a regular file")
 
 
-def _walk(folder: Path, seen: set[tuple[int, int]]) -> Iterator[Path | SkippedFile]:
+def _walk(folder: Path, walk: _Walk) -> Iterator[Path | SkippedFile]:
     try:
         st = folder.stat()
-        # Symlinked folders are followed; each real folder is walked once, which also stops loops.
-        if (st.st_dev, st.st_ino) in seen:
+        # Each real folder is walked once, which also stops loops through symlinks.
+        if (st.st_dev, st.st_ino) in walk.seen:
             return
-        seen.add((st.st_dev, st.st_ino))
+        walk.seen.add((st.st_dev, st.st_ino))
         with os.scandir(folder) as it:
-            entries = sorted(it, key=lambda e: e.name)
+            names = sorted(entry.name for entry in it)
     except OSError as exc:
-        yield SkippedFile(str(folder), f"unreadable folder: {exc.strerror or exc}")
+        yield SkippedFile(str(folder), _os_reason(exc, folder, "folder"))
         return
-    for entry in entries:
-        if entry.name.startswith("."):
+    for name in names:
+        if name.startswith("."):
             continue
-        child = folder / entry.name
-        if entry.is_dir():
-            yield from _walk(child, seen)
-        elif entry.is_file():
+        child = folder / name
+        try:
+            outside = _leaves_root(child, walk)
+            st = child.stat()
+        except OSError as exc:
+            yield SkippedFile(str(child), _os_reason(exc, child, "entry"))
+            continue
+        if outside:
+            yield SkippedFile(str(child), f"symlink to {outside} leaves the indexed folder "
+                                          "(--follow-symlinks follows it)")
+        elif stat.S_ISDIR(st.st_mode):
+            yield from _walk(child, walk)
+        elif stat.S_ISREG(st.st_mode):
             yield child
-        elif entry.is_symlink():
-            yield SkippedFile(str(child), "broken symlink")
         else:
             yield SkippedFile(str(child), "not a regular file")
 
 
-def _load_file(path: Path, doc_id: str) -> Iterator[SourceDocument | SkippedFile]:
+def _leaves_root(path: Path, walk: _Walk) -> str | None:
+    """The target of a symlink that points outside the walked root (when not followed), else None."""
+    if walk.follow_symlinks or not path.is_symlink():
+        return None
+    target = os.path.realpath(path, strict=True)  # raises on a loop or a dangling link
+    inside = walk.inside
+    if target == inside or target.startswith(inside.rstrip(os.sep) + os.sep):
+        return None
+    return target
+
+
+def _os_reason(exc: OSError, path: Path, kind: str = "file") -> str:
+    """A short reason for an OSError on one entry."""
+    if exc.errno == errno.ELOOP:
+        return "symlink loop"
+    if exc.errno in (errno.ENOENT, errno.ENOTDIR) and os.path.islink(path):
+        return "broken symlink"
+    if exc.errno == errno.ENOENT:
+        return f"{kind} vanished while indexing"
+    return f"unreadable {kind}: {exc.strerror or exc}"
+
+
+def _load_file(path: Path, doc_id: str, walk: _Walk) -> Iterator[SourceDocument | SkippedFile]:
     source = str(path)
     ext = path.suffix.lower()
     file_type = _FILE_TYPES.get(ext)
@@ -131,12 +186,16 @@ def _load_file(path: Path, doc_id: str) -> Iterator[SourceDocument | SkippedFile
         yield SkippedFile(source, f"unsupported extension {ext}" if ext else "no file extension")
         return
     try:
-        modified = path.stat().st_mtime
-        data = path.read_bytes()
+        data, st = _read_regular(path, file_type, walk.max_chars)
         base = SourceDocument(id=doc_id, text="", source=source, file_type=file_type,
-                              modified=modified)
+                              modified=st.st_mtime)
         if file_type == "jsonl":
-            yield from _load_jsonl(data, base)
+            for item in _load_jsonl(data, base):
+                if isinstance(item, SourceDocument) and (reason := _too_long(item.text,
+                                                                             walk.max_chars)):
+                    yield SkippedFile(item.source or source, reason)
+                else:
+                    yield item
             return
         if file_type == "pdf":
             base.text, base.pages, base.title = _read_pdf(data)
@@ -145,11 +204,33 @@ def _load_file(path: Path, doc_id: str) -> Iterator[SourceDocument | SkippedFile
         else:
             base.text = _decode(data)
             base.title = _markdown_title(base.text) if file_type == "md" else None
-        yield base
+        reason = _too_long(base.text, walk.max_chars)
+        yield SkippedFile(source, reason) if reason else base
     except _Skip as skip:
         yield SkippedFile(source, skip.reason)
     except OSError as exc:
-        yield SkippedFile(source, f"unreadable file: {exc.strerror or exc}")
+        yield SkippedFile(source, _os_reason(exc, path))
+
+
+def _read_regular(path: Path, file_type: str, max_chars: int | None
+                  ) -> tuple[bytes, os.stat_result]:
+    """The bytes of a regular file; O_NONBLOCK so a FIFO swapped in after the walk cannot hang us."""
+    with open(os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0)), "rb") as fh:
+        st = os.fstat(fh.fileno())
+        if not stat.S_ISREG(st.st_mode):
+            raise _Skip("not a regular file")
+        # Plain text has at least a character per 4 bytes (UTF-8): skip it unread when too big.
+        if max_chars is not None and file_type in ("txt", "md") and st.st_size > 4 * max_chars:
+            raise _Skip(f"file of {st.st_size:,} bytes is longer than max_document_chars "
+                        f"({max_chars:,} characters)")
+        return fh.read(), st
+
+
+def _too_long(text: str, max_chars: int | None) -> str | None:
+    """The skip reason for a text longer than ``max_chars``, else None."""
+    if max_chars is None or len(text) <= max_chars:
+        return None
+    return f"text of {len(text):,} characters is longer than max_document_chars ({max_chars:,})"
 
 
 def _decode(data: bytes, encoding: str = "utf-8-sig") -> str:

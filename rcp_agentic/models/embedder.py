@@ -7,6 +7,7 @@ with a different embedder is refused (see ``store.docstore``).
 
 from __future__ import annotations
 
+import hashlib
 import threading
 import time
 from collections import OrderedDict
@@ -173,7 +174,9 @@ def as_embedder(obj: Any = None) -> Embedder:
 class TimedEmbedder:
     """Wraps an embedder: counts time spent in the model and caches query vectors (bounded LRU).
 
-    An agent re-asks the same sub-questions; the cache lets those skip the model.
+    An agent re-asks the same sub-questions; the cache lets those skip the model. It is
+    keyed by a SHA-256 of the text, so it holds ``cache_size`` vectors and digests,
+    never the (possibly huge) query texts themselves.
     """
 
     def __init__(self, inner: Embedder, cache_size: int = 1024) -> None:
@@ -181,7 +184,7 @@ class TimedEmbedder:
         self.identity = inner.identity
         self.cache_size = cache_size
         self.seconds_in_model = 0.0
-        self._cache: OrderedDict[str, np.ndarray] = OrderedDict()
+        self._cache: OrderedDict[bytes, np.ndarray] = OrderedDict()
         self._lock = threading.Lock()
 
     @property
@@ -196,17 +199,18 @@ class TimedEmbedder:
             self.seconds_in_model += time.perf_counter() - start
 
     def embed_query(self, text: str) -> np.ndarray:
+        key = hashlib.sha256(text.encode("utf-8", "surrogatepass")).digest()
         with self._lock:
-            hit = self._cache.get(text)
+            hit = self._cache.get(key)
             if hit is not None:
-                self._cache.move_to_end(text)
+                self._cache.move_to_end(key)
                 return hit
         start = time.perf_counter()
         vec = self.inner.embed_query(text)
         self.seconds_in_model += time.perf_counter() - start
         vec.setflags(write=False)
         with self._lock:
-            self._cache[text] = vec
+            self._cache[key] = vec
             while len(self._cache) > self.cache_size:
                 self._cache.popitem(last=False)
         return vec

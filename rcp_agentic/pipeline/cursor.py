@@ -45,8 +45,11 @@ def encode(state: CursorState, secret: bytes) -> str:
 
 def decode(cursor: str, secret: bytes, expected_hash: str) -> CursorState:
     """The state inside ``cursor``, after checking its signature and that it fits this query."""
+    if not cursor.isascii():  # every cursor we mint is ASCII; compare_digest needs ASCII too
+        raise InvalidParams("cursor is not valid for this engine (altered or foreign)",
+                            field="cursor")
     body, _, sig = cursor.partition(".")
-    good = hmac.new(secret, body.encode("ascii", "replace"), hashlib.sha256).hexdigest()[:32]
+    good = hmac.new(secret, body.encode("ascii"), hashlib.sha256).hexdigest()[:32]
     if not sig or not hmac.compare_digest(sig, good):
         raise InvalidParams("cursor is not valid for this engine (altered or foreign)",
                             field="cursor")

@@ -14,10 +14,16 @@ Semantics (documented for users):
 - an array value never equals, nor orders against, a scalar (``eq``/``in``/``gt`` are
   false, ``ne``/``nin`` true): test arrays with ``contains``;
 - ``chunk_index`` exists only on chunk units.
+
+Size: a filter is at most ``max_filter_depth`` objects deep and ``max_filter_nodes``
+large (objects plus the values of ``in``/``nin`` lists); :func:`check_filter_size`
+refuses a larger one with InvalidParams on ``filter`` before it is compiled, so no
+client-sent tree reaches SQLite's parser or expression limits.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
@@ -45,7 +51,7 @@ def parse_date(value: Any) -> float | None:
     if isinstance(value, bool):
         return None
     if isinstance(value, int):
-        return float(value)
+        return float(value) if abs(value) < 2**1000 else None  # larger overflows a float
     if isinstance(value, str):
         text = value.strip()
         if text.endswith(("Z", "z")):
@@ -69,7 +75,8 @@ def coerce_value(ftype: str, value: Any) -> Any:
         if isinstance(value, int) and not isinstance(value, bool):
             return value
     elif ftype == "float":
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
+        if isinstance(value, float) or (isinstance(value, int) and not isinstance(value, bool)
+                                        and abs(value) < 2**1000):
             return float(value)
     elif ftype == "bool":
         if isinstance(value, bool):
@@ -81,12 +88,45 @@ def coerce_value(ftype: str, value: Any) -> Any:
     raise ValueError(f"expected a {ftype} value, got {type(value).__name__} {value!r}")
 
 
+def check_filter_size(node: Any, *, max_depth: int, max_nodes: int) -> None:
+    """Refuse (InvalidParams on ``filter``) a tree deeper than ``max_depth`` or larger than ``max_nodes``.
+
+    Depth counts filter objects from the root (a lone leaf is 1); size counts the
+    objects and every value of an ``in``/``nin`` list. The walk is iterative and stops
+    at the first limit crossed, so a tree 100,000 deep or wide costs no more than
+    the limits. Malformed parts are left to :func:`compile_filter` to name.
+    """
+    nodes = 1
+    stack: list[tuple[Any, int]] = [(node, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if not isinstance(item, dict):
+            continue
+        if depth > max_depth:
+            raise InvalidParams(f"filter nests deeper than {max_depth} levels "
+                                "(max_filter_depth)", field="filter")
+        children = [item["not"]] if "not" in item else []
+        for key in ("and", "or"):
+            if isinstance(item.get(key), list):
+                children.extend(item[key])
+        value = item.get("value")
+        nodes += len(children) + (len(value) if isinstance(value, list) else 0)
+        if nodes > max_nodes:
+            raise InvalidParams(f"filter has more than {max_nodes} nodes (operators, leaves and "
+                                "in/nin values; max_filter_nodes)", field="filter")
+        stack.extend((child, depth + 1) for child in children)
+
+
 @dataclass(frozen=True)
 class CompiledFilter:
-    """A SQL boolean expression over ``units u JOIN documents d`` and its bound parameters."""
+    """A SQL boolean expression over ``units u JOIN documents d`` and its bound parameters.
+
+    ``nodes`` counts the filter objects it was compiled from (for ordering operands).
+    """
 
     sql: str
     params: tuple[Any, ...]
+    nodes: int = 1
 
 
 def compile_filter(node: Any, fields: dict[str, str], path: str = "filter") -> CompiledFilter:
@@ -94,6 +134,7 @@ def compile_filter(node: Any, fields: dict[str, str], path: str = "filter") -> C
 
     Raises InvalidParams (with ``data.field``) for malformed trees, unknown fields
     and mistyped values, and OptionUnsupported for an operator RCP does not define.
+    Recursive: bound an untrusted tree with :func:`check_filter_size` first.
     """
     if not isinstance(node, dict):
         raise InvalidParams(f"{path} must be an object", field=path)
@@ -106,14 +147,27 @@ def compile_filter(node: Any, fields: dict[str, str], path: str = "filter") -> C
         child = node[key]
         if key == "not":
             inner = compile_filter(child, fields, f"{path}.not")
-            return CompiledFilter(f"(NOT {inner.sql})", inner.params)
+            return CompiledFilter(f"(NOT {inner.sql})", inner.params, inner.nodes + 1)
         if not isinstance(child, list) or not child:
             raise InvalidParams(f"{path}.{key} must be a non-empty array", field=f"{path}.{key}")
         parts = [compile_filter(c, fields, f"{path}.{key}[{i}]") for i, c in enumerate(child)]
+        # Largest operand first: SQLite's parser stacks every operand left of a nested
+        # one, so this keeps any tree within the size limits under its stack of 100.
+        parts.sort(key=lambda part: -part.nodes)
         joiner = " AND " if key == "and" else " OR "
         return CompiledFilter("(" + joiner.join(p.sql for p in parts) + ")",
-                              tuple(v for p in parts for v in p.params))
+                              tuple(v for p in parts for v in p.params),
+                              1 + sum(p.nodes for p in parts))
     return _compile_leaf(node, fields, path)
+
+
+def _is_unicode(text: str) -> bool:
+    """Whether ``text`` is valid Unicode (no lone UTF-16 surrogates, which SQLite cannot bind)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _compile_leaf(node: dict[str, Any], fields: dict[str, str], path: str) -> CompiledFilter:
@@ -149,6 +203,11 @@ def _compile_leaf(node: dict[str, Any], fields: dict[str, str], path: str) -> Co
         if isinstance(out, int) and not isinstance(out, bool) and not -2**63 <= out < 2**63:
             raise InvalidParams(f"filter on {name!r}: integer out of the 64-bit range",
                                 field=fpath)
+        if isinstance(out, float) and not math.isfinite(out):
+            raise InvalidParams(f"filter on {name!r}: a number must be finite", field=fpath)
+        if isinstance(out, str) and not _is_unicode(out):
+            raise InvalidParams(f"filter on {name!r}: the value has a lone surrogate (not "
+                                "valid Unicode)", field=fpath)
         return int(out) if isinstance(out, bool) else out
 
     if op == "exists":

@@ -1,4 +1,9 @@
-"""Hit assembly: a stored unit row becomes an RCP ``Hit`` with citation, chunk ref and static fields."""
+"""Hit assembly: a stored unit row becomes an RCP ``Hit`` with citation, chunk ref and static fields.
+
+A hit's text is cut at ``max_chars`` (EngineConfig.max_hit_chars): the hit then
+carries ``meta.truncated: true`` and ``meta.text_chars`` (the full length), and the
+caller's usage notes say so; the full text stays in the store.
+"""
 
 from __future__ import annotations
 
@@ -27,16 +32,28 @@ def static_fields(row: dict[str, Any]) -> dict[str, Any]:
 
 def build_hit(row: dict[str, Any], *, unit: str, score: float, scores: dict[str, float],
               include_text: bool = True, vector: np.ndarray | None = None,
-              confidence: float | None = None) -> Hit:
-    """One hit from a ``Docstore.hydrate`` row; ``unit`` echoes what the caller asked for."""
+              confidence: float | None = None, max_chars: int | None = None,
+              notes: list[str] | None = None) -> Hit:
+    """One hit from a ``Docstore.hydrate`` row; ``unit`` echoes what the caller asked for.
+
+    A text longer than ``max_chars`` is cut, flagged in ``meta`` and noted in ``notes``.
+    """
     meta = json.loads(row["meta"]) if row["meta"] not in (None, "{}") else {}
     meta.update(static_fields(row))
+    text = row["text"] if include_text else None
+    if text is not None and max_chars is not None and len(text) > max_chars:
+        meta["truncated"], meta["text_chars"] = True, len(text)
+        note = (f"hit {row['uid']}: text cut to its first {max_chars} of {len(text)} "
+                "characters (maxHitChars)")
+        if notes is not None and note not in notes:  # progress may build the same hit twice
+            notes.append(note)
+        text = text[:max_chars]
     citation = {"source": row["source"] or row["doc_id"], "uri": row["uri"], "title": row["title"],
                 "start": row["start"], "end": row["end"], "page": row["page_start"]}
     # Validating one nested dict is ~4x faster in pydantic-core than model_construct per model.
     return Hit.model_validate({
         "id": row["uid"], "score": score, "confidence": confidence,
-        "text": row["text"] if include_text else None,
+        "text": text,
         "unit": unit,
         "level": row["level"], "meta": meta, "scores": scores, "citation": citation,
         "vector": vector.tolist() if vector is not None else None,

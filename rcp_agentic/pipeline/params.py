@@ -15,13 +15,17 @@ from pydantic import (BaseModel, ConfigDict, Field, StrictBool, StrictFloat, Str
                       ValidationError)
 from pydantic.alias_generators import to_camel
 
+from ..config import EngineConfig
 from ..errors import InvalidParams, OptionUnsupported
+from .filters import check_filter_size
 
 MODES = ("dense", "sparse", "hybrid")
 FUSIONS = ("rrf", "weighted", "convex")
 UNITS = ("chunk", "passage", "page", "document")
 ALL_UNITS = ("chunk", "passage", "document", "node", "triplet", "path", "subgraph", "community",
              "tree-node", "page")
+# The limits a plan is checked against when the caller passes no configuration.
+DEFAULT_LIMITS = EngineConfig()
 
 
 class _Params(BaseModel):
@@ -99,6 +103,7 @@ class Plan:
     mmr_lambda: float | None = None
     recency_field: str | None = None
     recency_half_life_days: float | None = None
+    max_hit_chars: int = DEFAULT_LIMITS.max_hit_chars
     notes: list[str] = field(default_factory=list)
 
 
@@ -111,8 +116,13 @@ def clean_text(text: str) -> str:
         return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
 
 
-def query_text(query: Any, *, field: str = "query", allow_empty: bool = False) -> str:
-    """The text of a query or passage: a string, a text Content block, or a list of them (§4.8)."""
+def query_text(query: Any, *, field: str = "query", allow_empty: bool = False,
+               max_chars: int | None = None) -> str:
+    """The text of a query or passage: a string, a text Content block, or a list of them (§4.8).
+
+    Lone surrogates become U+FFFD (:func:`clean_text`); a text longer than ``max_chars``
+    is InvalidParams on ``field``.
+    """
     blocks = query if isinstance(query, list) else [query]
     parts = []
     for i, block in enumerate(blocks):
@@ -129,6 +139,9 @@ def query_text(query: Any, *, field: str = "query", allow_empty: bool = False) -
             raise InvalidParams("a text Content block needs a string 'text'", field=f"{where}.text")
         parts.append(block["text"])
     text = clean_text("\n".join(parts))
+    if max_chars is not None and len(text) > max_chars:
+        raise InvalidParams(f"{field} has {len(text)} characters, more than the limit of "
+                            f"{max_chars}", field=field)
     if not allow_empty and not text.strip():
         raise InvalidParams(f"{field} must not be empty", field=field)
     return text
@@ -151,8 +164,14 @@ def parse_params(raw: dict[str, Any]) -> RetrieveParams:
 
 def make_plan(p: RetrieveParams, *, max_k: int, default_candidate_k: int, max_candidate_k: int,
               default_mode: str, default_rrf_k: int, rerank_method: str | None = None,
-              max_rerank: int = 100, can_rank_by_confidence: bool = False) -> Plan:
-    """Check options against what the engine offers and resolve defaults (§7.7, §12)."""
+              max_rerank: int = 100, can_rank_by_confidence: bool = False,
+              config: EngineConfig | None = None) -> Plan:
+    """Check options against what the engine offers and resolve defaults (§7.7, §12).
+
+    ``config`` supplies the size limits (query, sessionId, tokenBudget, filter, hit
+    text); without it the defaults of :class:`EngineConfig` apply.
+    """
+    limits = config or DEFAULT_LIMITS
     notes: list[str] = []
 
     def unsupported(option: str, message: str) -> None:
@@ -160,7 +179,7 @@ def make_plan(p: RetrieveParams, *, max_k: int, default_candidate_k: int, max_ca
             raise OptionUnsupported(message, option=option)
         notes.append(f"ignored {option}: {message}")
 
-    query = query_text(p.query)
+    query = query_text(p.query, max_chars=limits.max_query_chars)
     if p.modality not in (None, "text"):
         unsupported("modality", f"modality {p.modality!r} is not supported (text only)")
     mode = p.mode or default_mode
@@ -209,6 +228,15 @@ def make_plan(p: RetrieveParams, *, max_k: int, default_candidate_k: int, max_ca
                                 field="recency.halfLifeDays")
     if p.session_id is not None and not p.session_id:
         raise InvalidParams("sessionId must not be empty", field="sessionId")
+    if p.session_id is not None and len(p.session_id) > limits.max_session_id_chars:
+        raise InvalidParams(f"sessionId has {len(p.session_id)} characters, more than the limit "
+                            f"of {limits.max_session_id_chars}", field="sessionId")
+    if p.token_budget is not None and p.token_budget > limits.max_token_budget:
+        raise InvalidParams(f"tokenBudget exceeds the limit of {limits.max_token_budget}",
+                            field="tokenBudget")
+    if p.filter is not None:
+        check_filter_size(p.filter, max_depth=limits.max_filter_depth,
+                          max_nodes=limits.max_filter_nodes)
     if p.cursor is not None and p.session_id is not None:
         raise InvalidParams("a cursor pages one fixed ranked list; it cannot be combined with "
                             "sessionId, whose dedup changes the list", field="cursor")
@@ -273,4 +301,5 @@ def make_plan(p: RetrieveParams, *, max_k: int, default_candidate_k: int, max_ca
         rerank_top_n=rerank_top_n, rank_by_confidence=rank_by_confidence,
         mmr_lambda=mmr_lambda,
         recency_field=recency_field,
-        recency_half_life_days=float(half_life) if half_life is not None else None, notes=notes)
+        recency_half_life_days=float(half_life) if half_life is not None else None,
+        max_hit_chars=limits.max_hit_chars, notes=notes)

@@ -61,6 +61,10 @@ class Retrieval:
     def _served_version(self, pinned: str | None) -> int:
         raise NotImplementedError
 
+    def _chroma_query(self, unit: str, level: int, vector: np.ndarray, n: int,
+                      rowids: list[int] | None) -> tuple[list[int], list[float]]:
+        raise NotImplementedError
+
     def filter_fields(self) -> dict[str, str]:
         raise NotImplementedError
 
@@ -108,7 +112,7 @@ class Retrieval:
                          default_mode=self.config.default_mode, default_rrf_k=self.config.rrf_k,
                          rerank_method=self.reranker.method if self.reranker else None,
                          max_rerank=self.config.rerank_max_candidates,
-                         can_rank_by_confidence=self.calibrator is not None)
+                         can_rank_by_confidence=self.calibrator is not None, config=self.config)
         qhash = query_hash(params.model_dump(
             mode="json", exclude={"cursor", "meta", "index_version", "strict"}))
         state = (cursor.decode(plan.cursor, self._secret, qhash) if plan.cursor is not None
@@ -223,6 +227,12 @@ class Retrieval:
 
     def _dense(self, index: UnitIndex, plan: Plan, qvec: np.ndarray,
                allowed: np.ndarray | None, depth: int) -> list[tuple[int, float]]:
+        """Dense recall: exact over vectors in memory, else Chroma's HNSW.
+
+        The Chroma path never answers from a Chroma that lacks committed rows: it syncs
+        the outbox first and raises BackendUnavailable (-32010, ``retryAfterMs``) while
+        Chroma is down, hung or being refilled (see ``Engine._chroma_query``).
+        """
         if index.size == 0 or (allowed is not None and len(allowed) == 0):
             return []
         if index.vectors is not None:
@@ -233,7 +243,7 @@ class Retrieval:
         hidden = 0 if rowids is not None else max(0, self.store.stored_count(
             plan.stored_unit, plan.level) - index.size)
         n = min(depth, index.size if rowids is None else len(rowids)) + hidden
-        got, sims = self.chroma.query(plan.stored_unit, plan.level, qvec, n, rowids)
+        got, sims = self._chroma_query(plan.stored_unit, plan.level, qvec, n, rowids)
         out = [(index.position[r], s) for r, s in zip(got, sims) if r in index.position]
         return sorted(out, key=lambda ps: (-ps[1], ps[0]))[:depth]
 
@@ -293,6 +303,7 @@ class Retrieval:
                 scores["rerank"] = float(rerank_scores[pos])
             hits.append(build_hit(row, unit=plan.unit, score=float(score), scores=scores,
                                   include_text=plan.include_text, vector=vectors.get(rowid),
+                                  max_chars=plan.max_hit_chars, notes=plan.notes,
                                   confidence=None if confidence is None else confidence[i]))
         return hits
 

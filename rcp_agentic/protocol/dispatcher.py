@@ -14,8 +14,8 @@ internals, and nothing a client sends can crash the dispatcher.
 
 from __future__ import annotations
 
-import json
 import logging
+import math
 import threading
 from collections.abc import Callable, Hashable
 from typing import Any
@@ -23,6 +23,7 @@ from typing import Any
 from .. import __version__
 from ..control import Progress, RequestControl
 from ..engine import Engine
+from ..corpus.documents import check_document_chars
 from ..errors import (
     CapabilityMissing,
     InternalError,
@@ -35,6 +36,8 @@ from ..errors import (
     UnknownMethod,
     VersionMismatch,
 )
+from ..pipeline.params import clean_text, query_text
+from . import jsonio
 from .methods import PROTOCOL_VERSION, RCP_METHODS
 
 log = logging.getLogger(__name__)
@@ -50,7 +53,10 @@ def _error(id_: Any, err: RCPError) -> dict[str, Any]:
 
 
 def _valid_id(id_: Any) -> bool:
-    return (isinstance(id_, str) or (isinstance(id_, (int, float)) and not isinstance(id_, bool)))
+    """A string or a finite number (an infinite one could not be echoed as JSON)."""
+    if isinstance(id_, float):
+        return math.isfinite(id_)
+    return isinstance(id_, (str, int)) and not isinstance(id_, bool)
 
 
 def _id_key(id_: Any) -> tuple[str, Any]:
@@ -102,9 +108,9 @@ class Dispatcher:
     def handle_text(self, text: str | bytes, send: Send | None = None) -> str | None:
         """A raw frame in, the JSON text to send back (or None)."""
         try:
-            message = json.loads(text)
-        except (ValueError, UnicodeDecodeError) as exc:
-            return json.dumps(_error(None, ParseError(f"invalid JSON: {exc}")))
+            message = jsonio.loads(text)
+        except ParseError as err:
+            return dumps(_error(None, err))
         response = self.handle(message, send)
         return None if response is None else dumps(response)
 
@@ -197,7 +203,8 @@ class Dispatcher:
                     or not deadline_ms >= 0:
                 raise InvalidParams("_meta.deadlineMs must be a non-negative number of "
                                     "milliseconds", field="_meta.deadlineMs")
-            timeout = min(timeout, deadline_ms / 1000.0)
+            if deadline_ms < timeout * 1000.0:  # compared first: a huge int overflows a float
+                timeout = deadline_ms / 1000.0
         token = meta.get("progressToken")
         sink = None
         if send is not None and "streaming" in self.capabilities() and (
@@ -207,8 +214,9 @@ class Dispatcher:
         return RequestControl(timeout=timeout, on_progress=sink)
 
     def _call(self, method: str, params: dict[str, Any], control: RequestControl) -> Any:
-        if method not in RCP_METHODS and not method.startswith("x-"):
-            raise UnknownMethod(f"method {method!r} is not defined by RCP/1")
+        # An `x-` method is defined only by the server offering it (§12: prefer -32004).
+        if method not in RCP_METHODS and method not in self._handlers:
+            raise UnknownMethod(f"method {method!r} is not defined by RCP/1 or this server")
         if method not in ALWAYS_ALLOWED and not self.initialized:
             raise NotInitialized(f"{method} before a successful initialize")
         gate = RCP_METHODS.get(method)
@@ -227,8 +235,21 @@ class Dispatcher:
             caps["streaming"] = {}
             caps["feedback"] = {}
             # Limits RCP has no key for, under our vendor prefix (§6.2).
+            config = self.engine.config
             limits = {"maxBatch": self.max_batch,
-                      "requestTimeoutMs": int(self.request_timeout * 1000)}
+                      "requestTimeoutMs": int(self.request_timeout * 1000),
+                      "maxQueryChars": config.max_query_chars,
+                      "maxSessionIdChars": config.max_session_id_chars,
+                      "sessionMaxBytes": config.session_max_bytes,
+                      "maxTokenBudget": config.max_token_budget,
+                      "maxFilterDepth": config.max_filter_depth,
+                      "maxFilterNodes": config.max_filter_nodes,
+                      "maxFilterFields": config.max_filter_fields,
+                      "maxMetaKeys": config.max_meta_keys,
+                      "maxMetaDepth": config.max_meta_depth,
+                      "maxDocumentChars": config.max_document_chars,
+                      "maxHitChars": config.max_hit_chars,
+                      "maxEmbedChars": config.max_embed_chars}
             if self.max_body_bytes is not None:
                 limits["maxBodyBytes"] = self.max_body_bytes
             caps["x-rcp-agentic"] = {"limits": limits}
@@ -257,7 +278,14 @@ class Dispatcher:
         return self._peer()
 
     def _ping(self, params: dict[str, Any], control: RequestControl) -> dict[str, Any]:
-        return {"nonce": params["nonce"]} if "nonce" in params else {}
+        if "nonce" not in params:
+            return {}
+        nonce = params["nonce"]
+        try:
+            jsonio.dumps(nonce)
+        except ValueError:  # NaN or an overflowing literal such as 1e400: not echoable JSON
+            raise InvalidParams("nonce must be finite JSON", field="nonce") from None
+        return {"nonce": nonce}
 
     def _shutdown(self, params: dict[str, Any], control: RequestControl) -> dict[str, Any]:
         if self.on_shutdown is not None:
@@ -273,6 +301,11 @@ class Dispatcher:
         inputs = params.get("inputs", params.get("texts"))  # `texts`: the legacy name (§7.3)
         if inputs is None:
             raise InvalidParams("inputs is required", field="inputs")
+        config = self.engine.config
+        if isinstance(inputs, list) and len(inputs) <= config.embed_batch_limit:
+            for i, item in enumerate(inputs):  # the engine checks the rest of the shape
+                query_text(item, field=f"inputs[{i}]", allow_empty=True,
+                           max_chars=config.max_embed_chars)
         kind = params.get("kind", "document")
         encoding = params.get("encoding", "json")
         if not isinstance(encoding, str):
@@ -284,6 +317,7 @@ class Dispatcher:
     def _rerank(self, params: dict[str, Any], control: RequestControl) -> dict[str, Any]:
         if "query" not in params:
             raise InvalidParams("query is required", field="query")
+        query_text(params["query"], max_chars=self.engine.config.max_query_chars)
         # `documents` is the name some RCP clients (the reference harness) send.
         passages = params.get("passages", params.get("documents"))
         if not isinstance(passages, list):
@@ -301,6 +335,10 @@ class Dispatcher:
             raise InvalidParams("documents must be a non-empty array", field="documents")
         if params.get("contextual"):
             raise OptionUnsupported("contextual chunking is not offered", option="contextual")
+        for i, doc in enumerate(docs):  # before anything is chunked or embedded
+            if isinstance(doc, dict) and isinstance(doc.get("text"), str):
+                check_document_chars(doc["text"], self.engine.config.max_document_chars,
+                                     f"documents[{i}].text")
         result = self.engine.add_documents(docs, control=control)
         return {"ids": result.ids, "chunks": result.chunks}
 
@@ -308,6 +346,10 @@ class Dispatcher:
         ids = params.get("ids")
         if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
             raise InvalidParams("ids must be an array of strings", field="ids")
+        for i, doc_id in enumerate(ids):
+            if clean_text(doc_id) != doc_id:
+                raise InvalidParams("a document id must be valid Unicode (no lone surrogates)",
+                                    field=f"ids[{i}]")
         return {"deleted": self.engine.delete_documents(ids, missing_ok=True)}
 
     def _feedback(self, params: dict[str, Any], control: RequestControl) -> dict[str, Any]:
@@ -318,11 +360,18 @@ class Dispatcher:
 
 
 def dumps(response: dict[str, Any] | list[dict[str, Any]]) -> str:
-    """Compact JSON for the wire; a NaN/Infinity that slipped through becomes -32603."""
+    """Compact JSON for the wire (:func:`jsonio.dumps`); never raises.
+
+    A response that cannot be JSON (a NaN/Infinity or a non-JSON value that slipped
+    through) becomes -32603 for the same id, so the request is still answered once.
+    """
+    if isinstance(response, list):  # one bad answer of a batch spoils only itself
+        return "[" + ",".join(dumps(one) for one in response) + "]"
     try:
-        return json.dumps(response, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
-    except ValueError:
-        log.exception("non-finite number in a response")
-        bad = _error(response.get("id") if isinstance(response, dict) else None,
-                     InternalError("the server produced a non-finite number"))
-        return json.dumps(bad, separators=(",", ":"))
+        return jsonio.dumps(response)
+    except (ValueError, TypeError, RecursionError):
+        log.exception("a response that is not JSON")
+        id_ = response.get("id") if isinstance(response, dict) else None
+        bad = _error(id_ if _valid_id(id_) else None,
+                     InternalError("the server produced a response that is not JSON"))
+        return jsonio.dumps(bad)

@@ -24,13 +24,13 @@ dense, sparse or weighted hybrid retrieval. Where the reference is silent:
 
 Errors: 422 ``{"detail": [{"loc": ["body", ...], "msg", "type"}]}`` for bad requests
 (including filters on fields the engine does not know), 404 for an unknown
-``index_id``, 413 for a body over the limit, 503 when a backend is down, 500 otherwise
-(generic message; the traceback goes to the log only).
+``index_id``, 415 for a body not sent as ``application/json``, 413 for a body over the
+limit, 408 for one that does not arrive in time, 503 when a backend is down, 500
+otherwise (generic message; the traceback goes to the log only).
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 from collections.abc import Awaitable, Callable, Mapping
@@ -47,7 +47,8 @@ from ..engine import Engine
 from ..errors import BackendUnavailable, InvalidParams, OptionUnsupported
 from ..pipeline.filters import BUILTIN_FIELDS
 from ..wire import Hit
-from .body import DEFAULT_BODY_LIMIT, read_body
+from .body import DEFAULT_BODY_LIMIT, DEFAULT_BODY_TIMEOUT, BodyRefused, read_body
+from .jsonio import dumps
 
 log = logging.getLogger(__name__)
 
@@ -285,26 +286,29 @@ def _retrieve(engine: Engine, req: RetrieveRequest) -> _Outcome:
 
 def _json(status: int, body: Any, headers: Mapping[str, str] | None = None) -> Response:
     try:
-        text = json.dumps(body, ensure_ascii=False, allow_nan=False)
+        text = dumps(body)
     except ValueError:
         log.error("hosted retrieve produced a non-finite number")
-        status, text = 500, json.dumps({"detail": "internal server error"})
+        status, text = 500, dumps({"detail": "internal server error"})
     return Response(text, status_code=status, media_type="application/json",
                     headers=dict(headers or {}))
 
 
-def retrieve_endpoint(engines: Mapping[str, Engine], *,
-                      body_limit: int = DEFAULT_BODY_LIMIT) -> Endpoint:
+def retrieve_endpoint(engines: Mapping[str, Engine], *, body_limit: int = DEFAULT_BODY_LIMIT,
+                      body_timeout: float = DEFAULT_BODY_TIMEOUT) -> Endpoint:
     """The ``async`` Starlette endpoint of the hosted retrieve, over ``index_id → engine``.
 
-    It reads the body itself (up to ``body_limit`` bytes, else 413), so a wrapper that
+    It reads the body itself (``application/json``, up to ``body_limit`` bytes within
+    ``body_timeout`` seconds, else 415 / 413 / 408), so a wrapper that
     adds authentication must look only at headers, or read the body with
     ``await request.body()`` (which Starlette caches), never ``request.stream()``.
     """
     async def retrieve(request: Request) -> Response:
-        body = await read_body(request, body_limit)
-        if body is None:
-            return _json(413, {"detail": f"request body exceeds {body_limit} bytes"})
+        try:
+            body = await read_body(request, body_limit, body_timeout)
+        except BodyRefused as refused:  # the rest of the body may still come: close
+            return _json(refused.status, {"detail": refused.error.message},
+                         {"Connection": "close"})
         try:
             req = RetrieveRequest.model_validate_json(body)
         except ValidationError as exc:
@@ -333,12 +337,13 @@ def retrieve_endpoint(engines: Mapping[str, Engine], *,
 
 def hosted_routes(engines: Mapping[str, Engine], *,
                   wrap: Callable[[Endpoint], Endpoint] | None = None,
-                  body_limit: int = DEFAULT_BODY_LIMIT) -> list[Route]:
+                  body_limit: int = DEFAULT_BODY_LIMIT,
+                  body_timeout: float = DEFAULT_BODY_TIMEOUT) -> list[Route]:
     """Routes of the hosted retrieval API, to mount in a Starlette app.
 
     ``engines`` maps each ``index_id`` to its engine (looked up per request, so a
     mutable mapping may gain indexes later). ``wrap`` decorates the endpoint, e.g. with
     a bearer-token check; see :func:`retrieve_endpoint` for what it may do.
     """
-    endpoint = retrieve_endpoint(engines, body_limit=body_limit)
+    endpoint = retrieve_endpoint(engines, body_limit=body_limit, body_timeout=body_timeout)
     return [Route(RETRIEVE_PATH, wrap(endpoint) if wrap else endpoint, methods=["POST"])]

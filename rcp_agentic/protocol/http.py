@@ -5,10 +5,14 @@ answers idempotently (§5.2). With ``stateful=True`` the lifecycle of §13 appli
 per session: a session is named by the client's ``RCP-Session`` header (echoed in
 ``initialize.result._meta.session``); requests without the header share one
 default session, as a stdio connection would. A well-formed JSON-RPC answer,
-error or not, is HTTP 200; a body that is not JSON is 400 (-32700), not a request
-400 (-32600); a notification 204; a missing or wrong bearer token (when one is
-configured) 401 with -32012, checked before anything else; a body over the limit
-413 with -32013. The engine's work runs in a thread pool so requests overlap.
+error or not, is HTTP 200; a body that is not JSON (or nested too deep) is 400
+(-32700), not a request 400 (-32600); a notification 204. Before that, in order:
+a foreign ``Host`` is 421 and a foreign ``Origin`` 403 (:mod:`.guard`); a missing or
+wrong bearer token (when one is configured) 401 with -32012; a body that is not
+``application/json`` 415, over the limit 413 (-32013), too slow 408 (:mod:`.body`);
+an anonymous write when no token is configured 401 (unless anonymous writes are
+allowed). Every answer is JSON, an unexpected failure included (500, -32603). The
+engine's work runs in a thread pool so requests overlap.
 
 With ``Accept: text/event-stream`` a single request is answered as server-sent
 events: its ``notifications/progress`` frames (when it carries
@@ -21,69 +25,48 @@ for the origins configured.
 from __future__ import annotations
 
 import asyncio
-import hmac
-import json
+import logging
 import threading
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any
 
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import Response, StreamingResponse
 from starlette.routing import BaseRoute, Route
 
 from ..control import RequestControl
 from ..engine import Engine
-from ..errors import InvalidRequest, ParseError, PayloadTooLarge, RCPError, Unauthorized
-from .body import DEFAULT_BODY_LIMIT, read_body
+from ..errors import InternalError, InvalidRequest, ParseError, RCPError
+from . import jsonio
+from .body import DEFAULT_BODY_LIMIT, DEFAULT_BODY_TIMEOUT, BodyRefused, read_body
 from .dispatcher import Dispatcher, dumps
+from .guard import Gate, HostOriginGuard, refusal
+from .listener import ServerLimits, run
+
+log = logging.getLogger(__name__)
 
 SESSION_HEADER = "rcp-session"
 MAX_SESSION_NAME = 128
 
 
-def _error_response(status: int, err: RCPError, id_: Any = None) -> JSONResponse:
-    return JSONResponse({"jsonrpc": "2.0", "id": id_, "error": err.to_wire()}, status_code=status)
+def _error_response(status: int, err: RCPError, id_: Any = None) -> Response:
+    return Response(dumps({"jsonrpc": "2.0", "id": id_, "error": err.to_wire()}),
+                    status_code=status, media_type="application/json")
 
 
-class _Gate:
-    """Bearer-token check and bounded body reading shared by every route."""
-
-    def __init__(self, token: str | None, body_limit: int) -> None:
-        self.token = token
-        self.body_limit = body_limit
-
-    def authorized(self, request: Request) -> bool:
-        if self.token is None:
-            return True
-        given = request.headers.get("authorization", "")
-        return hmac.compare_digest(given.encode(), f"Bearer {self.token}".encode())
-
-    def refusal(self, request: Request) -> Response | None:
-        if self.authorized(request):
-            return None
-        return _error_response(401, Unauthorized("missing or wrong bearer token"))
-
-    def guard(self, endpoint: Callable[[Request], Awaitable[Response]]
-              ) -> Callable[[Request], Awaitable[Response]]:
-        """``endpoint`` behind the token check, refusing in the REST shape ``{"detail"}``."""
-        async def guarded(request: Request) -> Response:
-            if not self.authorized(request):
-                return JSONResponse({"detail": "missing or wrong bearer token"}, status_code=401,
-                                    headers={"WWW-Authenticate": "Bearer"})
-            return await endpoint(request)
-
-        return guarded
-
-    async def body(self, request: Request) -> bytes | Response:
-        body = await read_body(request, self.body_limit)
-        if body is None:
-            return _error_response(413, PayloadTooLarge(f"body exceeds {self.body_limit} bytes"))
-        return body
+async def _body(request: Request, limit: int, timeout: float) -> bytes | Response:
+    """The request body, or the JSON refusal of a body that is not acceptable."""
+    try:
+        return await read_body(request, limit, timeout)
+    except BodyRefused as refused:
+        # The rest of a refused body may still be on its way: close rather than drain it.
+        return refusal(request.url.path, refused.status, refused.error, {"Connection": "close"})
 
 
 async def _watch_disconnect(request: Request, controls: list[RequestControl]) -> None:
@@ -128,7 +111,8 @@ class _Sessions:
             return found
 
 
-def rcp_routes(sessions: _Sessions, gate: _Gate) -> list[BaseRoute]:
+def rcp_routes(sessions: _Sessions, gate: Gate, *, body_limit: int = DEFAULT_BODY_LIMIT,
+               body_timeout: float = DEFAULT_BODY_TIMEOUT) -> list[BaseRoute]:
     """The RCP endpoints: ``POST /rcp`` and ``POST /rcp/<method>``."""
 
     async def rcp(request: Request) -> Response:
@@ -138,19 +122,22 @@ def rcp_routes(sessions: _Sessions, gate: _Gate) -> list[BaseRoute]:
         dispatcher = sessions.dispatcher(request)
         if isinstance(dispatcher, Response):
             return dispatcher
-        body = await gate.body(request)
+        body = await _body(request, body_limit, body_timeout)
         if isinstance(body, Response):
             return body
         try:
-            message = json.loads(body)
-        except (ValueError, UnicodeDecodeError) as exc:
-            return _error_response(400, ParseError(f"invalid JSON: {exc}"))
+            message = jsonio.loads(body)
+        except ParseError as exc:
+            return _error_response(400, exc)
+        refused = gate.write_refusal(request, message)
+        if refused is not None:
+            return refused
         url_method = request.path_params.get("method")
         if isinstance(message, dict):
             if url_method is not None and message.get("method") != url_method:
-                return JSONResponse({"jsonrpc": "2.0", "id": message.get("id"), "error":
-                                     InvalidRequest(f"URL method {url_method!r} does not match "
-                                                    "the body's method").to_wire()})
+                return _error_response(200, InvalidRequest(
+                    f"URL method {url_method!r} does not match the body's method"),
+                    message.get("id"))
         elif not isinstance(message, list):
             return _error_response(400, InvalidRequest("the body must be a JSON-RPC object"))
         # Ids are unique per client: the credentials and the RCP-Session header name it.
@@ -210,35 +197,62 @@ def _stream(dispatcher: Dispatcher, request: Request, message: dict[str, Any],
                              headers={"Cache-Control": "no-store"})
 
 
+def _json_errors() -> dict[Any, Callable[[Request, Exception], Any]]:
+    """Exception handlers answering every failure as JSON in the route's shape."""
+    async def http_error(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, HTTPException)
+        return refusal(request.url.path, exc.status_code, InvalidRequest(str(exc.detail)),
+                       exc.headers)
+
+    async def server_error(request: Request, exc: Exception) -> Response:
+        log.error("unexpected failure on %s", request.url.path, exc_info=exc)
+        return refusal(request.url.path, 500, InternalError("internal server error"))
+
+    return {HTTPException: http_error, Exception: server_error}
+
+
 def create_app(engine: Engine, *, token: str | None = None,
                body_limit: int = DEFAULT_BODY_LIMIT, cors_origins: Sequence[str] = (),
                hosted_engines: Mapping[str, Engine] | None = None, stateful: bool = False,
-               max_sessions: int = 1024) -> Starlette:
+               max_sessions: int = 1024, bound_host: str = "127.0.0.1",
+               allowed_hosts: Sequence[str] = (), allow_anonymous_writes: bool = False,
+               body_timeout: float = DEFAULT_BODY_TIMEOUT) -> Starlette:
     """The ASGI application serving ``engine`` over RCP (and the hosted-API route when
-    ``hosted_engines`` maps index ids to engines)."""
-    gate = _Gate(token, body_limit)
+    ``hosted_engines`` maps index ids to engines).
+
+    ``bound_host`` and ``allowed_hosts`` are the ``Host`` names served (loopback names
+    always are); ``cors_origins`` the browser origins allowed besides the server's own.
+    """
+    gate = Gate(token, allow_anonymous_writes=allow_anonymous_writes)
     routes = rcp_routes(_Sessions(engine, stateful=stateful, max_sessions=max_sessions,
-                                 body_limit=body_limit), gate)
+                                  body_limit=body_limit), gate,
+                        body_limit=body_limit, body_timeout=body_timeout)
     if hosted_engines:
         from .hosted import hosted_routes
 
-        routes += hosted_routes(hosted_engines, wrap=gate.guard, body_limit=body_limit)
-    middleware = []
+        routes += hosted_routes(hosted_engines, wrap=gate.guard, body_limit=body_limit,
+                                body_timeout=body_timeout)
+    # Outermost first: Host and Origin are refused before CORS answers a preflight.
+    middleware = [Middleware(HostOriginGuard, bound_host=bound_host,
+                             allowed_hosts=allowed_hosts, cors_origins=cors_origins)]
     if cors_origins:
         middleware.append(Middleware(CORSMiddleware, allow_origins=list(cors_origins),
                                      allow_methods=["POST", "OPTIONS"],
                                      allow_headers=["authorization", "content-type", "accept",
                                                     SESSION_HEADER]))
-    return Starlette(routes=routes, middleware=middleware)
+    return Starlette(routes=routes, middleware=middleware, exception_handlers=_json_errors())
 
 
 def serve_http(engine: Engine, *, host: str = "127.0.0.1", port: int = 8750,
                token: str | None = None, cors_origins: Sequence[str] = (),
                hosted_engines: Mapping[str, Engine] | None = None,
-               stateful: bool = False) -> None:
-    """Run the HTTP server until interrupted (loopback by default)."""
-    import uvicorn
-
-    uvicorn.run(create_app(engine, token=token, cors_origins=cors_origins,
-                           hosted_engines=hosted_engines, stateful=stateful),
-                host=host, port=port, log_level="warning")
+               stateful: bool = False, allowed_hosts: Sequence[str] = (),
+               allow_anonymous_writes: bool = False, limits: ServerLimits = ServerLimits(),
+               on_listening: Callable[[str], None] | None = None) -> None:
+    """Run the HTTP server until interrupted (loopback by default); ``on_listening`` is
+    given the base URL once the socket is bound."""
+    app = create_app(engine, token=token, cors_origins=cors_origins,
+                     hosted_engines=hosted_engines, stateful=stateful, bound_host=host,
+                     allowed_hosts=allowed_hosts, allow_anonymous_writes=allow_anonymous_writes,
+                     body_timeout=limits.body_timeout)
+    run(app, host=host, port=port, limits=limits, on_listening=on_listening)

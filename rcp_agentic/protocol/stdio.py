@@ -5,11 +5,15 @@ flight; responses and progress notifications are written whole, one per line,
 under a lock. Notifications (``notifications/cancel``) are acted on by the reader
 itself, so a cancel never waits behind the requests it targets. EOF on stdin (or
 ``shutdown``) finishes the requests in flight and exits.
+
+No frame can stop the server: every line is parsed by :func:`jsonio.loads` (bad
+UTF-8, bad JSON or nesting too deep is -32700), every answer is serialised by the
+dispatcher's never-failing ``dumps``, and a frame that still cannot be written is
+logged and answered with -32603 for its id instead.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import sys
 import threading
@@ -17,7 +21,8 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import IO, Any
 
 from ..engine import Engine
-from ..errors import ParseError, PayloadTooLarge
+from ..errors import InternalError, ParseError, PayloadTooLarge
+from . import jsonio
 from .dispatcher import Dispatcher, dumps
 
 log = logging.getLogger(__name__)
@@ -35,7 +40,14 @@ def serve_stdio(engine: Engine, *, stdin: IO[bytes] | None = None,
     dispatcher = Dispatcher(engine, on_shutdown=stop.set, max_body_bytes=MAX_FRAME_BYTES)
 
     def write(frame: Any) -> None:
-        data = dumps(frame).encode("utf-8") + b"\n"
+        try:
+            data = dumps(frame).encode("utf-8") + b"\n"
+        except Exception:  # dumps never fails; this keeps one bad frame from ending the server
+            log.exception("a stdio frame could not be encoded")
+            id_ = frame.get("id") if isinstance(frame, dict) else None
+            err = InternalError("the server could not encode its answer")
+            data = jsonio.dumps({"jsonrpc": "2.0", "id": id_ if isinstance(id_, (str, int))
+                                 else None, "error": err.to_wire()}).encode("utf-8") + b"\n"
         with write_lock:
             rout.write(data)
             rout.flush()
@@ -43,11 +55,10 @@ def serve_stdio(engine: Engine, *, stdin: IO[bytes] | None = None,
     def answer(message: Any) -> None:
         try:
             response = dispatcher.handle(message, write)
+            if response is not None:
+                write(response)
         except Exception:  # the dispatcher never raises; this is the last line of defence
             log.exception("unhandled error on a stdio frame")
-            return
-        if response is not None:
-            write(response)
 
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="rcp-stdio") as pool:
         while not stop.is_set():
@@ -63,10 +74,9 @@ def serve_stdio(engine: Engine, *, stdin: IO[bytes] | None = None,
             if not line.strip():
                 continue
             try:
-                message = json.loads(line)
-            except (ValueError, UnicodeDecodeError) as exc:
-                write({"jsonrpc": "2.0", "id": None,
-                       "error": ParseError(f"invalid JSON: {exc}").to_wire()})
+                message = jsonio.loads(line)
+            except ParseError as err:
+                write({"jsonrpc": "2.0", "id": None, "error": err.to_wire()})
                 continue
             if isinstance(message, dict) and ("id" not in message or message.get("method") in
                                               ("initialize", "shutdown")):

@@ -3,12 +3,21 @@
 One collection per (unit, level), cosine space, ids are docstore rowids. Chroma
 never embeds anything itself: vectors are ours (its default embedding function
 downloads a model at run time). It is a derived index: every vector also lives in
-SQLite, so `reconcile` can rebuild whatever Chroma lost.
+SQLite, so the engine can rebuild whatever Chroma lost.
+
+A server is reached lazily and every request to it is bounded by ``timeout``
+seconds (connecting included): a server that is down, hung or answers with an
+error raises :class:`~rcp_agentic.errors.BackendUnavailable` (-32010, retryable,
+``retryAfterMs``), never an exception of chromadb or httpx. A server that lost this
+engine's collections (restarted on an empty directory) raises
+:class:`CollectionLost`, drops the cached collection handles and sets ``lost``, so
+the next call recreates the collections and the engine refills them.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable
 from functools import wraps
 from pathlib import Path
@@ -22,60 +31,142 @@ from ..errors import BackendUnavailable
 log = logging.getLogger(__name__)
 
 _ADD_BATCH = 1000
+RETRY_AFTER_MS = 1000
+
+
+class CollectionLost(BackendUnavailable):
+    """The Chroma server no longer has a collection this engine created (it restarted empty)."""
 
 
 def _unavailable_on_error(method: Callable[..., Any]) -> Callable[..., Any]:
-    """Turn any Chroma/transport failure into BackendUnavailable (retryable)."""
+    """Turn any Chroma/transport failure into BackendUnavailable (retryable, with retryAfterMs)."""
 
     @wraps(method)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
+    def wrapper(self: "ChromaVectors", *args: Any, **kwargs: Any) -> Any:
         try:
-            return method(*args, **kwargs)
+            return method(self, *args, **kwargs)
         except BackendUnavailable:
             raise
         except Exception as exc:
-            raise BackendUnavailable(f"Chroma is unavailable: {type(exc).__name__}: {exc}",
-                                     retryable=True) from exc
+            raise self._translate(exc) from exc
 
     return wrapper
 
 
-def _client(path: Path | None, url: str | None) -> Any:
+def _persistent_client(path: Path) -> Any:
     import chromadb
     from chromadb.config import Settings
 
-    settings = Settings(anonymized_telemetry=False, allow_reset=False)
-    if url:
-        parsed = urlparse(url if "://" in url else f"http://{url}")
+    return chromadb.PersistentClient(path=str(path), settings=Settings(anonymized_telemetry=False,
+                                                                         allow_reset=False))
+
+
+def _http_client(url: str, timeout: float) -> Any:
+    """A chromadb HttpClient whose every request (connecting included) ends within ``timeout``."""
+    import chromadb
+    import httpx
+    from chromadb.config import Settings
+
+    parsed = urlparse(url if "://" in url else f"http://{url}")
+    box: dict[str, Any] = {}
+
+    def build() -> None:
         try:
-            return chromadb.HttpClient(host=parsed.hostname or "localhost",
-                                       port=parsed.port or (443 if parsed.scheme == "https" else 8000),
-                                       ssl=parsed.scheme == "https", settings=settings)
-        except Exception as exc:
-            raise BackendUnavailable(f"cannot reach the Chroma server at {url}: {exc}",
-                                     retryable=True) from exc
-    assert path is not None
-    return chromadb.PersistentClient(path=str(path), settings=settings)
+            box["client"] = chromadb.HttpClient(
+                host=parsed.hostname or "localhost",
+                port=parsed.port or (443 if parsed.scheme == "https" else 8000),
+                ssl=parsed.scheme == "https",
+                settings=Settings(anonymized_telemetry=False, allow_reset=False))
+        except Exception as exc:  # noqa: BLE001 - reported below as BackendUnavailable
+            box["error"] = exc
+
+    # chromadb's constructor already talks to the server, with no timeout of its own.
+    builder = threading.Thread(target=build, name="chroma-connect", daemon=True)
+    builder.start()
+    builder.join(timeout)
+    if builder.is_alive():
+        raise BackendUnavailable(f"the Chroma server at {url} did not answer within {timeout:g} s",
+                                 retryable=True, retryAfterMs=RETRY_AFTER_MS)
+    if "error" in box:
+        exc = box["error"]
+        raise BackendUnavailable(f"cannot reach the Chroma server at {url}: "
+                                 f"{type(exc).__name__}: {exc}", retryable=True,
+                                 retryAfterMs=RETRY_AFTER_MS) from exc
+    client = box["client"]
+    # chromadb 1.x builds its httpx session with timeout=None and offers no setting for it.
+    session = getattr(getattr(client, "_server", None), "_session", None)
+    if not isinstance(session, httpx.Client):
+        raise BackendUnavailable(f"cannot bound requests to the Chroma server at {url}: this "
+                                 "chromadb version has no httpx session where expected",
+                                 retryable=False)
+    session.timeout = httpx.Timeout(timeout)
+    return client
 
 
 class ChromaVectors:
-    """The engine's Chroma collections."""
+    """The engine's Chroma collections (thread-safe)."""
 
-    def __init__(self, *, path: Path | None, url: str | None, prefix: str) -> None:
+    def __init__(self, *, path: Path | None, url: str | None, prefix: str,
+                 timeout: float = 10.0) -> None:
+        if (path is None) == (url is None):
+            raise ValueError("give exactly one of path (embedded Chroma) or url (a server)")
         self.url = url
         self.prefix = prefix
-        self._client = _client(path, url)
+        self.timeout = timeout
+        self._path = path
+        self._lock = threading.Lock()
+        self._client: Any = None
         self._collections: dict[tuple[str, int], Any] = {}
+        # Set when the server lost collections; the engine refills every kind, then clears it.
+        self.lost = False
+        if path is not None:  # a local directory: a failure here is not an outage
+            self._client = _persistent_client(path)
 
     def _name(self, unit: str, level: int) -> str:
         return f"{self.prefix}-{unit}-l{level}"
+
+    def _translate(self, exc: Exception) -> BackendUnavailable:
+        """The BackendUnavailable that says what really happened to a Chroma call."""
+        import httpx
+        from chromadb.errors import NotFoundError
+
+        where = f"the Chroma server at {self.url}" if self.url else "embedded Chroma"
+        if isinstance(exc, NotFoundError):
+            with self._lock:
+                self._collections.clear()  # stale handles: the collections are recreated
+                self.lost = True
+            return CollectionLost(
+                f"{where} no longer has this engine's collections ({exc}); it was probably "
+                "restarted on an empty directory. They are recreated and refilled from SQLite "
+                "(the source of truth) on the next sync", retryable=True,
+                retryAfterMs=RETRY_AFTER_MS)
+        if isinstance(exc, httpx.TimeoutException):
+            return BackendUnavailable(f"{where} did not answer within {self.timeout:g} s "
+                                      f"({type(exc).__name__})", retryable=True,
+                                      retryAfterMs=RETRY_AFTER_MS)
+        if isinstance(exc, httpx.TransportError):
+            return BackendUnavailable(f"cannot reach {where}: {type(exc).__name__}: {exc}",
+                                      retryable=True, retryAfterMs=RETRY_AFTER_MS)
+        return BackendUnavailable(f"{where} failed: {type(exc).__name__}: {exc}",
+                                  retryable=True, retryAfterMs=RETRY_AFTER_MS)
+
+    def _connected(self) -> Any:
+        """The client, connecting to the server first if no connection was made yet."""
+        client = self._client
+        if client is None:
+            assert self.url is not None
+            with self._lock:
+                if self._client is None:
+                    self._client = _http_client(self.url, self.timeout)
+                client = self._client
+        return client
 
     @_unavailable_on_error
     def collection(self, unit: str, level: int) -> Any:
         key = (unit, level)
         col = self._collections.get(key)
         if col is None:
-            col = self._client.get_or_create_collection(
+            col = self._connected().get_or_create_collection(
                 self._name(unit, level), embedding_function=None,
                 configuration={"hnsw": {"space": "cosine"}})
             self._collections[key] = col
@@ -121,10 +212,13 @@ class ChromaVectors:
         sims = [1.0 - float(d) for d in res["distances"][0]]
         return ids, sims
 
+    @_unavailable_on_error
     def drop_all(self) -> None:
         """Delete every collection of this engine (used when an engine directory is destroyed)."""
-        for col in self._client.list_collections():
+        client = self._connected()
+        for col in client.list_collections():
             name = col if isinstance(col, str) else col.name
             if name.startswith(self.prefix + "-"):
-                self._client.delete_collection(name)
-        self._collections.clear()
+                client.delete_collection(name)
+        with self._lock:
+            self._collections.clear()

@@ -10,14 +10,27 @@ Snapshots: every committed write is a new index version. Rows carry the version
 that added them (``v_from``) and the one that retired them (``v_to``); a reader
 at version v sees ``v_from <= v < v_to``. The last ``retain`` versions stay
 readable; rows no retained version can see are deleted in the same transaction.
+
+Several processes may open one engine directory (a server that stays open while
+``rcp-agentic index`` writes into it, or two writers at once). SQLite serialises
+them: a write is one ``BEGIN IMMEDIATE`` transaction that waits up to
+``busy_timeout`` seconds for another process's write to finish (without blocking
+this process's readers while it waits) and past that raises BackendUnavailable
+(-32010, retryable). Inside the transaction everything is read from the database,
+not from this process's memory: the vocabulary gets the terms other processes
+added, and the new index version follows the last committed one. Readers see every
+commit at their next read: :meth:`Docstore.refresh` notices another connection's
+commit (``PRAGMA data_version``) and loads the terms it added. Cached rows need no
+invalidation: a rowid is never reused and its row never changes.
 """
 
 from __future__ import annotations
 
 import json
 import sqlite3
-from collections import OrderedDict
 import threading
+import time
+from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -26,7 +39,13 @@ from typing import Any
 
 import numpy as np
 
+from ..errors import BackendUnavailable, InvalidParams
+
 SCHEMA_VERSION = "1"
+# How long a write waits for another process's write transaction before giving up.
+BUSY_TIMEOUT_SECONDS = 30.0
+# SQLite's own wait per attempt (ms): short, because this process's lock is held meanwhile.
+_BUSY_SLICE_MS = 100
 # Hydrated unit rows kept in memory (rows are immutable per rowid).
 _ROW_CACHE = 8192
 _HIT_KEYS = ("rowid", "uid", "unit", "level", "doc_id", "idx", "start", "end", "page_start",
@@ -167,40 +186,111 @@ class UnitArrays:
 class Docstore:
     """A thread-safe SQLite store in WAL mode; one connection behind a lock."""
 
-    def __init__(self, path: Path, *, retain: int = 8) -> None:
+    def __init__(self, path: Path, *, retain: int = 8,
+                 busy_timeout: float = BUSY_TIMEOUT_SECONDS) -> None:
         self.path = path
         self.retain = retain
+        self.busy_timeout = busy_timeout
         self._lock = threading.RLock()
-        self._db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
+        # Opening may meet another process creating the schema: wait for it in full.
+        self._db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None,
+                                   timeout=busy_timeout)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.execute("PRAGMA foreign_keys=ON")
         self._db.executescript(_SCHEMA)
-        self._vocab: dict[str, int] = dict(self._db.execute("SELECT term, id FROM vocab"))
+        self._db.execute(f"PRAGMA busy_timeout={_BUSY_SLICE_MS}")
+        self._vocab: dict[str, int] = {}
+        self._vocab_max = -1
+        self._load_vocab()
+        self._data_version = self._read_data_version()
         self._rows: OrderedDict[int, dict[str, Any]] = OrderedDict()
 
     def close(self) -> None:
         with self._lock:
             self._db.close()
 
+    def _load_vocab(self) -> None:
+        """Add the terms committed since the last load (ids only grow, so only new ids)."""
+        with self._lock:
+            rows = self._db.execute("SELECT id, term FROM vocab WHERE id > ? ORDER BY id",
+                                    (self._vocab_max,)).fetchall()
+            if rows:
+                self._vocab.update((t, i) for i, t in rows)
+                self._vocab_max = int(rows[-1][0])
+
+    def _read_data_version(self) -> int:
+        return int(self._db.execute("PRAGMA data_version").fetchone()[0])
+
+    def refresh(self) -> bool:
+        """Catch up with commits of other processes; True if there were any since the last call.
+
+        Cheap (one pragma) when nothing changed; call it at the start of each read.
+        """
+        with self._lock:
+            current = self._read_data_version()
+            if current == self._data_version:
+                return False
+            self._data_version = current
+            self._load_vocab()
+            return True
+
+    def _begin(self) -> None:
+        """BEGIN IMMEDIATE, waiting for another process's write; returns holding ``_lock``.
+
+        The lock is released between attempts so this process's readers are not held up
+        by a writer elsewhere.
+        """
+        deadline = time.monotonic() + self.busy_timeout
+        pause = 0.005
+        while True:
+            self._lock.acquire()
+            try:
+                self._db.execute("BEGIN IMMEDIATE")
+                return
+            except sqlite3.OperationalError as exc:
+                self._lock.release()
+                if not _is_busy(exc):
+                    raise
+                if time.monotonic() >= deadline:
+                    raise _busy_error(self.busy_timeout) from exc
+            except BaseException:
+                self._lock.release()
+                raise
+            time.sleep(pause)
+            pause = min(pause * 2, 0.1)
+
     @contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:
-        """One atomic write; the in-memory vocabulary mirror is restored on rollback."""
-        with self._lock:
-            vocab_before = len(self._vocab)
-            self._db.execute("BEGIN IMMEDIATE")
+        """One atomic write, serialised with every other connection (other processes too).
+
+        The vocabulary is brought up to date inside the transaction, where no other
+        writer can add to it; terms this transaction added are forgotten on rollback.
+        """
+        self._begin()
+        try:
+            self._load_vocab()
+            committed_max = self._vocab_max
             try:
                 yield self._db
                 self._db.execute("COMMIT")
             except BaseException:
                 self._db.execute("ROLLBACK")
-                if len(self._vocab) != vocab_before:
-                    self._vocab = dict(self._db.execute("SELECT term, id FROM vocab"))
+                if self._vocab_max != committed_max:
+                    self._vocab = {t: i for t, i in self._vocab.items() if i <= committed_max}
+                    self._vocab_max = committed_max
                 raise
+        finally:
+            self._lock.release()
 
     def query(self, sql: str, params: Iterable[Any] = ()) -> list[tuple[Any, ...]]:
         with self._lock:
-            return self._db.execute(sql, tuple(params)).fetchall()
+            try:
+                return self._db.execute(sql, tuple(params)).fetchall()
+            except sqlite3.OperationalError as exc:
+                if _is_busy(exc):  # WAL readers wait only while another process recovers
+                    raise _busy_error(_BUSY_SLICE_MS / 1000.0, write=False) from exc
+                raise
 
     # --- info and fields -------------------------------------------------------------
 
@@ -209,8 +299,15 @@ class Docstore:
         return rows[0][0] if rows else None
 
     def set_info(self, key: str, value: str) -> None:
-        with self._lock:
-            self._db.execute("INSERT OR REPLACE INTO info(key, value) VALUES (?, ?)", (key, value))
+        with self.transaction() as db:
+            db.execute("INSERT OR REPLACE INTO info(key, value) VALUES (?, ?)", (key, value))
+
+    def info_default(self, key: str, value: str) -> str:
+        """The stored value of ``key``, storing ``value`` first if there is none (atomic, so
+        processes opening a new engine directory at once agree on it)."""
+        with self.transaction() as db:
+            db.execute("INSERT OR IGNORE INTO info(key, value) VALUES (?, ?)", (key, value))
+            return str(db.execute("SELECT value FROM info WHERE key = ?", (key,)).fetchone()[0])
 
     def index_version(self) -> int:
         return int(self.info("index_version") or 0)
@@ -223,15 +320,51 @@ class Docstore:
         db.executemany("INSERT OR REPLACE INTO fields(name, type, origin) VALUES (?, ?, ?)",
                        [(n, t, origin) for n, t in fields.items()])
 
+    def _merge_fields(self, db: sqlite3.Connection, used: Mapping[str, str],
+                      max_fields: int | None) -> None:
+        """Make sure every field a write's metadata uses exists with the type it was stored as.
+
+        Runs inside the write transaction, so it sees what other processes and threads
+        committed since the caller typed the metadata: a missing field is inferred, an
+        inferred int field meeting a float is widened, any other disagreement is
+        InvalidParams naming ``meta.<field>``. Adding fields beyond ``max_fields`` is
+        InvalidParams too; the caller's transaction then stores nothing.
+        """
+        have = {n: (t, o) for n, t, o in db.execute("SELECT name, type, origin FROM fields")}
+        new: dict[str, str] = {}
+        for name, ftype in used.items():
+            current = have.get(name)
+            if current is None:
+                new[name] = ftype
+            elif current[0] == ftype or (current[0], ftype) == ("float", "int"):
+                continue
+            elif (current[0], ftype, current[1]) == ("int", "float", "inferred"):
+                db.execute("UPDATE fields SET type = 'float' WHERE name = ?", (name,))
+            else:
+                raise InvalidParams(f"metadata field {name!r} is {current[0]} (set by another "
+                                    f"write); this document gives it as {ftype}",
+                                    field=f"meta.{name}")
+        if max_fields is not None and new and len(have) + len(new) > max_fields:
+            first = sorted(new)[0]
+            raise InvalidParams(
+                f"this write would add {len(new)} filter field(s) ({', '.join(sorted(new)[:5])}"
+                f"{', …' if len(new) > 5 else ''}) to the {len(have)} the engine holds, over its "
+                f"limit of {max_fields} (max_filter_fields); nothing was stored. Declare the "
+                "fields you filter on in filter_fields, or raise the limit",
+                field=f"meta.{first}")
+        self.set_fields(db, new, "inferred")
+
     # --- writes ----------------------------------------------------------------------
 
     def _term_ids(self, db: sqlite3.Connection, terms: Iterable[str]) -> None:
+        """Give every new term an id (inside a transaction, whose start loaded the vocabulary)."""
         new = [t for t in set(terms) if t not in self._vocab]
         if new:
             start = int(db.execute("SELECT COALESCE(MAX(id), -1) + 1 FROM vocab").fetchone()[0])
             rows = [(start + i, t) for i, t in enumerate(sorted(new))]
             db.executemany("INSERT INTO vocab(id, term) VALUES (?, ?)", rows)
             self._vocab.update((t, i) for i, t in rows)
+            self._vocab_max = max(self._vocab_max, rows[-1][0])
 
     def _retire_document(self, db: sqlite3.Connection, doc_id: str, version: int) -> int:
         db.execute("UPDATE units SET v_to = ? WHERE doc_id = ? AND v_to IS NULL",
@@ -249,7 +382,21 @@ class Docstore:
         db.execute("DELETE FROM screens WHERE urow IN (SELECT rowid FROM units WHERE v_to IS NOT"
                    " NULL AND v_to <= ?)", (oldest,))
         db.execute("DELETE FROM units WHERE v_to IS NOT NULL AND v_to <= ?", (oldest,))
+        used = [k for (k,) in db.execute(
+            "SELECT DISTINCT j.key FROM documents d, json_each(d.fmeta) j"
+            " WHERE d.v_to IS NOT NULL AND d.v_to <= ?", (oldest,))]
         db.execute("DELETE FROM documents WHERE v_to IS NOT NULL AND v_to <= ?", (oldest,))
+        self._drop_unused_fields(db, used)
+
+    def _drop_unused_fields(self, db: sqlite3.Connection, candidates: list[str]) -> None:
+        """Forget inferred fields among ``candidates`` that no stored document uses any more,
+        so a field's first value does not fix its type for good. Declared fields stay."""
+        inferred = {n for (n,) in db.execute("SELECT name FROM fields WHERE origin = 'inferred'")}
+        for name in candidates:
+            if name in inferred and db.execute(
+                    "SELECT 1 FROM documents WHERE json_type(fmeta, ?) IS NOT NULL LIMIT 1",
+                    (f'$."{name}"',)).fetchone() is None:
+                db.execute("DELETE FROM fields WHERE name = ? AND origin = 'inferred'", (name,))
 
     def oldest_retained(self, version: int | None = None) -> int:
         """The oldest index version still readable."""
@@ -261,12 +408,16 @@ class Docstore:
         db.execute("INSERT OR REPLACE INTO info(key, value) VALUES ('index_version', ?)",
                    (str(version),))
 
-    def write_documents(self, docs: list[DocumentRecord], new_fields: dict[str, str]) -> int:
-        """Replace each document and its units in one transaction; returns the new index version."""
+    def write_documents(self, docs: list[DocumentRecord], fields: Mapping[str, str], *,
+                        max_fields: int | None = None) -> int:
+        """Replace each document and its units in one transaction; returns the new index version.
+
+        ``fields`` are the types of every filter field the documents' ``fmeta`` uses
+        (see :meth:`_merge_fields`); ``max_fields`` caps how many fields the engine holds.
+        """
         with self.transaction() as db:
+            self._merge_fields(db, fields, max_fields)
             self._term_ids(db, (t for d in docs for u in d.units for t in u.terms))
-            if new_fields:
-                self.set_fields(db, new_fields, "inferred")
             version = self.index_version() + 1
             for doc in docs:
                 self._retire_document(db, doc.id, version)
@@ -315,8 +466,8 @@ class Docstore:
             "SELECT seq, op, unit, level, urow FROM outbox ORDER BY seq")]
 
     def clear_outbox(self, up_to_seq: int) -> None:
-        with self._lock:
-            self._db.execute("DELETE FROM outbox WHERE seq <= ?", (up_to_seq,))
+        with self.transaction() as db:
+            db.execute("DELETE FROM outbox WHERE seq <= ?", (up_to_seq,))
 
     # --- reads -----------------------------------------------------------------------
 
@@ -382,7 +533,8 @@ class Docstore:
         return self._vocab.get(term)
 
     def vocab_size(self) -> int:
-        return len(self._vocab)
+        """One more than the largest term id known to this process."""
+        return self._vocab_max + 1
 
     def filtered_rowids(self, unit: str, level: int, version: int, sql: str,
                         params: tuple[Any, ...]) -> np.ndarray:
@@ -448,6 +600,20 @@ class Docstore:
 
     def document_ids(self) -> list[str]:
         return [r for (r,) in self.query("SELECT id FROM documents WHERE v_to IS NULL ORDER BY id")]
+
+
+def _is_busy(exc: sqlite3.OperationalError) -> bool:
+    """Whether SQLite refused because another connection holds the lock."""
+    name = getattr(exc, "sqlite_errorname", "")
+    return name.startswith(("SQLITE_BUSY", "SQLITE_LOCKED")) or "locked" in str(exc)
+
+
+def _busy_error(waited: float, *, write: bool = True) -> BackendUnavailable:
+    what = ("no write lock within {:g} s; nothing of this write was stored" if write
+            else "the database stayed locked for {:g} s")
+    return BackendUnavailable(
+        f"the engine directory is busy (another process is writing): {what.format(waited)}",
+        retryable=True, retryAfterMs=1000)
 
 
 def _visible(alias: str) -> str:

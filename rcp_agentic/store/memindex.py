@@ -59,6 +59,8 @@ class UnitIndex:
         self.size = n
         rows = np.repeat(np.arange(n, dtype=np.int32), np.diff(arrays.offsets))
         cols = arrays.term_ids.astype(np.int64)
+        # Another process may have added terms after this process loaded its vocabulary.
+        vocab_size = max(vocab_size, int(cols.max()) + 1 if len(cols) else 0)
         tf = arrays.term_tfs
         df = np.bincount(cols, minlength=vocab_size).astype(np.float64)
         self.idf = np.log1p((n - df + 0.5) / (df + 0.5)).astype(np.float32)

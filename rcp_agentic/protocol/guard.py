@@ -1,0 +1,171 @@
+"""Who may call the HTTP server: Host, Origin and bearer-token checks, and their JSON refusals.
+
+A web page the user visits can make the browser ``POST`` to a loopback server, and a
+DNS-rebinding page can even read the answers. So, before anything else:
+
+- the ``Host`` header must name the bound address, a loopback name (``localhost``,
+  ``127.0.0.1``, ``[::1]``) or an ``--allowed-host`` (any port): 421 otherwise;
+- an ``Origin`` header, when present, must be the server's own origin or a configured
+  CORS origin: 403 otherwise (requests without one, from non-browser clients, pass);
+- with a token configured, every request needs ``Authorization: Bearer <token>`` (the
+  scheme name in any case, RFC 7235): 401 otherwise;
+- without one, state-changing methods (:data:`WRITE_METHODS`, alone or in a batch) are
+  refused with 401 unless anonymous writes were allowed; reads stay open.
+
+Every 401 carries ``WWW-Authenticate: Bearer``. A refusal is JSON in the shape of the
+route: an RCP error object on ``/rcp``, ``{"detail": ...}`` on the hosted REST API.
+The ``Content-Type`` check belongs to reading the body (:mod:`.body`).
+"""
+
+from __future__ import annotations
+
+import hmac
+import ipaddress
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from typing import Any
+from urllib.parse import urlsplit
+
+from starlette.datastructures import Headers
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from ..errors import InvalidRequest, RCPError, Unauthorized
+from .jsonio import dumps
+
+# The methods of protocol/methods.py that change what the server holds.
+WRITE_METHODS = frozenset({"index/add", "index/delete", "feedback", "memory/build"})
+LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
+CHALLENGE = {"WWW-Authenticate": "Bearer"}
+REST_PREFIX = "/api/"
+
+Endpoint = Callable[[Request], Awaitable[Response]]
+
+
+def is_loopback(host: str) -> bool:
+    """True for a loopback name or address (what ``--host`` binds to)."""
+    name = host.strip("[]").lower()
+    if name in LOOPBACK_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False
+
+
+def _host_name(value: str) -> tuple[str | None, int | None]:
+    """A ``Host`` header (or ``--allowed-host``) as (lower-case name, port); (None, None) if bad."""
+    try:
+        parts = urlsplit("//" + value.strip())
+        return parts.hostname, parts.port
+    except ValueError:
+        return None, None
+
+
+def refusal(path: str, status: int, error: RCPError,
+            headers: Mapping[str, str] | None = None) -> Response:
+    """The JSON answer refusing a request to ``path``, in that route's shape."""
+    body: dict[str, Any] = ({"detail": error.message} if path.startswith(REST_PREFIX) else
+                            {"jsonrpc": "2.0", "id": None, "error": error.to_wire()})
+    return Response(dumps(body), status_code=status, media_type="application/json",
+                    headers=dict(headers or {}))
+
+
+class HostOriginGuard:
+    """ASGI middleware refusing foreign ``Host`` names (421) and foreign ``Origin``s (403)."""
+
+    def __init__(self, app: ASGIApp, *, bound_host: str, allowed_hosts: Iterable[str] = (),
+                 cors_origins: Iterable[str] = ()) -> None:
+        self.app = app
+        allowed = [_host_name(h)[0] or h.lower() for h in allowed_hosts]
+        self.any_host = "*" in allowed
+        self.hosts = {*LOOPBACK_NAMES, bound_host.strip("[]").lower(), *allowed}
+        self.origins = {o.rstrip("/").lower() for o in cors_origins}
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = Headers(scope=scope)
+        host, origin = headers.get("host"), headers.get("origin")
+        refused = None
+        if host is not None and not self._host_ok(host):
+            name = _host_name(host)[0] or host
+            refused = refusal(scope["path"], 421, InvalidRequest(
+                f"Host {host!r} is not served here; the operator may allow it with "
+                f"--allowed-host {name}", field="Host"))
+        elif origin is not None and not self._origin_ok(origin, host, scope["scheme"]):
+            refused = refusal(scope["path"], 403, Unauthorized(
+                f"requests from origin {origin!r} are not allowed; the operator may allow it "
+                f"with --cors-origin {origin}"))
+        if refused is not None:
+            refused.headers["Connection"] = "close"  # its body, if any, is never read
+            await refused(scope, receive, send)
+            return
+        await self.app(scope, receive, send)
+
+    def _host_ok(self, host: str) -> bool:
+        name = _host_name(host)[0]
+        return name is not None and (self.any_host or name in self.hosts)
+
+    def _origin_ok(self, origin: str, host: str | None, scheme: str) -> bool:
+        wanted = origin.rstrip("/").lower()
+        if "*" in self.origins or wanted in self.origins:
+            return True
+        default = {"http": 80, "https": 443}
+        try:
+            parts = urlsplit(wanted)
+            own_name, own_port = _host_name(host or "")
+            return (parts.scheme == scheme and parts.hostname is not None
+                    and parts.hostname == own_name
+                    and (parts.port or default.get(parts.scheme))
+                    == (own_port or default.get(scheme)))
+        except ValueError:  # a malformed port
+            return False
+
+
+def _methods(message: Any) -> list[Any]:
+    items = message if isinstance(message, list) else [message]
+    return [m.get("method") for m in items if isinstance(m, dict)]
+
+
+class Gate:
+    """The bearer-token policy shared by every route."""
+
+    def __init__(self, token: str | None, *, allow_anonymous_writes: bool = False) -> None:
+        self.token = token
+        self.allow_anonymous_writes = allow_anonymous_writes
+
+    def authorized(self, request: Request) -> bool:
+        """True when no token is configured or the request carries it."""
+        if self.token is None:
+            return True
+        scheme, _, credentials = request.headers.get("authorization", "").strip().partition(" ")
+        return scheme.lower() == "bearer" and hmac.compare_digest(
+            credentials.strip().encode(), self.token.encode())
+
+    def refusal(self, request: Request) -> Response | None:
+        """The RCP-shaped 401 for a missing or wrong token, or None."""
+        if self.authorized(request):
+            return None
+        return refusal(request.url.path, 401, Unauthorized("missing or wrong bearer token"),
+                       CHALLENGE)
+
+    def write_refusal(self, request: Request, message: Any) -> Response | None:
+        """The 401 for an anonymous write (``message`` is a request or a batch), or None."""
+        if self.token is not None or self.allow_anonymous_writes:
+            return None
+        writes = sorted({m for m in _methods(message) if m in WRITE_METHODS})
+        if not writes:
+            return None
+        return refusal(request.url.path, 401, Unauthorized(
+            f"{', '.join(writes)} over HTTP needs a bearer token: start the server with "
+            "$RCP_AGENTIC_TOKEN set and send it, or allow anonymous writes with "
+            "--allow-anonymous-writes"), CHALLENGE)
+
+    def guard(self, endpoint: Endpoint) -> Endpoint:
+        """``endpoint`` behind the token check (any route shape)."""
+        async def guarded(request: Request) -> Response:
+            return self.refusal(request) or await endpoint(request)
+
+        return guarded

@@ -1,0 +1,240 @@
+"""What a remote writer cannot do: grant itself trust, flood the filter fields, lock a field's
+type for good, crash ingest with deep metadata; and pinned versions that cannot be served."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import DOCS
+
+from rcp_agentic import BackendUnavailable, Engine, InvalidParams
+from rcp_agentic.protocol.dispatcher import Dispatcher
+
+
+def _rpc(eng: Engine) -> Dispatcher:
+    rpc = Dispatcher(eng)
+    out = rpc.handle({"jsonrpc": "2.0", "id": 0, "method": "initialize",
+                      "params": {"protocolVersion": 1, "client": {"name": "t"}}})
+    assert isinstance(out, dict) and "result" in out, out
+    return rpc
+
+
+def _call(rpc: Dispatcher, method: str, params: dict[str, Any]) -> dict[str, Any]:
+    out = rpc.handle({"jsonrpc": "2.0", "id": 1, "method": method, "params": params})
+    assert isinstance(out, dict)
+    return out
+
+
+def _trust_levels(eng: Engine) -> dict[str, str]:
+    hits = eng.retrieve("handbook policy expenses", k=50, mode="sparse", unit="document").hits
+    return {h.id.removeprefix("doc:"): h.trust.level for h in hits if h.trust}
+
+
+# --- trust comes only from the operator ---------------------------------------------------------
+
+
+def test_a_protocol_writer_cannot_make_its_documents_trusted(tmp_path: Path, embedder: Any) -> None:
+    trusted_dir = tmp_path / "handbook"
+    eng = Engine(tmp_path / "e", embedder=embedder,
+                 trusted_sources=[str(trusted_dir), "handbook/", "doc:"])
+    rpc = _rpc(eng)
+    out = _call(rpc, "index/add", {"documents": [
+        {"id": "handbook/rules", "text": "The handbook policy on expenses."},
+        {"id": "by-source", "source": str(trusted_dir / "rules.txt"),
+         "text": "The handbook policy on expenses, again."},
+        {"id": f"{trusted_dir}/x.txt", "text": "A handbook policy note on expenses."},
+    ]})
+    assert "result" in out, out
+    assert _trust_levels(eng) == {"handbook/rules": "community", "by-source": "community",
+                                  f"{trusted_dir}/x.txt": "community"}
+    refused = _call(rpc, "index/add", {"documents": [
+        {"id": "claim", "text": "The handbook policy says so.", "trust": "trusted"}]})
+    assert refused["error"]["code"] == -32602
+    assert refused["error"]["data"]["field"] == "documents[0].trust"
+    assert "claim" not in eng.store.document_ids()
+    eng.close()
+
+
+def test_index_paths_trusts_files_by_their_real_path(tmp_path: Path, embedder: Any) -> None:
+    trusted, other, evil = tmp_path / "handbook", tmp_path / "other", tmp_path / "handbook-evil"
+    for folder in (trusted, other, evil):
+        folder.mkdir()
+    (trusted / "rules.md").write_text("# Rules\n\nThe handbook policy on expenses.", "utf-8")
+    (trusted / "faq.jsonl").write_text(json.dumps(
+        {"id": "faq1", "text": "Handbook policy questions about expenses."}) + "\n", "utf-8")
+    (other / "secret.txt").write_text("Not the handbook policy on expenses.", "utf-8")
+    os.symlink(other / "secret.txt", trusted / "link.txt")  # under the trusted path by name only
+    (evil / "fake.txt").write_text("A fake handbook policy on expenses.", "utf-8")
+    eng = Engine(tmp_path / "e", embedder=embedder, trusted_sources=[str(trusted)])
+    eng.index_paths([trusted], follow_symlinks=True)
+    eng.index_paths([other, evil])
+    assert _trust_levels(eng) == {
+        "handbook/rules.md": "trusted", "faq1": "trusted", "handbook/link.txt": "community",
+        "other/secret.txt": "community", "handbook-evil/fake.txt": "community"}
+    eng.close()
+
+
+def test_trusted_is_an_operator_option_of_add_documents(tmp_path: Path, embedder: Any) -> None:
+    eng = Engine(tmp_path / "e", embedder=embedder)
+    eng.add_documents([{"id": "vouched", "text": "The handbook policy on expenses."},
+                       {"id": "lowered", "text": "A handbook policy draft on expenses.",
+                        "trust": "untrusted"}], trusted=True)
+    eng.add_documents([{"id": "plain", "text": "Someone's handbook policy on expenses."}])
+    with pytest.raises(InvalidParams) as err:
+        eng.add_documents([{"id": "claim", "text": "Trust me.", "trust": "trusted"}])
+    assert err.value.field == "documents[0].trust"
+    assert _trust_levels(eng) == {"vouched": "trusted", "lowered": "untrusted",
+                                  "plain": "community"}
+    eng.close()
+
+
+def test_a_document_cannot_rise_above_the_default_trust(tmp_path: Path, embedder: Any) -> None:
+    eng = Engine(tmp_path / "e", embedder=embedder, default_trust="untrusted")
+    eng.add_documents([{"id": "asks", "text": "The handbook policy on expenses.",
+                        "trust": "community"}])
+    assert _trust_levels(eng) == {"asks": "untrusted"}
+    eng.close()
+
+
+# --- filter fields -------------------------------------------------------------------------------
+
+
+def test_metadata_keys_per_document_are_capped(tmp_path: Path, embedder: Any) -> None:
+    eng = Engine(tmp_path / "e", embedder=embedder, max_meta_keys=5)
+    rpc = _rpc(eng)
+    ok = {f"k{i}": i for i in range(5)}
+    assert "result" in _call(rpc, "index/add", {"documents": [{"id": "ok", "text": "Fine.",
+                                                               "meta": ok}]})
+    for meta in ({f"k{i}": i for i in range(6)}, {"a": {f"n{i}": i for i in range(5)}}):
+        out = _call(rpc, "index/add", {"documents": [
+            {"id": "fine", "text": "Fine too."},
+            {"id": "wide", "text": "Too many keys.", "meta": meta}]})
+        assert out["error"]["code"] == -32602, out
+        assert out["error"]["data"]["field"] == "documents[1].meta"
+        assert "max_meta_keys" in out["error"]["message"]
+    assert eng.store.document_ids() == ["ok"]
+    assert set(eng.filter_fields()) >= set(ok) and "k5" not in eng.filter_fields()
+    eng.close()
+
+
+def test_filter_fields_per_engine_are_capped(tmp_path: Path, embedder: Any) -> None:
+    eng = Engine(tmp_path / "e", embedder=embedder, max_filter_fields=3,
+                 filter_fields={"lang": "keyword"})
+    eng.add_documents([{"id": "a", "text": "First.", "meta": {"lang": "en", "year": 2020,
+                                                               "tags": ["x"]}}])
+    before = (eng.filter_fields(), eng.index_version, eng.stats())
+    with pytest.raises(InvalidParams) as err:
+        eng.add_documents([{"id": "b", "text": "Second.", "meta": {"lang": "de", "year": 2021}},
+                           {"id": "c", "text": "Third.", "meta": {"colour": "red"}}])
+    assert err.value.code == -32602 and err.value.field == "meta.colour"
+    assert "max_filter_fields" in err.value.message
+    assert (eng.filter_fields(), eng.index_version, eng.stats()) == before
+    assert eng.store.document_ids() == ["a"]
+    # Known fields stay usable at the cap, and capabilities stay small.
+    eng.add_documents([{"id": "b", "text": "Second.", "meta": {"lang": "de", "year": 2021}}])
+    caps = eng.capabilities()["filter"]["fields"]
+    assert {"lang", "year", "tags"} <= set(caps) and "colour" not in caps
+    eng.close()
+
+
+def test_an_inferred_field_no_document_uses_is_dropped(tmp_path: Path, embedder: Any) -> None:
+    eng = Engine(tmp_path / "e", embedder=embedder, snapshots_retained=1,
+                 filter_fields={"lang": "keyword"})
+    eng.add_documents([{"id": "x", "text": "A first value.", "meta": {"year": "x", "lang": "en"}},
+                       {"id": "y", "text": "Another.", "meta": {"colour": "red"}}])
+    assert eng.filter_fields()["year"] == "keyword"
+    eng.delete_documents(["x"])
+    fields = eng.filter_fields()
+    assert "year" not in fields and fields["lang"] == "keyword" and fields["colour"] == "keyword"
+    eng.add_documents([{"id": "z", "text": "A numeric year.", "meta": {"year": 2020}}])
+    assert eng.filter_fields()["year"] == "int"
+    hits = eng.retrieve("year", k=5, mode="dense",
+                        filter={"field": "year", "op": "gte", "value": 2000}).hits
+    assert {h.id for h in hits} == {"doc:z#c0"}
+    # Replacing a document without the field drops it too; declared fields never go.
+    eng.add_documents([{"id": "y", "text": "Another, now plain."}])
+    assert "colour" not in eng.filter_fields()
+    eng.delete_documents(["y", "z"])
+    assert eng.filter_fields()["lang"] == "keyword" and "year" not in eng.filter_fields()
+    eng.close()
+
+
+def test_a_field_stays_while_a_retained_snapshot_uses_it(tmp_path: Path, embedder: Any) -> None:
+    eng = Engine(tmp_path / "e", embedder=embedder, snapshots_retained=2)
+    eng.add_documents([{"id": "x", "text": "Once upon a time.", "meta": {"year": "x"}}])
+    pinned = eng.index_version
+    eng.delete_documents(["x"])
+    assert eng.filter_fields()["year"] == "keyword"  # v1 is still readable
+    res = eng.retrieve("time", k=3, index_version=pinned,
+                       filter={"field": "year", "op": "eq", "value": "x"})
+    assert [h.id for h in res.hits] == ["doc:x#c0"]
+    eng.add_documents([{"id": "w", "text": "Later."}])  # v1 leaves retention
+    assert "year" not in eng.filter_fields()
+    eng.close()
+
+
+def test_a_write_whose_field_type_changed_meanwhile_is_refused(tmp_path: Path,
+                                                               embedder: Any) -> None:
+    eng = Engine(tmp_path / "e", embedder=embedder)
+    eng.add_documents([{"id": "x", "text": "A keyword year.", "meta": {"year": "x"}}])
+    # As another process would: metadata typed before that commit, written after it.
+    with pytest.raises(InvalidParams) as err:
+        eng.store.write_documents([], {"year": "int"})
+    assert err.value.field == "meta.year"
+    assert eng.filter_fields()["year"] == "keyword" and eng.index_version == "v1"
+    eng.close()
+
+
+def test_deep_metadata_is_invalid_params_not_recursion_error(tmp_path: Path,
+                                                            embedder: Any) -> None:
+    eng = Engine(tmp_path / "e", embedder=embedder)
+
+    def nested(depth: int) -> Any:
+        value: Any = 1
+        for i in range(depth - 1):
+            value = {"n": value} if i % 2 else [value]
+        return value
+
+    for depth in (17, 5000, 200_000):
+        with pytest.raises(InvalidParams) as err:
+            eng.add_documents([{"id": "ok", "text": "Fine."},
+                               {"id": "deep", "text": "Deep.", "meta": {"deep": nested(depth)}}])
+        assert err.value.field == "meta.deep" and "max_meta_depth" in err.value.message
+    assert eng.store.document_ids() == []
+    # The metadata object itself is level 1, so a value 15 levels down is at the limit.
+    eng.add_documents([{"id": "deep", "text": "Deep enough.", "meta": {"deep": nested(15)}}])
+    assert eng.store.document_ids() == ["deep"]
+    eng.close()
+
+
+# --- pinned index versions -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("token", ["latest", "v01", "v-1", "v999", "v" + "9" * 5000, "v\u0661",
+                                   "", "1", "V1", "v1 ", "v1\ud800"])
+def test_a_pinned_version_that_cannot_be_served_is_backend_unavailable(
+        filled_engine: Engine, token: str) -> None:
+    with pytest.raises(BackendUnavailable) as err:
+        filled_engine.retrieve("energy", index_version=token)
+    assert err.value.code == -32010 and err.value.data["field"] == "indexVersion"
+    assert err.value.data["retryable"] is False
+    assert len(err.value.message) < 300
+    out = _rpc(filled_engine).handle_text(json.dumps(
+        {"jsonrpc": "2.0", "id": 1, "method": "retrieve",
+         "params": {"query": "energy", "indexVersion": token}}))
+    assert json.loads(out or "")["error"]["code"] == -32010
+
+
+def test_a_collected_version_is_not_retryable(tmp_path: Path, embedder: Any) -> None:
+    eng = Engine(tmp_path / "e", embedder=embedder, snapshots_retained=1)
+    eng.add_documents(DOCS[:2])
+    eng.add_documents(DOCS[2:4])
+    assert eng.retrieve("energy", index_version="v2").index_version == "v2"
+    with pytest.raises(BackendUnavailable) as err:
+        eng.retrieve("energy", index_version="v1")
+    assert err.value.data["retryable"] is False and "no longer retained" in err.value.message
+    eng.close()

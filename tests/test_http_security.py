@@ -1,0 +1,395 @@
+"""`serve --http` against a hostile web page, hostile bodies and slow clients (issue 9: 6, 9, 10, 13).
+
+A real uvicorn subprocess on loopback without a token (the default), driven with raw
+HTTP so that every header (Host, Origin, Content-Type) is exactly what a browser or an
+attacker would send. Unexpected-failure handling is checked on the real app in process.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import select
+import socket
+import sys
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from starlette.requests import Request
+from starlette.routing import Route
+from starlette.testclient import TestClient
+
+from conftest import DOCS, free_port, running_server
+from rcp_agentic import Engine
+from rcp_agentic.cli import _warn_if_exposed
+from rcp_agentic.protocol.http import create_app
+
+APP_ORIGIN = "https://app.example"
+HEADER_TIMEOUT = 2.0
+BODY_TIMEOUT = 2.0
+
+
+@dataclass
+class Server:
+    host: str
+    port: int
+    stderr_line: str
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+
+def call(server: Server, path: str, body: Any = None, *, raw: bytes | None = None,
+         method: str = "POST", **headers: str) -> tuple[int, dict[str, str], Any]:
+    """One request with exactly these headers (Host defaults to the bound address)."""
+    conn = http.client.HTTPConnection(server.host, server.port, timeout=60)
+    data = raw if raw is not None else (None if body is None else json.dumps(body).encode())
+    sent = {"Host": f"{server.host}:{server.port}", "Content-Type": "application/json",
+            **{k.replace("_", "-"): v for k, v in headers.items()}}
+    try:
+        conn.request(method, path, body=data, headers={k: v for k, v in sent.items() if v})
+        resp = conn.getresponse()
+        text = resp.read()
+        got = {k.lower(): v for k, v in resp.getheaders()}
+        if got.get("content-type", "").startswith("application/json"):
+            return resp.status, got, json.loads(text)
+        return resp.status, got, text.decode() or None  # a preflight's "OK", a 204
+    finally:
+        conn.close()
+
+
+def rpc(method: str, params: dict[str, Any] | None = None, id_: Any = 1) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": id_, "method": method, "params": params or {}}
+
+
+def stored_ids(server: Server) -> set[str]:
+    status, _, out = call(server, "/rcp/retrieve", rpc("retrieve", {"query": "anything",
+                                                                    "k": 50, "mode": "dense"}))
+    assert status == 200, out
+    return {h["chunk"]["docId"] for h in out["result"]["hits"]}
+
+
+def _first_line(proc: Any, timeout: float) -> str:
+    """The start-up line the CLI prints on stderr (bounded wait)."""
+    deadline = time.monotonic() + timeout
+    buf = b""
+    while b"serving RCP/1" not in buf and time.monotonic() < deadline:
+        ready, _, _ = select.select([proc.stderr], [], [], 0.5)
+        if ready:
+            chunk = os.read(proc.stderr.fileno(), 4096)
+            if not chunk:
+                break
+            buf += chunk
+    return next((line for line in buf.decode().splitlines() if "serving RCP/1" in line), "")
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory, embedder: Any) -> Iterator[Server]:
+    """No token; one CORS origin, one extra Host name, short slow-client timeouts."""
+    path = tmp_path_factory.mktemp("http-security") / "e"
+    with Engine(path, embedder=embedder) as eng:
+        eng.add_documents(DOCS)
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if k != "RCP_AGENTIC_TOKEN"}
+
+    def ready() -> bool:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1):
+                return True
+        except OSError:
+            return False
+
+    cmd = [sys.executable, "-m", "rcp_agentic.cli", "serve", "--http", "--engine", str(path),
+           "--port", str(port), "--cors-origin", APP_ORIGIN, "--allowed-host", "rcp.internal",
+           "--header-timeout", str(HEADER_TIMEOUT), "--body-timeout", str(BODY_TIMEOUT)]
+    with running_server(cmd, ready, timeout=120, env=env) as proc:
+        yield Server("127.0.0.1", port, _first_line(proc, 30))
+
+
+# --- start-up -----------------------------------------------------------------------------
+
+def test_startup_line_names_the_address(server: Server) -> None:
+    assert server.stderr_line == f"rcp-agentic: serving RCP/1 on {server.url}/rcp"
+
+
+def test_non_loopback_without_token_warns(capsys: pytest.CaptureFixture[str]) -> None:
+    _warn_if_exposed("0.0.0.0", None, False)
+    err = capsys.readouterr().err
+    assert "WARNING" in err and "0.0.0.0" in err and "RCP_AGENTIC_TOKEN" in err
+    _warn_if_exposed("0.0.0.0", None, True)
+    assert "WRITES" in capsys.readouterr().err
+    for quiet in (("127.0.0.1", None), ("localhost", None), ("::1", None), ("0.0.0.0", "t")):
+        _warn_if_exposed(*quiet, False)
+    assert capsys.readouterr().err == ""
+
+
+# --- issue 9.6: cross-site and DNS-rebinding writes ------------------------------------------
+
+def test_the_reported_cross_site_write_is_refused(server: Server) -> None:
+    """The browser-style attack of the issue: a simple POST, foreign Origin and Host."""
+    before = stored_ids(server)
+    assert "d1" in before
+    for ctype in ("text/plain", "application/x-www-form-urlencoded", "multipart/form-data"):
+        for extra in ({}, {"Origin": "http://attacker.example"},
+                      {"Origin": "http://attacker.example", "Host": "attacker.example"}):
+            status, _, out = call(server, "/rcp/index/delete",
+                                  rpc("index/delete", {"ids": ["d1"]}), Content_Type=ctype,
+                                  **extra)
+            assert status in (415, 403, 421, 401) and "error" in out, (ctype, extra, out)
+            status, _, out = call(server, "/rcp/index/add", rpc("index/add", {"documents": [
+                {"id": "d1", "text": "replaced by a web page"}]}), Content_Type=ctype, **extra)
+            assert status in (415, 403, 421, 401) and "error" in out
+    assert stored_ids(server) == before
+
+
+def test_content_type_must_be_json(server: Server) -> None:
+    for ctype in ("text/plain", "application/x-www-form-urlencoded", "", "application/jsonx",
+                  "text/json"):
+        status, headers, out = call(server, "/rcp/ping", rpc("ping"), Content_Type=ctype)
+        assert status == 415 and headers["content-type"] == "application/json"
+        assert out["error"]["code"] == -32600 and "application/json" in out["error"]["message"]
+    for ctype in ("application/json; charset=utf-8", "Application/JSON", "application/json;"):
+        status, _, out = call(server, "/rcp/ping", rpc("ping", {"nonce": "n"}),
+                              Content_Type=ctype)
+        assert status == 200 and out["result"] == {"nonce": "n"}
+    # The hosted REST route too, in its own error shape.
+    status, _, out = call(server, "/api/v1/retrieval/retrieve",
+                          {"index_id": "default", "query": "vitamin"}, Content_Type="text/plain")
+    assert status == 415 and set(out) == {"detail"}
+
+
+def test_foreign_host_is_421(server: Server) -> None:
+    for host in ("attacker.example", f"attacker.example:{server.port}", "127.0.0.1.nip.io",
+                 "localhost.attacker.example", "[::2]"):
+        status, headers, out = call(server, "/rcp/ping", rpc("ping"), Host=host)
+        assert status == 421 and headers["content-type"] == "application/json", host
+        assert out["error"]["code"] == -32600 and out["error"]["data"]["field"] == "Host"
+        status, _, out = call(server, "/api/v1/retrieval/retrieve",
+                              {"index_id": "default", "query": "vitamin"}, Host=host)
+        assert status == 421 and set(out) == {"detail"}
+    for host in ("localhost", f"localhost:{server.port}", "127.0.0.1", "LOCALHOST",
+                 f"[::1]:{server.port}", "[::1]", "rcp.internal", "rcp.internal:443"):
+        status, _, out = call(server, "/rcp/ping", rpc("ping"), Host=host)
+        assert status == 200 and out["result"] == {}, host
+
+
+def test_foreign_origin_is_403_and_cors_still_works(server: Server) -> None:
+    for origin in ("http://attacker.example", "null", f"http://127.0.0.1:{server.port + 1}",
+                   f"https://127.0.0.1:{server.port}", "https://app.example.evil"):
+        status, _, out = call(server, "/rcp/ping", rpc("ping"), Origin=origin)
+        assert status == 403 and out["error"]["code"] == -32012, origin
+        status, _, out = call(server, "/rcp/ping", method="OPTIONS", Origin=origin,
+                              Access_Control_Request_Method="POST",
+                              Access_Control_Request_Headers="content-type")
+        assert status == 403 and out["error"]["code"] == -32012
+    # The server's own origin (a page it served) and the configured one are fine.
+    for origin in (f"http://127.0.0.1:{server.port}", APP_ORIGIN):
+        status, headers, out = call(server, "/rcp/ping", rpc("ping"), Origin=origin)
+        assert status == 200 and out["result"] == {}
+    assert headers["access-control-allow-origin"] == APP_ORIGIN
+    status, headers, _ = call(server, "/rcp/index/add", method="OPTIONS", Origin=APP_ORIGIN,
+                              Access_Control_Request_Method="POST",
+                              Access_Control_Request_Headers="content-type, authorization")
+    assert status == 200 and headers["access-control-allow-origin"] == APP_ORIGIN
+
+
+def test_anonymous_writes_are_401_reads_are_open(server: Server) -> None:
+    before = stored_ids(server)
+    writes = [rpc("index/add", {"documents": [{"id": "new", "text": "anonymous text"}]}),
+              rpc("index/delete", {"ids": ["d2"]}),
+              rpc("feedback", {"signals": [{"hitId": "doc:d1#c0", "used": True}]}),
+              [rpc("ping", id_=1), rpc("index/delete", {"ids": ["d2"]}, id_=2)],
+              {"jsonrpc": "2.0", "method": "index/delete", "params": {"ids": ["d2"]}}]
+    for body in writes:
+        path = "/rcp" if isinstance(body, list) or "id" not in body else f"/rcp/{body['method']}"
+        status, headers, out = call(server, path, body, Origin=APP_ORIGIN)
+        assert status == 401 and headers["www-authenticate"] == "Bearer", body
+        assert out["error"]["code"] == -32012 and "RCP_AGENTIC_TOKEN" in out["error"]["message"]
+        assert headers["access-control-allow-origin"] == APP_ORIGIN  # the page can read why
+    assert stored_ids(server) == before
+    for body in (rpc("retrieve", {"query": "vitamin", "k": 1}), rpc("info"),
+                 [rpc("ping", id_=1), rpc("retrieve", {"query": "bm25", "k": 1}, id_=2)]):
+        status, _, out = call(server, "/rcp", body)
+        assert status == 200 and "error" not in json.dumps(out), out
+
+
+def test_anonymous_writes_when_allowed(engine: Engine) -> None:
+    """``--allow-anonymous-writes`` lets them through, and only them: Host/Origin still apply."""
+    app = create_app(engine, allow_anonymous_writes=True)
+    with TestClient(app, base_url="http://127.0.0.1:8750") as c:
+        out = c.post("/rcp/index/add", json=rpc("index/add", {"documents": [
+            {"id": "a", "text": "anonymous but allowed"}]})).json()
+        assert out["result"]["ids"] == ["a"]
+        assert c.post("/rcp/index/add", json=rpc("index/add", {"documents": [{"text": "x"}]}),
+                      headers={"Origin": "http://attacker.example"}).status_code == 403
+        assert c.post("/rcp/ping", json=rpc("ping"),
+                      headers={"Host": "attacker.example"}).status_code == 421
+    assert engine.stats()["documents"] == 1
+
+
+# --- issue 9.9 / 9.10: hostile bodies ----------------------------------------------------------
+
+def test_deep_nesting_is_400_json_and_the_server_stays_up(server: Server) -> None:
+    deep = b"[" * 1200 + b"]" * 1200
+    for path in ("/rcp", "/rcp/ping"):
+        status, headers, out = call(server, path, raw=deep)
+        assert status == 400 and headers["content-type"] == "application/json"
+        assert out["error"]["code"] == -32700 and out["id"] is None
+    status, _, out = call(server, "/rcp", raw=b'{"jsonrpc": "2.0", "id": 1, "method": "ping", '
+                          b'"params": {"nonce": ' + b"[" * 5000 + b"]" * 5000 + b"}}")
+    assert status == 400 and out["error"]["code"] == -32700
+    status, _, out = call(server, "/api/v1/retrieval/retrieve",
+                          raw=b'{"index_id": "default", "query": ' + deep + b"}")
+    assert status == 422 and set(out) == {"detail"}
+    assert call(server, "/rcp/ping", rpc("ping"))[0] == 200
+
+
+def test_lone_surrogates_are_echoed_as_json(server: Server) -> None:
+    raw = b'{"jsonrpc": "2.0", "id": "\\ud800", "method": "ping", "params": {"nonce": "a\\udfffb"}}'
+    status, headers, out = call(server, "/rcp/ping", raw=raw)
+    assert status == 200 and headers["content-type"] == "application/json"
+    assert out == {"jsonrpc": "2.0", "id": "\ud800", "result": {"nonce": "a\udfffb"}}
+    # An error that echoes the id, and one inside a batch.
+    status, _, out = call(server, "/rcp", raw=b'[{"jsonrpc": "2.0", "id": "\\udc00x", '
+                          b'"method": "nope"}, {"jsonrpc": "2.0", "id": 2, "method": "ping"}]')
+    assert status == 200 and out[0]["id"] == "\udc00x" and "error" in out[0]
+    assert out[1] == {"jsonrpc": "2.0", "id": 2, "result": {}}
+    status, _, out = call(server, "/api/v1/retrieval/retrieve",
+                          raw=b'{"index_id": "default", "query": "vitamin \\ud800"}')
+    assert status == 422 and out["detail"][0]["type"] == "json_invalid"  # pydantic's verdict
+
+
+def test_unknown_paths_and_methods_are_json(server: Server) -> None:
+    for method, path, status in (("GET", "/rcp/ping", 405), ("POST", "/nope", 404),
+                                 ("GET", "/", 404), ("PUT", "/api/v1/retrieval/retrieve", 405)):
+        got, headers, out = call(server, path, None if method == "GET" else {}, method=method)
+        assert got == status and headers["content-type"] == "application/json", (method, path)
+        assert ("detail" in out) if path.startswith("/api/") else (out["error"]["code"] == -32600)
+
+
+def test_unexpected_failures_are_json_500(engine: Engine) -> None:
+    """Whatever escapes a route is a JSON 500 in that route's shape, never text."""
+    async def boom(request: Request) -> Any:
+        raise RuntimeError("secret internals")
+
+    app = create_app(engine, hosted_engines={"default": engine})
+    app.router.routes[:0] = [Route("/rcp/x-boom", boom, methods=["POST"]),
+                             Route("/api/v1/boom", boom, methods=["POST"])]
+    with TestClient(app, base_url="http://127.0.0.1", raise_server_exceptions=False) as c:
+        resp = c.post("/rcp/x-boom", json=rpc("x-boom"))
+        assert resp.status_code == 500 and resp.headers["content-type"] == "application/json"
+        assert resp.json()["error"]["code"] == -32603 and "secret" not in resp.text
+        resp = c.post("/api/v1/boom", json={})
+        assert resp.status_code == 500 and resp.json() == {"detail": "internal server error"}
+
+
+# --- issue 9.13: slow clients ------------------------------------------------------------------
+
+SLOW_HEAD = b"POST /rcp/ping HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+SLOW_BODY = SLOW_HEAD + b"Content-Length: 1000\r\n\r\n{\"jsonrpc\": \"2.0\""
+
+
+def _open_slow(server: Server, n: int, payload: bytes) -> list[socket.socket]:
+    socks = []
+    for _ in range(n):
+        s = socket.create_connection((server.host, server.port), timeout=10)
+        s.sendall(payload)
+        s.setblocking(False)
+        socks.append(s)
+    return socks
+
+
+def _closed_by_server(socks: list[socket.socket], within: float,
+                      trickle: tuple[socket.socket, ...] = ()) -> tuple[int, list[bytes]]:
+    """Wait (bounded) until the server closes every socket; (still open, what each got).
+
+    Each socket of ``trickle`` sends one more header byte every quarter second, as a
+    slow-loris does to look alive.
+    """
+    got = {id(s): b"" for s in socks}
+    open_ = list(socks)
+    deadline = time.monotonic() + within
+    while open_ and time.monotonic() < deadline:
+        readable, _, _ = select.select(open_, [], [], 0.25)
+        for s in readable:
+            try:
+                part = s.recv(65536)
+            except (ConnectionResetError, BlockingIOError):
+                part = b""
+            if part:
+                got[id(s)] += part
+            else:
+                open_.remove(s)
+        for s in trickle:
+            if s in open_:
+                try:
+                    s.send(b"X")
+                except OSError:
+                    pass
+    for s in socks:
+        s.close()
+    return len(open_), [got[id(s)] for s in socks]
+
+
+def test_slow_clients_are_cut_off_and_others_are_served(server: Server) -> None:
+    started = time.monotonic()
+    heads = _open_slow(server, 100, SLOW_HEAD)
+    bodies = _open_slow(server, 100, SLOW_BODY)
+    trickling = _open_slow(server, 10, SLOW_HEAD + b"X-Slow: ")
+    within = max(HEADER_TIMEOUT, BODY_TIMEOUT) + 8
+    with ThreadPoolExecutor(1) as pool:
+        waiting = pool.submit(_closed_by_server, heads + bodies + trickling, within,
+                              tuple(trickling))
+        # Normal requests are answered while the slow connections are held open.
+        for i in range(20):
+            status, _, out = call(server, "/rcp/retrieve", rpc(
+                "retrieve", {"query": DOCS[i % 8]["text"], "k": 1}, id_=i))
+            assert status == 200
+            assert out["result"]["hits"][0]["chunk"]["docId"] == DOCS[i % 8]["id"]
+        left, answers = waiting.result()
+    assert left == 0, f"{left} slow connections were never closed"
+    assert time.monotonic() - started < within
+    for answer in answers[100:200]:  # the unfinished bodies: a JSON 408, then closed
+        head, _, body = answer.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 408") and b"application/json" in head
+        assert json.loads(body)["error"]["code"] == -32014
+    assert all(a == b"" for a in answers[:100] + answers[200:])  # heads: just closed
+    assert call(server, "/rcp/ping", rpc("ping"))[0] == 200
+
+
+def test_idle_and_oversized_heads_are_cut_off(server: Server) -> None:
+    # A keep-alive connection that starts a second request and never finishes it.
+    s = socket.create_connection((server.host, server.port), timeout=10)
+    ping = json.dumps(rpc("ping")).encode()
+    s.sendall(SLOW_HEAD + b"Content-Length: " + str(len(ping)).encode() + b"\r\n\r\n" + ping)
+    first = s.recv(65536)
+    assert first.startswith(b"HTTP/1.1 200")
+    s.sendall(SLOW_HEAD)
+    s.setblocking(False)
+    # A head that grows past the size cap without ending.
+    big = socket.create_connection((server.host, server.port), timeout=10)
+    try:
+        for _ in range(40):
+            big.sendall(b"X-Pad: " + b"a" * 4000 + b"\r\n")
+    except OSError:
+        pass  # closed by the server while we were still sending: what we want
+    big.setblocking(False)
+    started = time.monotonic()
+    left, _ = _closed_by_server([s, big], HEADER_TIMEOUT + 4)
+    assert left == 0
+    assert time.monotonic() - started < HEADER_TIMEOUT + 4
+
+
+def test_our_client_is_unaffected(server: Server) -> None:
+    """Our own client (Content-Type: application/json, Host of its URL) is unaffected."""
+    from rcp_agentic.client import RCPClient
+
+    with RCPClient.http(server.url) as client:
+        client.initialize()
+        assert client.retrieve("vitamin d", k=1)["hits"][0]["chunk"]["docId"] == "d1"
