@@ -24,8 +24,8 @@ part, or an acknowledged document that Chroma-backed dense recall cannot find on
 recovered; for queries, an answer that missed an acknowledged document); ``refused``
 calls refused for good (a write that raised, or any call still failing after recovery);
 ``down`` queries answered -32010 (retryable) while the fault lasted; ``recover s``
-seconds from the end of the fault (part 1: from the kill) until a Chroma-backed dense
-query is answered in full. ``lost``, ``half`` and ``refused`` must all be 0.
+seconds from the end of the fault (part 1: from reopening the engine right after the
+kill) until a Chroma-backed dense query is answered in full. ``lost``, ``half`` and ``refused`` must all be 0.
 The real MiniLM embedder runs on short texts; a default run takes about 4 minutes.
 """
 
@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import logging
 import os
 import queue
 import random
@@ -311,33 +312,73 @@ def prefill(path: Path, embedder: Any, url: str | None) -> None:
         eng.add_documents([{"id": d, "text": worker.doc_text(d, v)} for d, v in latest.items()])
 
 
-def kill_trial(op: str, url: str | None, seed: int, work: Path, template: Path,
-               embedder: Any) -> Row:
-    """One SIGKILLed writer, then the reopened engine checked against its acknowledgements."""
+@dataclass
+class KillTrial:
+    """One writer to SIGKILL: its command, kill point and what the engine held before."""
+
+    op: str
+    url: str | None
+    seed: int
+    work: Path
+    cmd: list[str]
+    kill_after: int
+    delay: float
+    before: dict[str, int]
+    acks: list[str] = field(default_factory=list)
+    error: BaseException | None = None
+
+    @property
+    def engine_dir(self) -> Path:
+        return self.work / "engine"
+
+
+def prepare_trial(op: str, url: str | None, seed: int, work: Path, template: Path) -> KillTrial:
     rng = random.Random(seed)
     engine_dir = work / "engine"
+    before: dict[str, int] = {}
     if op == "ingest":
         cmd = [sys.executable, str(TESTS / "ingest_worker.py"), str(engine_dir), str(seed)]
         kill_after = rng.randint(0, 60)
     else:
         shutil.copytree(template, engine_dir)
-        if url:  # a copy must not share the template's Chroma collections
-            store = Docstore(engine_dir / "engine.db")
-            store.set_info("engine_id", uuid.uuid4().hex[:12])
+        # Read with SQLite alone: an engine opened here would keep chromadb's in-memory copy
+        # of an embedded store that the writer then changes (see the report on Engine.close).
+        store = Docstore(engine_dir / "engine.db")
+        try:
+            if url:  # a copy must not share the template's Chroma collections
+                store.set_info("engine_id", uuid.uuid4().hex[:12])
+            for doc_id, text in store.query("SELECT id, text FROM documents WHERE v_to IS NULL"):
+                m = _VERSION.match(text)
+                before[doc_id] = int(m.group(2)) if m else -1
+        finally:
             store.close()
         cmd = [sys.executable, str(Path(__file__).resolve()), "--child", op, str(engine_dir),
                str(seed)]
         kill_after = rng.randint(0, 60) if op == "update" else rng.randint(0, 20)
-    before: dict[str, int] = {}
-    if op != "ingest":
-        with Engine(engine_dir, embedder=embedder, chroma_url=url) as eng:
-            before = stored_versions(eng)
-    acks, killed, killed_at = run_and_kill(cmd, child_env(url), kill_after,
-                                           rng.uniform(0.0, 0.3), work / "writer.log")
-    row = Row(f"{op}", trials=1)
-    if not killed:
-        raise RuntimeError(f"{op} writer finished before the kill; lower kill_after")
-    with Engine(engine_dir, embedder=embedder, chroma_url=url, dense_exact_max=0) as eng:
+    return KillTrial(op, url, seed, work, cmd, kill_after, rng.uniform(0.0, 0.3), before)
+
+
+def run_trial(trial: KillTrial) -> None:
+    """Run the writer and SIGKILL it (in a thread: the trials of a row run at once)."""
+    try:
+        acks, killed, _at = run_and_kill(trial.cmd, child_env(trial.url), trial.kill_after,
+                                         trial.delay, trial.work / "writer.log")
+        if not killed:
+            raise RuntimeError(f"{trial.op} writer finished before the kill")
+        trial.acks = acks
+    except BaseException as exc:  # noqa: BLE001 - re-raised by check_trial
+        trial.error = exc
+
+
+def check_trial(trial: KillTrial, embedder: Any) -> Row:
+    """Reopen the engine of a SIGKILLed writer and check it against the acknowledgements."""
+    if trial.error is not None:
+        raise trial.error
+    op, acks, before = trial.op, trial.acks, trial.before
+    row = Row(op, trials=1)
+    opened = time.monotonic()
+    with Engine(trial.engine_dir, embedder=embedder, chroma_url=trial.url,
+                dense_exact_max=0) as eng:
         versions = stored_versions(eng)
         if versions:
             probe = max(versions)
@@ -345,10 +386,10 @@ def kill_trial(op: str, url: str | None, seed: int, work: Path, template: Path,
             if took is None:
                 row.refused += 1
             else:
-                row.recover.append(time.monotonic() - killed_at)
+                row.recover.append(time.monotonic() - opened)
         row.half += broken_documents(eng)
         if op == "delete":
-            plan = delete_plan(seed, sorted(before))
+            plan = delete_plan(trial.seed, sorted(before))
             gone = {d for line in acks for d in line.split()[1:]}
             row.acked = len(gone)
             inflight = set(plan[len(acks)]) if len(acks) < len(plan) else set()
@@ -358,7 +399,8 @@ def kill_trial(op: str, url: str | None, seed: int, work: Path, template: Path,
             row.half += n_in if 0 < n_in < len(inflight) else 0
             live = sorted(set(versions) - inflight)
         else:
-            plan = (worker.plan(seed) if op == "ingest" else update_plan(seed, sorted(before)))
+            plan = (worker.plan(trial.seed) if op == "ingest"
+                    else update_plan(trial.seed, sorted(before)))
             acked: dict[str, int] = {}
             for line in acks:
                 _w, doc_id, v = line.split()
@@ -387,12 +429,20 @@ def part_sigkill(kills: int, seed: int, base: Path, embedder: Any) -> list[Row]:
             template = base / f"template-{mode}"
             prefill(template, embedder, mode_url)
             for op in ("ingest", "update", "delete"):
-                total = Row(f"SIGKILL {op} ({mode})")
+                trials = []
                 for i in range(kills):
                     work = base / f"{mode}-{op}-{i}"
                     work.mkdir()
-                    got = kill_trial(op, mode_url, seed * 1000 + i * 7 + 1, work, template,
-                                     embedder)
+                    trials.append(prepare_trial(op, mode_url, seed * 1000 + i * 7 + 1, work,
+                                                template))
+                threads = [threading.Thread(target=run_trial, args=(t,)) for t in trials]
+                for thread in threads:
+                    thread.start()
+                for thread in threads:
+                    thread.join()
+                total = Row(f"SIGKILL {op} ({mode})")
+                for trial in trials:
+                    got = check_trial(trial, embedder)
                     for name in ("trials", "acked", "lost", "half", "refused"):
                         setattr(total, name, getattr(total, name) + getattr(got, name))
                     total.recover += got.recover
@@ -549,6 +599,7 @@ def main() -> None:
 
     from rcp_agentic.models.embedder import SentenceTransformerEmbedder
 
+    logging.getLogger("rcp_agentic").setLevel(logging.ERROR)  # the table is the output
     embedder = SentenceTransformerEmbedder()
     start = time.monotonic()
     print(HEADER, flush=True)

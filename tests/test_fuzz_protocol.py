@@ -93,16 +93,28 @@ DOCUMENTS = st.lists(st.dictionaries(st.sampled_from(["id", "text", "title", "me
                      | st.fixed_dictionaries({"text": STR.filter(str.strip)}, optional={
                          "id": STR, "title": STR, "meta": st.dictionaries(STR, JSON, max_size=3)}),
                      min_size=1, max_size=3)
-PARAMS = (st.dictionaries(KEYS, JSON | FILTERS, max_size=5)
-          | st.fixed_dictionaries({"query": STR | JSON}, optional={
-              "filter": FILTERS | JSON, "cursor": STR, "sessionId": STR, "tokenBudget": NUMBERS,
-              "k": NUMBERS, "indexVersion": STR, "mode": STR, "unit": STR,
-              "_meta": st.fixed_dictionaries({}, optional={"deadlineMs": NUMBERS,
-                                                           "progressToken": STR | NUMBERS})})
-          | st.fixed_dictionaries({"documents": DOCUMENTS}))
+META = st.fixed_dictionaries({}, optional={"deadlineMs": NUMBERS, "progressToken": STR | NUMBERS})
+PARAMS = st.dictionaries(KEYS, JSON | FILTERS, max_size=5)
+# What each method reads, so most frames get past the first missing-field check.
+METHOD_PARAMS = {
+    "retrieve": st.fixed_dictionaries({"query": STR | JSON}, optional={
+        "filter": FILTERS | JSON, "cursor": STR, "sessionId": STR, "tokenBudget": NUMBERS,
+        "k": NUMBERS, "indexVersion": STR, "mode": STR, "unit": STR, "minScore": NUMBERS,
+        "candidateK": NUMBERS, "fusion": JSON, "mmr": JSON, "recency": JSON, "_meta": META}),
+    "index/add": st.fixed_dictionaries({"documents": DOCUMENTS}),
+    "index/delete": st.fixed_dictionaries({"ids": st.lists(STR, max_size=3) | JSON}),
+    "embed": st.fixed_dictionaries({"inputs": st.lists(STR | JSON, min_size=1, max_size=3)},
+                                   optional={"kind": STR, "encoding": STR}),
+    "ping": st.fixed_dictionaries({"nonce": JSON}),
+    "feedback": st.fixed_dictionaries({"signals": st.lists(st.fixed_dictionaries(
+        {"hitId": STR}, optional={"helpful": JSON, "reward": NUMBERS}), max_size=2) | JSON},
+        optional={"sessionId": STR, "query": STR}),
+    "info": st.just({}),
+}
 READS = sorted(m for m in RCP_METHODS if m not in ("shutdown", "index/add", "index/delete"))
-METHODS = st.sampled_from(READS + ["index/add", "index/delete", "x-vendor/thing",
-                                   "x-rcp-agentic/nope", "nope/nope"]) | STR
+KNOWN = READS + ["index/add", "index/delete", "x-vendor/thing", "x-rcp-agentic/nope", "nope/nope"]
+# Mostly methods the server knows (the paths worth reaching), sometimes any string.
+METHODS = st.integers(0, 9).flatmap(lambda i: STR if i == 0 else st.sampled_from(KNOWN))
 IDS = st.integers(min_value=-2**53, max_value=2**53) | STR | HUGE | JSON
 
 
@@ -164,9 +176,12 @@ def _expected(text: str) -> Frame:
 def requests(draw: st.DrawFn) -> Frame:
     """A request, unique per example (a numeric id or a counter-prefixed string id)."""
     n = next(_serial)
-    id_: Any = draw(st.sampled_from(["int", "str", "raw"]))
+    id_: Any = draw(st.sampled_from(["int", "str", "str", "raw"]))
     id_ = {"int": n, "str": f"{n}-{draw(STR)}", "raw": None}[id_]
-    msg: dict[str, Any] = {"jsonrpc": "2.0", "method": draw(METHODS), "params": draw(PARAMS)}
+    method = draw(st.sampled_from(list(METHOD_PARAMS)) | METHODS)
+    params = draw(st.integers(0, 4).flatmap(
+        lambda i: METHOD_PARAMS.get(method, PARAMS) if i else PARAMS))
+    msg: dict[str, Any] = {"jsonrpc": "2.0", "method": method, "params": params}
     msg["id"] = id_ if id_ is not None else draw(IDS)
     return _expected(encode(msg))
 
@@ -200,7 +215,7 @@ def odd_frames(draw: st.DrawFn) -> Frame:
     return _expected(text)
 
 
-FRAMES = requests() | odd_frames()
+FRAMES = st.integers(0, 3).flatmap(lambda i: odd_frames() if i == 0 else requests())
 
 
 @dataclass

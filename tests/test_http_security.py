@@ -1,4 +1,4 @@
-"""`serve --http` against a hostile web page, hostile bodies and slow clients (issue 9: 6, 9, 10, 13).
+"""`serve --http` against a hostile web page, hostile bodies and slow clients (issue 9).
 
 A real uvicorn subprocess on loopback without a token (the default), driven with raw
 HTTP so that every header (Host, Origin, Content-Type) is exactly what a browser or an

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import InvalidParams
-from ..pipeline.params import clean_text
+from ..pipeline.params import clean_text, is_unicode
 from ..models.analyzer import term_counts
 from ..models.tokenizer import count_tokens
 from ..store.docstore import DocumentRecord, UnitRecord
@@ -82,7 +82,7 @@ def to_source_document(item: Any, position: int) -> tuple[SourceDocument, str | 
     if not doc.text.strip():
         raise InvalidParams(f"{where}.text is empty", field=f"{where}.text")
     if doc.id is not None and (not doc.id or len(doc.id) > MAX_ID_LENGTH
-                               or any(ord(c) < 32 for c in doc.id) or clean_text(doc.id) != doc.id):
+                               or any(ord(c) < 32 for c in doc.id) or not is_unicode(doc.id)):
         raise InvalidParams(f"{where}.id must be 1–{MAX_ID_LENGTH} printable characters",
                             field=f"{where}.id")
     try:

@@ -161,15 +161,6 @@ def compile_filter(node: Any, fields: dict[str, str], path: str = "filter") -> C
     return _compile_leaf(node, fields, path)
 
 
-def _is_unicode(text: str) -> bool:
-    """Whether ``text`` is valid Unicode (no lone UTF-16 surrogates, which SQLite cannot bind)."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
-
-
 def _compile_leaf(node: dict[str, Any], fields: dict[str, str], path: str) -> CompiledFilter:
     name = node.get("field")
     if not isinstance(name, str) or not name:
@@ -205,9 +196,6 @@ def _compile_leaf(node: dict[str, Any], fields: dict[str, str], path: str) -> Co
                                 field=fpath)
         if isinstance(out, float) and not math.isfinite(out):
             raise InvalidParams(f"filter on {name!r}: a number must be finite", field=fpath)
-        if isinstance(out, str) and not _is_unicode(out):
-            raise InvalidParams(f"filter on {name!r}: the value has a lone surrogate (not "
-                                "valid Unicode)", field=fpath)
         return int(out) if isinstance(out, bool) else out
 
     if op == "exists":

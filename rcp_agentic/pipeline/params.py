@@ -107,13 +107,39 @@ class Plan:
     notes: list[str] = field(default_factory=list)
 
 
-def clean_text(text: str) -> str:
-    """``text`` with lone UTF-16 surrogates (legal in JSON escapes, not in Unicode) as U+FFFD."""
+def is_unicode(text: str) -> bool:
+    """False when ``text`` holds a lone UTF-16 surrogate (legal in a JSON escape, not in Unicode)."""
     try:
         text.encode("utf-8")
-        return text
     except UnicodeEncodeError:
-        return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+        return False
+    return True
+
+
+def clean_text(text: str) -> str:
+    """``text`` with lone UTF-16 surrogates (legal in JSON escapes, not in Unicode) as U+FFFD."""
+    if is_unicode(text):
+        return text
+    return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+
+
+def lone_surrogate_at(value: Any, path: str, *, keys_only: bool = False) -> str | None:
+    """The path of the first string in ``value`` (an object key, or a value unless ``keys_only``)
+    holding a lone surrogate, or None. Iterative: any nesting depth is safe."""
+    stack: list[tuple[Any, str]] = [(value, path)]
+    while stack:
+        item, where = stack.pop()
+        if isinstance(item, str):
+            if not keys_only and not is_unicode(item):
+                return where
+        elif isinstance(item, dict):
+            for key, child in item.items():
+                if isinstance(key, str) and not is_unicode(key):
+                    return where
+                stack.append((child, f"{where}.{key}"))
+        elif isinstance(item, (list, tuple)):
+            stack.extend((child, f"{where}[{i}]") for i, child in enumerate(item))
+    return None
 
 
 def query_text(query: Any, *, field: str = "query", allow_empty: bool = False,
@@ -151,6 +177,14 @@ def parse_params(raw: dict[str, Any]) -> RetrieveParams:
     """Validate a raw params object (wire or Python names)."""
     if not isinstance(raw, dict):
         raise InvalidParams("params must be an object", field="params")
+    for name, value in raw.items():
+        # Lone surrogates are not Unicode: the query's text is cleaned (query_text); any
+        # other string of an option holding one is refused.
+        if name in PARAM_NAMES and name != "_meta":
+            bad = lone_surrogate_at(value, name, keys_only=name == "query")
+            if bad is not None:
+                raise InvalidParams(f"{bad} holds a lone UTF-16 surrogate (not valid Unicode)",
+                                    field=bad)
     try:
         return RetrieveParams.model_validate(raw)
     except ValidationError as exc:

@@ -36,7 +36,7 @@ from ..errors import (
     UnknownMethod,
     VersionMismatch,
 )
-from ..pipeline.params import clean_text, query_text
+from ..pipeline.params import is_unicode, lone_surrogate_at, query_text
 from . import jsonio
 from .methods import PROTOCOL_VERSION, RCP_METHODS
 
@@ -347,12 +347,17 @@ class Dispatcher:
         if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
             raise InvalidParams("ids must be an array of strings", field="ids")
         for i, doc_id in enumerate(ids):
-            if clean_text(doc_id) != doc_id:
+            if not is_unicode(doc_id):
                 raise InvalidParams("a document id must be valid Unicode (no lone surrogates)",
                                     field=f"ids[{i}]")
         return {"deleted": self.engine.delete_documents(ids, missing_ok=True)}
 
     def _feedback(self, params: dict[str, Any], control: RequestControl) -> dict[str, Any]:
+        for name in ("signals", "sessionId", "query"):  # stored as given: must be Unicode
+            bad = lone_surrogate_at(params.get(name), name)
+            if bad is not None:
+                raise InvalidParams(f"{bad} holds a lone UTF-16 surrogate (not valid Unicode)",
+                                    field=bad)
         accepted = self.engine.record_feedback(params.get("signals"),
                                                session_id=params.get("sessionId"),
                                                query=params.get("query"))

@@ -18,8 +18,8 @@ With ``Accept: text/event-stream`` a single request is answered as server-sent
 events: its ``notifications/progress`` frames (when it carries
 ``_meta.progressToken``), then the response, each as one ``data:`` line. A client
 that disconnects cancels its request; ``POST /rcp/notifications/cancel`` cancels by
-id among the requests made with the same credentials and ``RCP-Session`` header. CORS headers are sent only
-for the origins configured.
+id among the requests made with the same credentials and ``RCP-Session`` header. CORS
+headers are sent only for the origins configured.
 """
 
 from __future__ import annotations

@@ -151,13 +151,15 @@ class ChromaVectors:
                                   retryable=True, retryAfterMs=RETRY_AFTER_MS)
 
     def _connected(self) -> Any:
-        """The client, connecting to the server first if no connection was made yet."""
+        """The client, connecting first if there is none (not yet reached, or closed)."""
         client = self._client
         if client is None:
-            assert self.url is not None
             with self._lock:
-                if self._client is None:
-                    self._client = _http_client(self.url, self.timeout)
+                if self.url:
+                    self._client = self._client or _http_client(self.url, self.timeout)
+                elif self._client is None:
+                    assert self._path is not None
+                    self._client = _persistent_client(self._path)
                 client = self._client
         return client
 
@@ -211,6 +213,19 @@ class ChromaVectors:
         ids = [int(i) for i in res["ids"][0]]
         sims = [1.0 - float(d) for d in res["distances"][0]]
         return ids, sims
+
+    def close(self) -> None:
+        """Release the client. chromadb shares one embedded store per path in a process and
+        keeps its HNSW index in memory: without this, reopening the engine in this process
+        would not see vectors another process wrote meanwhile."""
+        with self._lock:
+            client, self._client = self._client, None
+            self._collections.clear()
+        if client is not None:
+            try:
+                client.close()
+            except Exception as exc:  # noqa: BLE001 - closing must not fail the engine's close
+                log.warning("closing the Chroma client failed: %s", exc)
 
     @_unavailable_on_error
     def drop_all(self) -> None:
