@@ -13,7 +13,7 @@ DATA_ENV = "RCP_AGENTIC_DATA"
 
 
 def data_path(*parts: str) -> Path:
-    """``<data root>/<parts...>``; the root is ``$RCP_AGENTIC_DATA`` or ``<repo>/../shared/data``."""
+    """``<root>/<parts...>``; the root is ``$RCP_AGENTIC_DATA`` or ``<repo>/../shared/data``."""
     override = os.environ.get(DATA_ENV)
     repo = Path(__file__).resolve().parents[1]
     root = Path(override) if override else repo.parent / "shared" / "data"

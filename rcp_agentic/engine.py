@@ -2,7 +2,9 @@
 
 ``Engine(path)`` opens or creates an engine directory holding ``engine.db``
 (SQLite, the source of truth), ``chroma/`` (embedded Chroma, unless a server URL
-is configured) and ``config.json``. All public methods are thread-safe.
+is configured) and ``config.json``. All public methods are thread-safe, and several
+processes may open one directory: writes are serialised on SQLite, and each read
+first catches up with what other processes committed (see ``store/docstore.py``).
 """
 
 from __future__ import annotations
@@ -76,6 +78,15 @@ class AddResult:
     def documents(self) -> int:
         """Distinct documents written."""
         return len(set(self.ids))
+
+
+def _raw_meta(item: Any) -> Any:
+    """The metadata an ``add_documents`` item carries, not validated yet."""
+    if isinstance(item, SourceDocument):
+        return item.meta
+    if isinstance(item, Mapping):
+        return item.get("meta", item.get("metadata"))
+    return None
 
 
 def default_engine_dir() -> Path:
@@ -411,7 +422,7 @@ class Engine(Retrieval):
     def _add(self, documents: Iterable[Any], grant: Callable[[SourceDocument], bool],
              on_document: Callable[[str], None] | None,
              control: RequestControl | None) -> AddResult:
-        """``add_documents``, with ``grant`` deciding per document whether the operator trusts it."""
+        """``add_documents``; ``grant`` says per document whether the operator trusts it."""
         ctl = checked(control)
         total = len(documents) if isinstance(documents, (list, tuple)) else None
         result = AddResult()
@@ -431,9 +442,8 @@ class Engine(Retrieval):
 
         batch: list[tuple[SourceDocument, str]] = []
         for i, item in enumerate(documents):
-            check_meta_shape(item.meta if isinstance(item, SourceDocument) else
-                             item.get("meta", item.get("metadata")) if isinstance(item, Mapping)
-                             else None, max_keys=self.config.max_meta_keys,
+            # Before anything else walks the metadata (recursively).
+            check_meta_shape(_raw_meta(item), max_keys=self.config.max_meta_keys,
                              max_depth=self.config.max_meta_depth, where=f"documents[{i}]")
             doc, requested = to_source_document(item, i)
             batch.append((doc, self._trust(requested, grant(doc), i)))

@@ -105,18 +105,21 @@ def test_index_skips_loops_unreadable_entries_and_outside_links(tmp_path: Path) 
     (folder / "init-cwd").symlink_to("/proc/1/cwd")
     os.mkfifo(folder / "pipe.txt")
     (folder / "big.txt").write_text("long " * 100)
+    (folder / os.fsdecode(b"caf\xe9.txt")).write_text("A file name that is not UTF-8.")
     engine_dir = tmp_path / "engine"
     env = {"RCP_AGENTIC_MAX_DOCUMENT_CHARS": "300"}
 
     res = run("index", str(folder), "--quiet", "--engine", str(engine_dir), extra_env=env)
     assert res.returncode == 0, res.stderr
     assert "Traceback" not in res.stderr
-    assert "Indexed 1 documents" in res.stdout
+    assert "Indexed 2 documents" in res.stdout
     skipped = _skipped(res.stdout)
     assert skipped.pop("self") == "symlink loop"
-    assert skipped.pop("out.txt").endswith("leaves the indexed folder (--follow-symlinks follows it)")
+    assert skipped.pop("out.txt").endswith(
+        "leaves the indexed folder (--follow-symlinks follows it)")
     assert skipped.pop("pipe.txt") == "not a regular file"
-    assert skipped.pop("big.txt") == "text of 500 characters is longer than max_document_chars (300)"
+    assert skipped.pop("big.txt") == (
+        "text of 500 characters is longer than max_document_chars (300)")
     # /proc/1/cwd is unreadable even for root in some sandboxes, readable in others.
     init_cwd = skipped.pop("init-cwd")
     assert init_cwd == "unreadable entry: Permission denied" or init_cwd.endswith(

@@ -233,6 +233,17 @@ def test_anonymous_writes_when_allowed(engine: Engine) -> None:
     assert engine.stats()["documents"] == 1
 
 
+def test_bound_and_wildcard_hosts(engine: Engine) -> None:
+    """The bound address is always served; ``--allowed-host '*'`` turns the check off."""
+    ping = rpc("ping")
+    with TestClient(create_app(engine, bound_host="10.1.2.3"), base_url="http://x") as c:
+        assert c.post("/rcp/ping", json=ping, headers={"Host": "10.1.2.3:8750"}).json() == {
+            "jsonrpc": "2.0", "id": 1, "result": {}}
+        assert c.post("/rcp/ping", json=ping, headers={"Host": "10.1.2.4"}).status_code == 421
+    with TestClient(create_app(engine, allowed_hosts=["*"]), base_url="http://x") as c:
+        assert c.post("/rcp/ping", json=ping, headers={"Host": "any.example"}).status_code == 200
+
+
 # --- issue 9.9 / 9.10: hostile bodies ----------------------------------------------------------
 
 def test_deep_nesting_is_400_json_and_the_server_stays_up(server: Server) -> None:

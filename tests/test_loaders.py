@@ -506,3 +506,29 @@ def test_documents_longer_than_max_chars_are_skipped(tmp_path: Path) -> None:
     }
     assert [i.id for i in load(root) if isinstance(i, SourceDocument)] == [
         "root/huge.txt", "root/long.md", "root/page.html", "ok", "big", "root/short.txt"]
+
+
+def test_names_that_are_not_utf8_or_hold_control_characters_are_escaped(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    root.mkdir()
+    (root / os.fsdecode(b"caf\xe9.txt")).write_text("latin-1 name")
+    (root / "two\nlines.md").write_text("a newline in the name")
+    (root / os.fsdecode(b"odd\xff.bin")).write_bytes(b"x")
+    items = load(root)
+    assert [(i.id, i.source) for i in items if isinstance(i, SourceDocument)] == [
+        ("root/caf\\xe9.txt", f"{root}/caf\\xe9.txt"),
+        ("root/two\\nlines.md", f"{root}/two\\nlines.md")]
+    assert [i for i in items if isinstance(i, SkippedFile)] == [
+        SkippedFile(f"{root}/odd\\xff.bin", "unsupported extension .bin")]
+    for item in items:   # storable in SQLite, printable on a UTF-8 terminal
+        (item.source if isinstance(item, SourceDocument) else item.path).encode("utf-8")
+
+
+def test_a_very_deep_folder_tree_is_walked(tmp_path: Path) -> None:
+    depth = 1500   # deeper than Python's recursion limit, within PATH_MAX
+    deep = tmp_path.joinpath("root", *["d"] * depth)
+    deep.mkdir(parents=True)
+    (deep / "bottom.txt").write_text("at the bottom")
+    (item,) = load(tmp_path / "root")
+    assert isinstance(item, SourceDocument) and item.text == "at the bottom"
+    assert item.id == "root/" + "d/" * depth + "bottom.txt"

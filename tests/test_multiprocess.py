@@ -28,7 +28,7 @@ WORDS = ("quokka", "zanzibar", "marimba", "obsidian", "tamarind", "wolverine", "
 
 
 def _child_env() -> dict[str, str]:
-    """The parent's environment without engine overrides, so the child's config is the directory's."""
+    """This environment without engine overrides: the child reads the directory's config."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("RCP_AGENTIC_")}
     env["TOKENIZERS_PARALLELISM"] = "false"
     return env
@@ -39,7 +39,7 @@ def _cli(*args: str) -> list[str]:
 
 
 def _write_corpus(folder: Path, tag: str, n: int) -> dict[str, str]:
-    """``n`` small files, each with a word of its own (``<tag>word<i>``); returns id → that word."""
+    """``n`` small files, each with a word of its own (``<tag>marker<i>``): id → that word."""
     folder.mkdir(parents=True)
     out: dict[str, str] = {}
     for i in range(n):

@@ -304,7 +304,8 @@ def test_cors_only_for_configured_origins(http_server: str) -> None:
     assert pre.headers["access-control-allow-origin"] == "https://app.example"
     other = httpx.post(f"{http_server}/rcp/ping", headers={"Origin": "https://evil.example"},
                        json={"jsonrpc": "2.0", "id": 1, "method": "ping"})
-    assert other.status_code == 200 and "access-control-allow-origin" not in other.headers
+    assert other.status_code == 403 and "access-control-allow-origin" not in other.headers
+    assert other.json()["error"]["code"] == -32012
 
 
 def test_hosted_route_served_by_the_cli(http_server: str) -> None:

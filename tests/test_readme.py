@@ -119,7 +119,7 @@ def check_output(shown: str, real: str, where: str) -> None:
     assert not missing, f"{where}: keys shown but not in the real output: {sorted(missing)}\n{real}"
     ids = set(re.findall(r"doc:[\w./-]+(?:#[cp]\d+)?", shown))
     missing = ids - set(re.findall(r"doc:[\w./-]+(?:#[cp]\d+)?", real))
-    assert not missing, f"{where}: hit ids shown but not in the real output: {sorted(missing)}\n{real}"
+    assert not missing, f"{where}: hit ids shown, not in the real output: {sorted(missing)}\n{real}"
 
 
 def check_install(step: str, where: str) -> None:

@@ -78,7 +78,7 @@ class _Skip(Exception):
 
 def load_path(path: str | os.PathLike[str], *, follow_symlinks: bool = False,
               max_chars: int | None = None) -> Iterator[SourceDocument | SkippedFile]:
-    """A file, or a folder walked recursively in sorted order (hidden files/dirs starting with '.' skipped).
+    """A file, or a folder walked recursively in sorted order (names starting with '.' skipped).
 
     Symlinks are followed while their target stays inside the folder given; one that leaves
     it is a SkippedFile unless ``follow_symlinks``. Any OSError on one entry (a symlink loop,
@@ -108,7 +108,7 @@ def _load_root(root: Path, walk: _Walk) -> Iterator[SourceDocument | SkippedFile
     try:
         st = root.stat()
     except OSError as exc:
-        yield SkippedFile(str(root), _os_reason(exc, root, "entry"))
+        yield SkippedFile(_shown(root), _os_reason(exc, root, "entry"))
         return
     if stat.S_ISDIR(st.st_mode):
         walk.inside = os.path.realpath(root)
@@ -116,26 +116,28 @@ def _load_root(root: Path, walk: _Walk) -> Iterator[SourceDocument | SkippedFile
             if isinstance(entry, SkippedFile):
                 yield entry
             else:
-                yield from _load_file(entry, entry.relative_to(root.parent).as_posix(), walk)
+                doc_id = _shown(entry.relative_to(root.parent).as_posix())
+                yield from _load_file(entry, doc_id, walk)
     elif stat.S_ISREG(st.st_mode):
-        yield from _load_file(root, root.name, walk)
+        yield from _load_file(root, _shown(root.name), walk)
     else:
-        yield SkippedFile(str(root), "not a regular file")
+        yield SkippedFile(_shown(root), "not a regular file")
 
 
-def _walk(folder: Path, walk: _Walk) -> Iterator[Path | SkippedFile]:
-    try:
-        st = folder.stat()
-        # Each real folder is walked once, which also stops loops through symlinks.
-        if (st.st_dev, st.st_ino) in walk.seen:
-            return
-        walk.seen.add((st.st_dev, st.st_ino))
-        with os.scandir(folder) as it:
-            names = sorted(entry.name for entry in it)
-    except OSError as exc:
-        yield SkippedFile(str(folder), _os_reason(exc, folder, "folder"))
-        return
-    for name in names:
+def _walk(top: Path, walk: _Walk) -> Iterator[Path | SkippedFile]:
+    """Files under ``top``, depth first in sorted order; an explicit stack, so any depth works."""
+    stack: list[tuple[Path, Iterator[str]]] = []
+    listed = _list_folder(top, walk)
+    if isinstance(listed, SkippedFile):
+        yield listed
+    elif listed is not None:
+        stack.append((top, iter(listed)))
+    while stack:
+        folder, names = stack[-1]
+        name = next(names, None)
+        if name is None:
+            stack.pop()
+            continue
         if name.startswith("."):
             continue
         child = folder / name
@@ -143,21 +145,39 @@ def _walk(folder: Path, walk: _Walk) -> Iterator[Path | SkippedFile]:
             outside = _leaves_root(child, walk)
             st = child.stat()
         except OSError as exc:
-            yield SkippedFile(str(child), _os_reason(exc, child, "entry"))
+            yield SkippedFile(_shown(child), _os_reason(exc, child, "entry"))
             continue
         if outside:
-            yield SkippedFile(str(child), f"symlink to {outside} leaves the indexed folder "
-                                          "(--follow-symlinks follows it)")
+            yield SkippedFile(_shown(child), f"symlink to {_shown(outside)} leaves the indexed "
+                                             "folder (--follow-symlinks follows it)")
         elif stat.S_ISDIR(st.st_mode):
-            yield from _walk(child, walk)
+            listed = _list_folder(child, walk)
+            if isinstance(listed, SkippedFile):
+                yield listed
+            elif listed is not None:
+                stack.append((child, iter(listed)))
         elif stat.S_ISREG(st.st_mode):
             yield child
         else:
-            yield SkippedFile(str(child), "not a regular file")
+            yield SkippedFile(_shown(child), "not a regular file")
+
+
+def _list_folder(folder: Path, walk: _Walk) -> list[str] | SkippedFile | None:
+    """The sorted entry names of a folder; None if this real folder was walked already."""
+    try:
+        st = folder.stat()
+        # Each real folder is walked once, which also stops loops through symlinks.
+        if (st.st_dev, st.st_ino) in walk.seen:
+            return None
+        walk.seen.add((st.st_dev, st.st_ino))
+        with os.scandir(folder) as it:
+            return sorted(entry.name for entry in it)
+    except OSError as exc:
+        return SkippedFile(_shown(folder), _os_reason(exc, folder, "folder"))
 
 
 def _leaves_root(path: Path, walk: _Walk) -> str | None:
-    """The target of a symlink that points outside the walked root (when not followed), else None."""
+    """The target of a symlink leading outside the walked root (unless followed), else None."""
     if walk.follow_symlinks or not path.is_symlink():
         return None
     target = os.path.realpath(path, strict=True)  # raises on a loop or a dangling link
@@ -165,6 +185,16 @@ def _leaves_root(path: Path, walk: _Walk) -> str | None:
     if target == inside or target.startswith(inside.rstrip(os.sep) + os.sep):
         return None
     return target
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def _shown(path: str | os.PathLike[str]) -> str:
+    """A path as printable text (ids, sources, reasons): bytes that are not UTF-8 and
+    control characters are backslash-escaped, so storing or printing it cannot fail."""
+    text = os.fsencode(path).decode("utf-8", "backslashreplace")
+    return _CONTROL.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text)
 
 
 def _os_reason(exc: OSError, path: Path, kind: str = "file") -> str:
@@ -179,7 +209,7 @@ def _os_reason(exc: OSError, path: Path, kind: str = "file") -> str:
 
 
 def _load_file(path: Path, doc_id: str, walk: _Walk) -> Iterator[SourceDocument | SkippedFile]:
-    source = str(path)
+    source = _shown(path)
     ext = path.suffix.lower()
     file_type = _FILE_TYPES.get(ext)
     if file_type is None:
@@ -214,7 +244,7 @@ def _load_file(path: Path, doc_id: str, walk: _Walk) -> Iterator[SourceDocument 
 
 def _read_regular(path: Path, file_type: str, max_chars: int | None
                   ) -> tuple[bytes, os.stat_result]:
-    """The bytes of a regular file; O_NONBLOCK so a FIFO swapped in after the walk cannot hang us."""
+    """The bytes of a regular file; O_NONBLOCK so a FIFO swapped in after the walk cannot hang."""
     with open(os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0)), "rb") as fh:
         st = os.fstat(fh.fileno())
         if not stat.S_ISREG(st.st_mode):
