@@ -1,7 +1,7 @@
 """Reliability under faults: writers SIGKILLed mid-write, and a Chroma server killed, stopped or
 restarted empty under a live engine. Counts what must always be 0 and how long recovery takes.
 
-    python bench/reliability.py [--kills 3] [--seed 0] [--hold 3] [--chroma-timeout 2]
+    python bench/reliability.py [--kills 2] [--seed 0] [--hold 3] [--chroma-timeout 2]
                                 [--out bench/results/reliability.txt]
 
 Part 1, SIGKILL: a writer process is SIGKILLed at a random point (after a random number
@@ -278,11 +278,11 @@ class Row:
     def line(self) -> str:
         rec = (f"{statistics.median(self.recover):6.2f} / {max(self.recover):6.2f}"
                if self.recover else "     -")
-        return (f"{self.name:<30} {self.trials:>6} {self.acked:>6} {self.lost:>5} {self.half:>5} "
+        return (f"{self.name:<32} {self.trials:>6} {self.acked:>6} {self.lost:>5} {self.half:>5} "
                 f"{self.refused:>8} {self.down:>5}   {rec}")
 
 
-HEADER = (f"{'scenario':<30} {'trials':>6} {'acked':>6} {'lost':>5} {'half':>5} {'refused':>8} "
+HEADER = (f"{'scenario':<32} {'trials':>6} {'acked':>6} {'lost':>5} {'half':>5} {'refused':>8} "
           f"{'down':>5}   recover s (median / max)")
 
 
@@ -583,7 +583,7 @@ def part_faults(hold: float, timeout: float, seed: int, base: Path, embedder: An
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--kills", type=int, default=3, help="SIGKILLs per writer and mode")
+    parser.add_argument("--kills", type=int, default=2, help="SIGKILLs per writer and mode")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--hold", type=float, default=3.0, help="seconds each Chroma fault lasts")
     parser.add_argument("--chroma-timeout", type=float, default=2.0,

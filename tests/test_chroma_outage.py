@@ -267,3 +267,43 @@ def test_fresh_engine_created_while_server_down(tmp_path: Path, embedder: Any) -
             assert retry_until_served(lambda: top_doc(eng, docs(1, 2)[0]["text"],
                                                       mode="dense")) == "o002"
             assert in_sync(eng)
+
+
+def test_open_against_a_hung_server_is_bounded_by_the_timeout(tmp_path: Path,
+                                                              embedder: Any) -> None:
+    """Items 3 and 5: connecting to a SIGSTOPped server (chromadb's client constructor has
+    no timeout of its own) costs at most the timeout; the engine opens degraded and heals
+    after SIGCONT."""
+    port = free_port()
+    timeout = 2.0
+    with chroma(tmp_path / "server", port) as server:
+        os.kill(server.pid, signal.SIGSTOP)
+        opened: dict[str, Any] = {}
+
+        def open_engine() -> None:
+            try:
+                opened["engine"] = Engine(tmp_path / "engine", embedder=embedder,
+                                          chroma_url=f"http://127.0.0.1:{port}",
+                                          dense_exact_max=0, chroma_timeout_seconds=timeout)
+            except Exception as exc:  # noqa: BLE001 - inspected below
+                opened["error"] = exc
+
+        started = time.monotonic()
+        opener = threading.Thread(target=open_engine, daemon=True)
+        opener.start()
+        opener.join(timeout=3 * timeout + 10)
+        assert not opener.is_alive(), "opening an engine hung on a stopped Chroma server"
+        assert "error" not in opened, opened.get("error")
+        assert time.monotonic() - started < 3 * timeout + 10
+        eng = opened["engine"]
+        try:
+            eng.add_documents(docs(3))
+            with pytest.raises(BackendUnavailable) as info:
+                eng.retrieve("tok001", mode="dense")
+            assert_unavailable(info.value)
+            os.kill(server.pid, signal.SIGCONT)
+            assert retry_until_served(lambda: top_doc(eng, docs(1, 1)[0]["text"],
+                                                      mode="dense")) == "o001"
+            assert in_sync(eng)
+        finally:
+            eng.close()

@@ -121,11 +121,12 @@ def test_index_version_pin(filled_engine: Engine) -> None:
     current = filled_engine.index_version
     assert filled_engine.retrieve("energy", index_version=current).index_version == current
     for missing in ("v999", "v-1"):
-        with pytest.raises((BackendUnavailable, InvalidParams)) as err:
+        with pytest.raises(BackendUnavailable) as err:
             filled_engine.retrieve("energy", index_version=missing)
         assert err.value.data["field"] == "indexVersion"
-    with pytest.raises(InvalidParams):
+    with pytest.raises(BackendUnavailable) as err:
         filled_engine.retrieve("energy", index_version="latest")
+    assert err.value.data == {"field": "indexVersion", "retryable": False}
 
 
 BAD = [

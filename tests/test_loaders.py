@@ -526,9 +526,18 @@ def test_names_that_are_not_utf8_or_hold_control_characters_are_escaped(tmp_path
 
 def test_a_very_deep_folder_tree_is_walked(tmp_path: Path) -> None:
     depth = 1500   # deeper than Python's recursion limit, within PATH_MAX
-    deep = tmp_path.joinpath("root", *["d"] * depth)
-    deep.mkdir(parents=True)
+    deep = tmp_path / "root"
+    deep.mkdir()
+    for _ in range(depth):   # os.makedirs and Path.mkdir(parents=True) recurse
+        deep = deep / "d"
+        deep.mkdir()
     (deep / "bottom.txt").write_text("at the bottom")
-    (item,) = load(tmp_path / "root")
-    assert isinstance(item, SourceDocument) and item.text == "at the bottom"
-    assert item.id == "root/" + "d/" * depth + "bottom.txt"
+    try:
+        (item,) = load(tmp_path / "root")
+        assert isinstance(item, SourceDocument) and item.text == "at the bottom"
+        assert item.id == "root/" + "d/" * depth + "bottom.txt"
+    finally:   # pytest's own clean-up (shutil.rmtree) recurses too
+        (deep / "bottom.txt").unlink()
+        while deep != tmp_path:
+            deep.rmdir()
+            deep = deep.parent

@@ -237,7 +237,6 @@ class Session:
                   "python": self.run_python}.get(block.lang)
         assert runner, (f"{where}: a ```{block.lang} block the test cannot run; mark it "
                         "<!-- readme-test: skip: REASON --> or make it bash/console/python")
-        os.chdir(self.cwd)
         runner(block)
         self.ran += 1
 

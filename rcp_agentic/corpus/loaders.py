@@ -1,7 +1,9 @@
 """Load files and folders into :class:`SourceDocument` objects.
 
 Plain text, Markdown, HTML, PDF and JSON Lines are supported. A bad file never stops a
-walk: it comes out as a :class:`SkippedFile` with a short reason, so callers can report it.
+walk: it comes out as a :class:`SkippedFile` with a short reason, so callers can report it
+(so does any OSError on one entry, and a symlink leading outside the folder walked unless
+symlinks are followed).
 """
 
 from __future__ import annotations
@@ -213,7 +215,8 @@ def _load_file(path: Path, doc_id: str, walk: _Walk) -> Iterator[SourceDocument 
     ext = path.suffix.lower()
     file_type = _FILE_TYPES.get(ext)
     if file_type is None:
-        yield SkippedFile(source, f"unsupported extension {ext}" if ext else "no file extension")
+        yield SkippedFile(source, f"unsupported extension {_shown(ext)}" if ext
+                          else "no file extension")
         return
     try:
         data, st = _read_regular(path, file_type, walk.max_chars)

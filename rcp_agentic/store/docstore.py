@@ -9,7 +9,8 @@ at any point leaves either the old or the new version of a document, whole.
 Snapshots: every committed write is a new index version. Rows carry the version
 that added them (``v_from``) and the one that retired them (``v_to``); a reader
 at version v sees ``v_from <= v < v_to``. The last ``retain`` versions stay
-readable; rows no retained version can see are deleted in the same transaction.
+readable; rows no retained version can see are deleted in the same transaction,
+and so is every inferred filter field no remaining document uses.
 
 Several processes may open one engine directory (a server that stays open while
 ``rcp-agentic index`` writes into it, or two writers at once). SQLite serialises
@@ -269,9 +270,10 @@ class Docstore:
         """
         self._begin()
         try:
-            self._load_vocab()
             committed_max = self._vocab_max
             try:
+                self._load_vocab()
+                committed_max = self._vocab_max
                 yield self._db
                 self._db.execute("COMMIT")
             except BaseException:
@@ -373,7 +375,8 @@ class Docstore:
                           (version, doc_id)).rowcount
 
     def _collect_garbage(self, db: sqlite3.Connection, version: int) -> None:
-        """Delete rows that no retained version can see, queueing their Chroma deletes."""
+        """Delete rows that no retained version can see, queueing their Chroma deletes, and
+        forget the inferred fields only those documents used."""
         oldest = self.oldest_retained(version)
         old = db.execute("SELECT rowid, unit, level FROM units WHERE v_to IS NOT NULL AND v_to <= ?",
                          (oldest,)).fetchall()
