@@ -29,8 +29,8 @@ from .corpus.documents import attach_vectors, build_record, to_source_document
 from .corpus.loaders import SkippedFile, SourceDocument, load_path
 from .corpus.metadata import check_meta_shape, filterable_meta, is_valid_field_name
 from .control import RequestControl, checked
-from .errors import (BackendUnavailable, Cancelled, CapabilityMissing, Conflict, InternalError,
-                     InvalidParams, NotFound, OptionUnsupported, PayloadTooLarge, Timeout)
+from .errors import (BackendUnavailable, CapabilityMissing, Conflict, InternalError,
+                     InvalidParams, NotFound, OptionUnsupported, PayloadTooLarge, RCPError)
 from .models.reranker import Reranker, as_reranker
 from .models.embedder import SentenceTransformerEmbedder, TimedEmbedder, as_embedder
 from .pipeline.filters import BUILTIN_FIELDS, OPERATORS
@@ -147,6 +147,8 @@ class Engine(Retrieval):
             self._chroma_stale = True  # compare every id with SQLite before trusting Chroma
             self._chroma_retry_at = 0.0
             self._chroma_error = ""
+            # Another process committed: an embedded Chroma's in-memory HNSW must be reloaded.
+            self._chroma_reload = False
             self._sync_chroma()  # a Chroma server that is down leaves the engine open, degraded
         except BaseException:
             self.store.close()
@@ -155,7 +157,8 @@ class Engine(Retrieval):
     # --- lifecycle -------------------------------------------------------------------
 
     def close(self) -> None:
-        """Release the SQLite connection."""
+        """Release Chroma and the SQLite connection."""
+        self.chroma.close()
         self.store.close()
 
     def __enter__(self) -> "Engine":
@@ -312,6 +315,12 @@ class Engine(Retrieval):
         every attempt raises at once with the ``retryAfterMs`` left.
         """
         now = time.monotonic()
+        if self._chroma_reload and self.chroma.url is None:
+            # chromadb keeps an embedded collection's index in memory, blind to other
+            # processes' writes: reload it and compare every id with SQLite.
+            self._chroma_reload = False
+            self.chroma.close()
+            self._chroma_stale = True
         if now < self._chroma_retry_at:
             raise self._chroma_down(now)
         for attempt in (1, 2):
@@ -421,37 +430,64 @@ class Engine(Retrieval):
 
     def _add(self, documents: Iterable[Any], grant: Callable[[SourceDocument], bool],
              on_document: Callable[[str], None] | None,
-             control: RequestControl | None) -> AddResult:
-        """``add_documents``; ``grant`` says per document whether the operator trusts it."""
+             control: RequestControl | None,
+             on_invalid: Callable[[Any, InvalidParams], None] | None = None) -> AddResult:
+        """``add_documents``; ``grant`` says per document whether the operator trusts it.
+
+        A list is validated whole before anything is written. A lazy input is validated
+        as it is read; with ``on_invalid`` a bad document is reported there and skipped,
+        otherwise the call stops. Any error after a transaction committed carries
+        ``committedIds`` and ``pendingIds`` (ids known not to be written).
+        """
         ctl = checked(control)
         total = len(documents) if isinstance(documents, (list, tuple)) else None
         result = AddResult()
         start = time.perf_counter()
         embed_before = self.embedder.seconds_in_model
 
-        def write(batch: list[tuple[SourceDocument, str]]) -> None:
+        def prepared() -> Iterable[tuple[SourceDocument, str]]:
+            for i, item in enumerate(documents):
+                try:
+                    # Before anything else walks the metadata (recursively).
+                    check_meta_shape(_raw_meta(item), max_keys=self.config.max_meta_keys,
+                                     max_depth=self.config.max_meta_depth,
+                                     where=f"documents[{i}]")
+                    doc, requested = to_source_document(item, i)
+                    yield doc, self._trust(requested, grant(doc), i)
+                except InvalidParams as exc:
+                    if on_invalid is None:
+                        raise
+                    on_invalid(item, exc)
+
+        items: Iterable[tuple[SourceDocument, str]] = prepared()
+        if total is not None:
+            items = list(items)  # a bad document anywhere in a list writes nothing
+
+        def write(batch: list[tuple[SourceDocument, str]], later: list[str]) -> None:
             try:
                 ctl.check()
-            except (Cancelled, Timeout) as exc:
+                self._write_batch(batch, result, on_document)
+            except RCPError as exc:
                 exc.data["committedIds"] = list(result.ids)
+                exc.data["pendingIds"] = [d.id for d, _t in batch if d.id] + later
                 raise
-            self._write_batch(batch, result, on_document)
             done = len(result.ids)
             ctl.report(done / total if total else 0.0, "index",
                        f"indexed {done}" + (f"/{total}" if total else "") + " document(s)")
 
+        def ids_after(position: int) -> list[str]:
+            if not isinstance(items, list):
+                return []  # a lazy input: what follows is unknown
+            return [d.id for d, _t in items[position:] if d.id]
+
         batch: list[tuple[SourceDocument, str]] = []
-        for i, item in enumerate(documents):
-            # Before anything else walks the metadata (recursively).
-            check_meta_shape(_raw_meta(item), max_keys=self.config.max_meta_keys,
-                             max_depth=self.config.max_meta_depth, where=f"documents[{i}]")
-            doc, requested = to_source_document(item, i)
-            batch.append((doc, self._trust(requested, grant(doc), i)))
+        for position, entry in enumerate(items, start=1):
+            batch.append(entry)
             if len(batch) >= WRITE_BATCH_DOCS:
-                write(batch)
+                write(batch, ids_after(position))
                 batch = []
         if batch:
-            write(batch)
+            write(batch, [])
         result.index_version = self.index_version
         result.seconds = time.perf_counter() - start
         result.seconds_embedding = self.embedder.seconds_in_model - embed_before
@@ -569,7 +605,15 @@ class Engine(Retrieval):
                     else:
                         yield item
 
-        result = self._add(documents(), self._under_trusted_path, on_document, None)
+        def invalid(item: Any, exc: InvalidParams) -> None:
+            bad = SkippedFile(getattr(item, "source", None) or getattr(item, "id", None) or "?",
+                              exc.message)
+            skipped.append(bad)
+            if on_skip:
+                on_skip(bad)
+
+        result = self._add(documents(), self._under_trusted_path, on_document, None,
+                           on_invalid=invalid)
         result.skipped = skipped
         return result
 
@@ -585,6 +629,7 @@ class Engine(Retrieval):
         # After reading the version, so the vocabulary covers every term it uses.
         if self.store.refresh():
             self._invalidate()
+            self._chroma_reload = True
         return current
 
     def _index(self, unit: str, level: int, version: int | None = None) -> UnitIndex:

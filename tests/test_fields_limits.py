@@ -165,3 +165,49 @@ def test_a_collected_version_is_not_retryable(tmp_path: Path, embedder: Any) -> 
         eng.retrieve("energy", index_version="v1")
     assert err.value.data["retryable"] is False and "no longer retained" in err.value.message
     eng.close()
+
+
+# --- a call that fails part-way --------------------------------------------------------------
+
+
+def test_a_bad_document_anywhere_in_a_list_writes_nothing(tmp_path: Path, embedder: Any) -> None:
+    eng = Engine(tmp_path / "e", embedder=embedder, max_meta_keys=5)
+    docs: list[dict[str, Any]] = [{"id": f"d{i}", "text": f"Record {i}."} for i in range(100)]
+    docs[80]["meta"] = {f"k{i}": i for i in range(6)}  # past the first transaction of 64
+    with pytest.raises(InvalidParams) as err:
+        eng.add_documents(docs)
+    assert err.value.field == "documents[80].meta"
+    assert eng.stats()["documents"] == 0 and eng.index_version == "v0"
+    eng.close()
+
+
+def test_an_error_after_a_commit_names_committed_and_pending_ids(tmp_path: Path,
+                                                                 embedder: Any) -> None:
+    """The engine-wide field cap is checked in each write transaction: the second one fails."""
+    eng = Engine(tmp_path / "e", embedder=embedder, max_filter_fields=2)
+    docs: list[dict[str, Any]] = [{"id": f"d{i}", "text": f"Record {i}.", "meta": {"a": i}}
+                                  for i in range(100)]
+    for i in range(64, 70):
+        docs[i]["meta"] = {"a": i, "b": i, "c": i}
+    with pytest.raises(InvalidParams) as err:
+        eng.add_documents(docs)
+    assert err.value.data["committedIds"] == [f"d{i}" for i in range(64)]
+    assert err.value.data["pendingIds"] == [f"d{i}" for i in range(64, 100)]
+    assert sorted(eng.store.document_ids()) == sorted(f"d{i}" for i in range(64))
+    eng.close()
+
+
+def test_index_paths_skips_an_invalid_record_and_indexes_the_rest(tmp_path: Path,
+                                                                  embedder: Any) -> None:
+    folder = tmp_path / "corpus"
+    folder.mkdir()
+    lines = [{"id": "good1", "text": "A fine record."}, {"id": "x" * 600, "text": "Bad id."},
+             {"id": "good2", "text": "Another fine record.", "meta": {f"k{i}": i for i in range(3)}},
+             {"id": "deep", "text": "Deep meta.", "meta": {"a": [[[[[[[[1]]]]]]]]}}]
+    (folder / "records.jsonl").write_text("\n".join(json.dumps(x) for x in lines), "utf-8")
+    eng = Engine(tmp_path / "e", embedder=embedder, max_meta_depth=4)
+    result = eng.index_paths([folder])
+    assert eng.stats()["documents"] == 2
+    assert len(result.skipped) == 2
+    assert all("records.jsonl#L" in s.path and s.reason for s in result.skipped)
+    eng.close()

@@ -82,6 +82,26 @@ def test_open_engine_sees_and_survives_a_cli_index_run(tmp_path: Path, embedder:
     eng.close()
 
 
+def test_open_engine_sees_other_process_vectors_in_embedded_chroma(tmp_path: Path,
+                                                                   embedder: Any) -> None:
+    """chromadb keeps an embedded collection's HNSW in memory: an engine that stays open must
+    reload it after another process's commit, or Chroma-backed dense recall misses new rows."""
+    eng = Engine(tmp_path / "e", embedder=embedder, dense_exact_max=0)
+    eng.add_documents(DOCS)
+    for unit in ("chunk", "document"):  # load both HNSW indexes into this process
+        assert eng.retrieve("vitamin D multiple sclerosis", k=3, mode="dense", unit=unit).hits
+    _write_corpus(tmp_path / "corpus", "beta", 3)
+    res = subprocess.run(_cli("index", str(tmp_path / "corpus"), "--engine", str(tmp_path / "e"),
+                              "--quiet"), capture_output=True, text=True, env=_child_env(),
+                         cwd=REPO, timeout=300)
+    assert res.returncode == 0, res.stderr
+    got = eng.retrieve("The quokka and the zanzibar meet near betamarker0", k=3, mode="dense",
+                       unit="document")
+    assert got.index_version == "v2"
+    assert got.hits[0].id == "doc:corpus/f000.txt"
+    eng.close()
+
+
 def test_two_writer_processes_at_once(tmp_path: Path, embedder: Any) -> None:
     engine_dir = tmp_path / "e"
     eng = Engine(engine_dir, embedder=embedder)
