@@ -21,6 +21,7 @@ import subprocess
 import sys
 import threading
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -28,10 +29,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import REPO, free_port, running_server
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import REPO, free_port, running_server
 from rcp_agentic import Engine
 from rcp_agentic.protocol.dispatcher import Dispatcher, dumps
 from rcp_agentic.protocol.jsonio import MAX_DEPTH
@@ -40,7 +41,7 @@ from rcp_agentic.protocol.methods import RCP_METHODS
 # Every code but -32603: a hostile frame is always the caller's fault.
 ALLOWED = {-32700, -32600, -32602, -32001, -32002, -32003, -32004, -32005, -32006, -32010,
            -32012, -32013, -32014, -32015, -32016}
-ANSWER_TIMEOUT = 120.0  # seconds a transport may take to answer one frame
+ANSWER_TIMEOUT = 30.0  # seconds a transport may take to answer one frame
 
 
 class Raw:
@@ -126,6 +127,7 @@ class Frame:
     answered: bool  # one answer expected (False: valid notifications only, no answer)
     id: Any = None  # the id the answer must carry
     batch: list[Any] | None = None  # for a batch: the ids of its answers, in order
+    method: str | None = None  # a printable ASCII method, for HTTP's /rcp/<method> route
 
     def __repr__(self) -> str:
         return f"Frame({self.text[:300]!r}{'…' if len(self.text) > 300 else ''})"
@@ -169,7 +171,9 @@ def _expected(text: str) -> Frame:
     if isinstance(msg, list) and 0 < len(msg) <= 64:
         ids = [id_ for answered, id_ in map(_one, msg) if answered]
         return Frame(text, bool(ids), None, ids)
-    return Frame(text, *_one(msg))
+    method = msg.get("method") if isinstance(msg, dict) else None
+    printable = isinstance(method, str) and method.isascii() and method.isprintable()
+    return Frame(text, *_one(msg), method=method if printable and method else None)
 
 
 @st.composite
@@ -191,7 +195,8 @@ def odd_frames(draw: st.DrawFn) -> Frame:
     """Framing abuse: deep nesting as raw text, notifications, bad envelopes, raw JSON values."""
     kind = draw(st.sampled_from(["nest-array", "nest-object", "nest-filter", "nest-params",
                                  "notification", "value", "envelope"]))
-    depth = draw(st.integers(1, 200) | st.integers(1, 100_000))
+    depth = draw(st.sampled_from([1, 2, MAX_DEPTH - 1, MAX_DEPTH, MAX_DEPTH + 1, 1_200, 100_000])
+                 | st.integers(1, 100_000))
     n = next(_serial)
     if kind == "nest-array":
         text = "[" * depth + "]" * depth
@@ -215,7 +220,7 @@ def odd_frames(draw: st.DrawFn) -> Frame:
     return _expected(text)
 
 
-FRAMES = st.integers(0, 3).flatmap(lambda i: odd_frames() if i == 0 else requests())
+FRAMES = st.one_of(odd_frames(), requests(), requests())
 
 
 @dataclass
@@ -413,9 +418,10 @@ def http_base(engine_dir: Path, tmp_path: Path) -> Iterator[str]:
         yield base
 
 
-def post(base: str, body: str) -> tuple[int, str, bytes]:
-    """POST ``body`` to ``/rcp``: status, content type and raw body (errors included)."""
-    request = urllib.request.Request(f"{base}/rcp", data=body.encode("utf-8"), method="POST",
+def post(base: str, body: str, method: str | None = None) -> tuple[int, str, bytes]:
+    """POST ``body`` to ``/rcp`` (or ``/rcp/<method>``): status, content type and raw body."""
+    path = "/rcp" if method is None else "/rcp/" + urllib.parse.quote(method, safe="/")
+    request = urllib.request.Request(base + path, data=body.encode("utf-8"), method="POST",
                                      headers={"Content-Type": "application/json"})
     try:
         with urllib.request.urlopen(request, timeout=ANSWER_TIMEOUT) as resp:
@@ -429,7 +435,9 @@ def test_fuzz_http(http_base: str) -> None:
 
     def answer(frame: Frame) -> list[Any]:
         try:
-            status, ctype, body = post(http_base, frame.text)
+            # Half the frames naming a method go to its own route, /rcp/<method>.
+            status, ctype, body = post(http_base, frame.text,
+                                       frame.method if len(frame.text) % 2 else None)
         except OSError:  # refused or dropped connection: the server is gone or gave up
             tally.crashes += 1
             raise

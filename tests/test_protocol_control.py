@@ -97,8 +97,9 @@ def peer(engine_dir: Path) -> Iterator[StdioPeer]:
     init = p.response(0)
     assert "streaming" in init["result"]["capabilities"]
     assert init["result"]["_meta"]["conformance"] == "L2"
-    assert init["result"]["capabilities"]["x-rcp-agentic"]["limits"] == {
-        "maxBatch": 64, "maxBodyBytes": 8 * 1024 * 1024, "requestTimeoutMs": 120_000}
+    assert init["result"]["capabilities"]["x-rcp-agentic"]["limits"].items() >= {
+        "maxBatch": 64, "maxBodyBytes": 8 * 1024 * 1024, "requestTimeoutMs": 120_000,
+        "maxQueryChars": 16_384}.items()
     yield p
     p.close()
 

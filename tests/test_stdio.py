@@ -49,3 +49,36 @@ def test_stdio_shutdown_and_eof(engine_dir: Path) -> None:
     assert len(out) <= 2
     out, _ = run_session(engine_dir, [])
     assert out == []
+
+
+def test_stdio_survives_deep_nesting(engine_dir: Path) -> None:
+    # 2.4 KB of brackets once killed the server with a RecursionError (issue 9).
+    out, stderr = run_session(engine_dir, [
+        "[" * 1200 + "]" * 1200,
+        '{"jsonrpc":"2.0","id":1,"method":"retrieve","params":{"query":"x","filter":'
+        + '{"not":' * 50_000 + '{"field":"lang","op":"eq","value":"en"}' + "}" * 50_000 + "}}",
+        {"jsonrpc": "2.0", "id": 2, "method": "ping", "params": {"nonce": "alive"}}])
+    assert "RecursionError" not in stderr
+    assert [o["error"]["code"] for o in out[:2]] == [-32700, -32700]
+    assert all(o["id"] is None for o in out[:2])
+    assert out[2] == {"jsonrpc": "2.0", "id": 2, "result": {"nonce": "alive"}}
+
+
+def test_stdio_answers_echoed_lone_surrogates(engine_dir: Path) -> None:
+    # Answers echoing a lone surrogate were never written (the encoder failed) (issue 9).
+    out, _stderr = run_session(engine_dir, [
+        {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {"protocolVersion": 1}},
+        '{"jsonrpc":"2.0","id":"\\ud800","method":"ping","params":{"nonce":"n\\udc00"}}',
+        ('{"jsonrpc":"2.0","id":2,"method":"retrieve","params":{"query":"x",'
+         '"filter":{"field":"x\\ud800","op":"eq","value":1}}}'),
+        '{"jsonrpc":"2.0","id":3,"method":"x-\\udfff","params":{}}',
+        '{"jsonrpc":"2.0","id":4,"method":"ping","params":{"nonce":1e400}}',
+        {"jsonrpc": "2.0", "id": 5, "method": "ping", "params": {}}])
+    by_id = {o["id"]: o for o in out}
+    assert len(out) == len(by_id) == 6  # every request answered exactly once
+    assert by_id["\ud800"]["result"] == {"nonce": "n\udc00"}  # the client's own value back
+    assert by_id[2]["error"]["code"] == -32602 and by_id[2]["error"]["data"]["field"] == (
+        "filter.field")
+    assert by_id[3]["error"]["code"] == -32004
+    assert by_id[4]["error"]["code"] == -32602
+    assert by_id[5]["result"] == {}

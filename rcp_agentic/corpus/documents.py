@@ -17,9 +17,9 @@ from typing import Any
 import numpy as np
 
 from ..errors import InvalidParams
-from ..pipeline.params import clean_text, is_unicode
 from ..models.analyzer import term_counts
 from ..models.tokenizer import count_tokens
+from ..pipeline.params import clean_text, is_unicode
 from ..store.docstore import DocumentRecord, UnitRecord
 from .chunker import chunk_text
 from .loaders import Page, SourceDocument

@@ -68,7 +68,6 @@ class SentenceTransformerEmbedder:
             if self._model is None:
                 import torch
                 from sentence_transformers import SentenceTransformer
-
                 from transformers.utils import logging as hf_logging
 
                 if self.torch_threads:

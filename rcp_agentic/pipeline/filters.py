@@ -89,7 +89,7 @@ def coerce_value(ftype: str, value: Any) -> Any:
 
 
 def check_filter_size(node: Any, *, max_depth: int, max_nodes: int) -> None:
-    """Refuse (InvalidParams on ``filter``) a tree deeper than ``max_depth`` or larger than ``max_nodes``.
+    """Refuse a filter deeper than ``max_depth`` or larger than ``max_nodes`` (-32602, ``filter``).
 
     Depth counts filter objects from the root (a lone leaf is 1); size counts the
     objects and every value of an ``in``/``nin`` list. The walk is iterative and stops

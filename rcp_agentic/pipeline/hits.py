@@ -1,4 +1,4 @@
-"""Hit assembly: a stored unit row becomes an RCP ``Hit`` with citation, chunk ref and static fields.
+"""Hit assembly: a stored unit row becomes an RCP ``Hit`` with citation, chunk ref, static fields.
 
 A hit's text is cut at ``max_chars`` (EngineConfig.max_hit_chars): the hit then
 carries ``meta.truncated: true`` and ``meta.text_chars`` (the full length), and the

@@ -11,8 +11,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from pydantic import (BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr,
-                      ValidationError)
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictFloat,
+    StrictInt,
+    StrictStr,
+    ValidationError,
+)
 from pydantic.alias_generators import to_camel
 
 from ..config import EngineConfig
@@ -25,7 +33,7 @@ UNITS = ("chunk", "passage", "page", "document")
 ALL_UNITS = ("chunk", "passage", "document", "node", "triplet", "path", "subgraph", "community",
              "tree-node", "page")
 # The limits a plan is checked against when the caller passes no configuration.
-DEFAULT_LIMITS = EngineConfig()
+DEFAULT_LIMITS = EngineConfig.model_validate({})
 
 
 class _Params(BaseModel):
@@ -108,7 +116,7 @@ class Plan:
 
 
 def is_unicode(text: str) -> bool:
-    """False when ``text`` holds a lone UTF-16 surrogate (legal in a JSON escape, not in Unicode)."""
+    """False when ``text`` holds a lone UTF-16 surrogate (legal in JSON escapes, not Unicode)."""
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:

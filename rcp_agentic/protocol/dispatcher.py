@@ -22,8 +22,8 @@ from typing import Any
 
 from .. import __version__
 from ..control import Progress, RequestControl
-from ..engine import Engine
 from ..corpus.documents import check_document_chars
+from ..engine import Engine
 from ..errors import (
     CapabilityMissing,
     InternalError,
@@ -283,7 +283,7 @@ class Dispatcher:
         nonce = params["nonce"]
         try:
             jsonio.dumps(nonce)
-        except ValueError:  # NaN or an overflowing literal such as 1e400: not echoable JSON
+        except (ValueError, RecursionError):  # NaN, 1e400 (infinite), or absurdly deep
             raise InvalidParams("nonce must be finite JSON", field="nonce") from None
         return {"nonce": nonce}
 
