@@ -25,7 +25,8 @@ from typing import Any
 import numpy as np
 
 from .config import EngineConfig
-from .corpus.documents import attach_vectors, build_record, to_source_document
+from .corpus.documents import (attach_vectors, build_record, check_document_chars,
+                               to_source_document)
 from .corpus.loaders import SkippedFile, SourceDocument, load_path
 from .corpus.metadata import check_meta_shape, filterable_meta, is_valid_field_name
 from .control import RequestControl, checked
@@ -128,7 +129,8 @@ class Engine(Retrieval):
         self._indexes: dict[tuple[str, int, int], UnitIndex] = {}
         self.sessions = SessionStore(ttl_seconds=self.config.session_ttl_seconds,
                                      max_sessions=self.config.max_sessions,
-                                     max_items=self.config.session_max_items)
+                                     max_items=self.config.session_max_items,
+                                     max_bytes=self.config.session_max_bytes)
         self.store = Docstore(self.path / "engine.db", retain=self.config.snapshots_retained)
         try:
             self._check_embedder()
@@ -453,6 +455,8 @@ class Engine(Retrieval):
                                      max_depth=self.config.max_meta_depth,
                                      where=f"documents[{i}]")
                     doc, requested = to_source_document(item, i)
+                    check_document_chars(doc.text, self.config.max_document_chars,
+                                         f"documents[{i}].text")
                     yield doc, self._trust(requested, grant(doc), i)
                 except InvalidParams as exc:
                     if on_invalid is None:
@@ -705,7 +709,8 @@ class Engine(Retrieval):
             raise InvalidParams("kind must be 'query' or 'document'", field="kind")
         if encoding not in ("json", "f32-base64"):
             raise OptionUnsupported(f"encoding {encoding!r} is not offered", option="encoding")
-        texts = [query_text(x, field=f"inputs[{i}]", allow_empty=True)
+        texts = [query_text(x, field=f"inputs[{i}]", allow_empty=True,
+                            max_chars=self.config.max_embed_chars)
                  for i, x in enumerate(inputs)]
         if kind == "query":
             vectors = np.vstack([self.embedder.embed_query(t) for t in texts])
@@ -733,7 +738,7 @@ class Engine(Retrieval):
         if method is not None and method != self.reranker.method:
             raise OptionUnsupported(f"rerank method {method!r} is not offered (this engine: "
                                     f"{self.reranker.method!r})", option="method")
-        text = query_text(query)
+        text = query_text(query, max_chars=self.config.max_query_chars)
         if not isinstance(passages, list) or not passages:
             raise InvalidParams("passages must be a non-empty array", field="passages")
         if len(passages) > self.config.rerank_max_candidates:

@@ -30,12 +30,12 @@ from typing import Any
 
 import pytest
 from conftest import REPO, free_port, running_server
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 
 from rcp_agentic import Engine
 from rcp_agentic.protocol.dispatcher import Dispatcher, dumps
-from rcp_agentic.protocol.jsonio import MAX_DEPTH
+from rcp_agentic.jsonio import MAX_DEPTH
 from rcp_agentic.protocol.methods import RCP_METHODS
 
 # Every code but -32603: a hostile frame is always the caller's fault.
@@ -221,6 +221,17 @@ def odd_frames(draw: st.DrawFn) -> Frame:
 
 
 FRAMES = st.one_of(odd_frames(), requests(), requests())
+# The frames issue 9 found, run first on every transport whatever Hypothesis draws.
+KNOWN_BAD = [
+    "[" * 1200 + "]" * 1200,
+    '{"a":' * 100_000 + "0" + "}" * 100_000,
+    '{"jsonrpc":"2.0","id":"\\ud800","method":"ping","params":{"nonce":"\\udc00"}}',
+    ('{"jsonrpc":"2.0","id":7,"method":"retrieve","params":{"query":"x",'
+     '"filter":{"field":"x\\ud800","op":"eq","value":"\\udfff"}}}'),
+    '{"jsonrpc":"2.0","id":8,"method":"ping","params":{"nonce":1e400}}',
+    '{"jsonrpc":"2.0","id":1e400,"method":"ping"}',
+    '{"a":0}',  # no id, not a request: still answered (-32600, id null)
+]
 
 
 @dataclass
@@ -277,6 +288,8 @@ def _fuzz(tally: Tally, answer: Any, examples: int) -> None:
         tally.examples += 1
         tally.check(frame, answer(frame))
 
+    for text in KNOWN_BAD:
+        one = example(frame=_expected(text))(one)
     try:
         one()
     finally:
@@ -470,7 +483,10 @@ def rpc(filled_engine: Engine) -> Dispatcher:
 @settings(max_examples=200, deadline=None)
 @given(frame=JSON)
 def test_any_parsed_frame_is_answered_or_ignored(rpc: Dispatcher, frame: Any) -> None:
-    value = json.loads(encode(frame))  # Raw literals become inf or huge ints, as on the wire
+    try:
+        value = json.loads(encode(frame))  # Raw literals become inf or huge ints, as on the wire
+    except ValueError:  # over 4,300 digits: not a value (the framing tests send it as text)
+        assume(False)
     response = rpc.handle(value)
     if response is None:
         return  # a notification (or a batch of them)

@@ -244,6 +244,15 @@ def test_sessions_are_bounded_by_bytes() -> None:
     assert store.seen_count("0000" + "x" * 65_536) == 0
 
 
+def test_the_engine_bounds_its_sessions_by_bytes(tmp_path: Path, embedder: Any) -> None:
+    with Engine(tmp_path / "e", embedder=embedder, session_max_bytes=8 * 1024) as eng:
+        eng.add_documents(DOCS)
+        for n in range(40):
+            eng.retrieve("rank fusion", k=3, session_id=f"{n:03d}" + "s" * 200)
+            assert eng.sessions.nbytes <= 8 * 1024
+        assert 1 < len(eng.sessions) < 40
+
+
 def test_documents_over_the_limit_are_refused_whole(small: Dispatcher) -> None:
     before = small.engine.stats()
     bad_param(small, "index/add", {"documents": [{"id": "ok", "text": "fine"},

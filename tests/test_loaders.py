@@ -274,7 +274,7 @@ def test_jsonl_records(tmp_path: Path) -> None:
     assert third.meta == {"score": None}
 
     assert [s.path for s in skips] == [f"{path}#L{n}" for n in (4, 5, 7, 8)]
-    assert skips[0].reason.startswith("invalid JSON on line 4: ")
+    assert skips[0].reason.startswith("line 4: invalid JSON: ")
     assert "text" in skips[1].reason
     assert skips[2].reason == "line 7 is not a JSON object"
     assert "text" in skips[3].reason
@@ -541,3 +541,13 @@ def test_a_very_deep_folder_tree_is_walked(tmp_path: Path) -> None:
         while deep != tmp_path:
             deep.rmdir()
             deep = deep.parent
+
+
+def test_a_jsonl_record_nested_past_the_limit_is_skipped(tmp_path: Path) -> None:
+    """The standard parser recurses: 100,000 brackets would raise RecursionError mid-ingest."""
+    path = tmp_path / "deep.jsonl"
+    path.write_text('{"text": "ok"}\n{"text": "x", "meta": ' + "[" * 100_000 + "]" * 100_000
+                    + "}\n", "utf-8")
+    items = list(load_path(path))
+    assert [type(i).__name__ for i in items] == ["SourceDocument", "SkippedFile"]
+    assert "nested deeper than" in items[1].reason

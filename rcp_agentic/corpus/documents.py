@@ -38,8 +38,8 @@ TRUST_LEVELS = ("trusted", "community", "untrusted")
 def check_document_chars(text: str, max_chars: int, field: str) -> None:
     """Refuse a document text longer than ``max_chars`` (EngineConfig.max_document_chars).
 
-    Raises InvalidParams on ``field`` (e.g. ``documents[3].text``); the file loader
-    turns the same error into a skipped file with its reason.
+    Raises InvalidParams on ``field`` (e.g. ``documents[3].text``); ``index_paths``
+    turns it into a skipped file with its reason.
     """
     if len(text) > max_chars:
         raise InvalidParams(f"{field} has {len(text)} characters, more than the limit of "

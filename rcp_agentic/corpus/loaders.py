@@ -23,6 +23,9 @@ from typing import Any
 
 from pypdf import PdfReader
 
+from .. import jsonio
+from ..errors import ParseError
+
 __all__ = ["SUPPORTED_EXTENSIONS", "Page", "SkippedFile", "SourceDocument", "load_path"]
 
 _FILE_TYPES: dict[str, str] = {
@@ -494,11 +497,9 @@ def _load_jsonl(data: bytes, base: SourceDocument) -> Iterator[SourceDocument | 
 
 def _jsonl_record(raw: bytes, number: int, base: SourceDocument) -> SourceDocument:
     try:
-        record = json.loads(raw.decode("utf-8"))
-    except UnicodeDecodeError:
-        raise _Skip(f"invalid UTF-8 on line {number}") from None
-    except json.JSONDecodeError as exc:
-        raise _Skip(f"invalid JSON on line {number}: {exc.msg} at column {exc.colno}") from None
+        record = jsonio.loads(raw)
+    except ParseError as exc:  # bad UTF-8, bad JSON, or nested past jsonio.MAX_DEPTH
+        raise _Skip(f"line {number}: {exc.message}") from None
     if not isinstance(record, dict):
         raise _Skip(f"line {number} is not a JSON object")
     body = record.get("text")

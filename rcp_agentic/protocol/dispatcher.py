@@ -22,7 +22,6 @@ from typing import Any
 
 from .. import __version__
 from ..control import Progress, RequestControl
-from ..corpus.documents import check_document_chars
 from ..engine import Engine
 from ..errors import (
     CapabilityMissing,
@@ -36,8 +35,8 @@ from ..errors import (
     UnknownMethod,
     VersionMismatch,
 )
-from ..pipeline.params import is_unicode, lone_surrogate_at, query_text
-from . import jsonio
+from ..pipeline.params import is_unicode, lone_surrogate_at
+from .. import jsonio
 from .methods import PROTOCOL_VERSION, RCP_METHODS
 
 log = logging.getLogger(__name__)
@@ -301,11 +300,6 @@ class Dispatcher:
         inputs = params.get("inputs", params.get("texts"))  # `texts`: the legacy name (§7.3)
         if inputs is None:
             raise InvalidParams("inputs is required", field="inputs")
-        config = self.engine.config
-        if isinstance(inputs, list) and len(inputs) <= config.embed_batch_limit:
-            for i, item in enumerate(inputs):  # the engine checks the rest of the shape
-                query_text(item, field=f"inputs[{i}]", allow_empty=True,
-                           max_chars=config.max_embed_chars)
         kind = params.get("kind", "document")
         encoding = params.get("encoding", "json")
         if not isinstance(encoding, str):
@@ -317,7 +311,6 @@ class Dispatcher:
     def _rerank(self, params: dict[str, Any], control: RequestControl) -> dict[str, Any]:
         if "query" not in params:
             raise InvalidParams("query is required", field="query")
-        query_text(params["query"], max_chars=self.engine.config.max_query_chars)
         # `documents` is the name some RCP clients (the reference harness) send.
         passages = params.get("passages", params.get("documents"))
         if not isinstance(passages, list):
@@ -335,10 +328,6 @@ class Dispatcher:
             raise InvalidParams("documents must be a non-empty array", field="documents")
         if params.get("contextual"):
             raise OptionUnsupported("contextual chunking is not offered", option="contextual")
-        for i, doc in enumerate(docs):  # before anything is chunked or embedded
-            if isinstance(doc, dict) and isinstance(doc.get("text"), str):
-                check_document_chars(doc["text"], self.engine.config.max_document_chars,
-                                     f"documents[{i}].text")
         result = self.engine.add_documents(docs, control=control)
         return {"ids": result.ids, "chunks": result.chunks}
 

@@ -31,7 +31,7 @@ from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ..errors import InvalidRequest, RCPError, Unauthorized
-from .jsonio import dumps
+from ..jsonio import dumps
 
 # The methods of protocol/methods.py that change what the server holds.
 WRITE_METHODS = frozenset({"index/add", "index/delete", "feedback", "memory/build"})

@@ -48,7 +48,7 @@ from ..errors import BackendUnavailable, InvalidParams, OptionUnsupported
 from ..pipeline.filters import BUILTIN_FIELDS
 from ..wire import Hit
 from .body import DEFAULT_BODY_LIMIT, DEFAULT_BODY_TIMEOUT, BodyRefused, read_body
-from .jsonio import dumps
+from ..jsonio import dumps
 
 log = logging.getLogger(__name__)
 

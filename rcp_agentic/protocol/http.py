@@ -43,7 +43,7 @@ from starlette.routing import BaseRoute, Route
 from ..control import RequestControl
 from ..engine import Engine
 from ..errors import InternalError, InvalidRequest, ParseError, RCPError
-from . import jsonio
+from .. import jsonio
 from .body import DEFAULT_BODY_LIMIT, DEFAULT_BODY_TIMEOUT, BodyRefused, read_body
 from .dispatcher import Dispatcher, dumps
 from .guard import Gate, HostOriginGuard, refusal
@@ -143,8 +143,10 @@ def rcp_routes(sessions: _Sessions, gate: Gate, *, body_limit: int = DEFAULT_BOD
         # Ids are unique per client: the credentials and the RCP-Session header name it.
         scope = (request.headers.get("authorization"), request.headers.get(SESSION_HEADER))
         if isinstance(message, dict) and "id" not in message:  # a notification: cheap
-            dispatcher.handle(message, scope=scope)
-            return Response(status_code=204)
+            response = dispatcher.handle(message, scope=scope)
+            if response is None:
+                return Response(status_code=204)
+            return Response(dumps(response), media_type="application/json")
         if isinstance(message, dict) and "text/event-stream" in request.headers.get("accept", ""):
             return _stream(dispatcher, request, message, scope)
         controls: list[RequestControl] = []

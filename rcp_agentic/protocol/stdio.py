@@ -22,7 +22,7 @@ from typing import IO, Any
 
 from ..engine import Engine
 from ..errors import InternalError, ParseError, PayloadTooLarge
-from . import jsonio
+from .. import jsonio
 from .dispatcher import Dispatcher, dumps
 
 log = logging.getLogger(__name__)

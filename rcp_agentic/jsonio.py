@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ..errors import ParseError
+from .errors import ParseError
 
 # Deeper than any valid RCP message (filters are bounded far below this).
 MAX_DEPTH = 128
