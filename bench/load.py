@@ -92,24 +92,29 @@ def start_server(engine_dir: Path, log: Path) -> tuple[subprocess.Popen[bytes], 
     raise RuntimeError(f"the HTTP server did not start: {log.read_text()[-2000:]}")
 
 
+async def timed_post(client: httpx.AsyncClient, url: str, body: dict[str, object],
+                     calls: Calls) -> None:
+    """POST one JSON-RPC request; record its latency, or the failure."""
+    t0 = time.perf_counter()
+    try:
+        resp = await client.post(f"{url}/rcp/{body['method']}", json=body)
+        if resp.status_code != 200 or "result" not in resp.json():
+            calls.fail(f"HTTP {resp.status_code}: {resp.text}")
+            return
+    except (httpx.HTTPError, ValueError) as exc:
+        calls.fail(f"{type(exc).__name__}: {exc}")
+        return
+    calls.latencies.append((time.perf_counter() - t0) * 1000)
+
+
 async def reader(client: httpx.AsyncClient, url: str, queries: list[str], offset: int,
                  until: float, calls: Calls) -> None:
     i = offset
     while time.monotonic() < until:
-        body = {"jsonrpc": "2.0", "id": i, "method": "retrieve",
-                "params": {"query": queries[i % len(queries)], **PARAMS}}
+        await timed_post(client, url, {"jsonrpc": "2.0", "id": i, "method": "retrieve",
+                                       "params": {"query": queries[i % len(queries)], **PARAMS}},
+                         calls)
         i += 1
-        t0 = time.perf_counter()
-        try:
-            resp = await client.post(f"{url}/rcp/retrieve", json=body)
-            out = resp.json()
-            if resp.status_code != 200 or "result" not in out:
-                calls.fail(f"HTTP {resp.status_code}: {resp.text}")
-                continue
-        except (httpx.HTTPError, ValueError) as exc:
-            calls.fail(f"{type(exc).__name__}: {exc}")
-            continue
-        calls.latencies.append((time.perf_counter() - t0) * 1000)
 
 
 async def writer(client: httpx.AsyncClient, url: str, texts: list[str], until: float,
@@ -118,17 +123,8 @@ async def writer(client: httpx.AsyncClient, url: str, texts: list[str], until: f
     while time.monotonic() < until:
         docs = [{"id": f"load-{n + j}", "text": texts[(n + j) % len(texts)]} for j in range(4)]
         n += 4
-        body = {"jsonrpc": "2.0", "id": n, "method": "index/add", "params": {"documents": docs}}
-        t0 = time.perf_counter()
-        try:
-            resp = await client.post(f"{url}/rcp/index/add", json=body)
-            if resp.status_code != 200 or "result" not in resp.json():
-                calls.fail(f"HTTP {resp.status_code}: {resp.text}")
-                continue
-        except (httpx.HTTPError, ValueError) as exc:
-            calls.fail(f"{type(exc).__name__}: {exc}")
-            continue
-        calls.latencies.append((time.perf_counter() - t0) * 1000)
+        await timed_post(client, url, {"jsonrpc": "2.0", "id": n, "method": "index/add",
+                                       "params": {"documents": docs}}, calls)
 
 
 async def slow_loris(port: int, n: int, until: float, cut: list[int]) -> None:

@@ -18,9 +18,9 @@ import pytest
 
 from rcp_agentic import Engine
 from rcp_agentic.models.embedder import SentenceTransformerEmbedder
+from rcp_agentic.protocol.dispatcher import Dispatcher
 
 REPO = Path(__file__).resolve().parents[1]
-SHARED_DATA = REPO.parent / "shared" / "data"
 CHROMA_URL_ENV = "RCP_AGENTIC_TEST_CHROMA_URL"
 
 # Small, varied documents: quick to embed, with metadata of every filterable type.
@@ -152,3 +152,17 @@ class ChromaQuerySpy:
             return inner(*args, **kwargs)
 
         eng.chroma.query = query  # type: ignore[method-assign]
+
+
+def rpc_call(rpc: Dispatcher, method: str, params: Any, id_: Any = 1) -> dict[str, Any]:
+    """One JSON-RPC request through an in-process dispatcher; its answer object."""
+    out = rpc.handle({"jsonrpc": "2.0", "id": id_, "method": method, "params": params})
+    assert isinstance(out, dict)
+    return out
+
+
+def initialized(eng: Engine) -> Dispatcher:
+    """A dispatcher over ``eng`` past ``initialize``."""
+    rpc = Dispatcher(eng)
+    assert "result" in rpc_call(rpc, "initialize", {"protocolVersion": 1}, 0)
+    return rpc

@@ -8,22 +8,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import DOCS
+from conftest import DOCS, initialized, rpc_call
 
 from rcp_agentic import BackendUnavailable, Engine, InvalidParams
-from rcp_agentic.protocol.dispatcher import Dispatcher
-
-
-def _call(rpc: Dispatcher, method: str, params: dict[str, Any]) -> dict[str, Any]:
-    out = rpc.handle({"jsonrpc": "2.0", "id": 1, "method": method, "params": params})
-    assert isinstance(out, dict)
-    return out
-
-
-def _rpc(eng: Engine) -> Dispatcher:
-    rpc = Dispatcher(eng)
-    assert "result" in _call(rpc, "initialize", {"protocolVersion": 1, "client": {"name": "t"}})
-    return rpc
 
 
 # --- filter fields -------------------------------------------------------------------------------
@@ -31,12 +18,12 @@ def _rpc(eng: Engine) -> Dispatcher:
 
 def test_metadata_keys_per_document_are_capped(tmp_path: Path, embedder: Any) -> None:
     eng = Engine(tmp_path / "e", embedder=embedder, max_meta_keys=5)
-    rpc = _rpc(eng)
+    rpc = initialized(eng)
     ok = {f"k{i}": i for i in range(5)}
-    assert "result" in _call(rpc, "index/add", {"documents": [{"id": "ok", "text": "Fine.",
+    assert "result" in rpc_call(rpc, "index/add", {"documents": [{"id": "ok", "text": "Fine.",
                                                                "meta": ok}]})
     for meta in ({f"k{i}": i for i in range(6)}, {"a": {f"n{i}": i for i in range(5)}}):
-        out = _call(rpc, "index/add", {"documents": [
+        out = rpc_call(rpc, "index/add", {"documents": [
             {"id": "fine", "text": "Fine too."},
             {"id": "wide", "text": "Too many keys.", "meta": meta}]})
         assert out["error"]["code"] == -32602, out
@@ -141,7 +128,7 @@ def test_deep_metadata_is_invalid_params_not_recursion_error(tmp_path: Path,
 
 
 @pytest.mark.parametrize("token", ["latest", "v01", "v-1", "v999", "v" + "9" * 5000, "v\u0661",
-                                   "", "1", "V1", "v1 ", "v1\x00"],
+                                   "", "1", "V1", "v1 ", "v1\x00", "v1\ud800"],
                          ids=lambda t: ascii(t)[:12])
 def test_a_pinned_version_that_cannot_be_served_is_backend_unavailable(
         filled_engine: Engine, token: str) -> None:
@@ -150,7 +137,7 @@ def test_a_pinned_version_that_cannot_be_served_is_backend_unavailable(
     assert err.value.code == -32010 and err.value.data["field"] == "indexVersion"
     assert err.value.data["retryable"] is False
     assert len(err.value.message) < 300
-    out = _rpc(filled_engine).handle_text(json.dumps(
+    out = initialized(filled_engine).handle_text(json.dumps(
         {"jsonrpc": "2.0", "id": 1, "method": "retrieve",
          "params": {"query": "energy", "indexVersion": token}}))
     assert json.loads(out or "")["error"]["code"] == -32010

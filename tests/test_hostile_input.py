@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import DOCS
+from conftest import DOCS, initialized, rpc_call
 
 from rcp_agentic import Engine
 from rcp_agentic.config import EngineConfig
@@ -29,14 +29,8 @@ SMALL = {"max_query_chars": 100, "max_session_id_chars": 16, "max_token_budget":
          "max_hit_chars": 40, "max_embed_chars": 50}
 
 
-def call(rpc: Dispatcher, method: str, params: Any, id_: Any = 1) -> dict[str, Any]:
-    out = rpc.handle({"jsonrpc": "2.0", "id": id_, "method": method, "params": params})
-    assert isinstance(out, dict)
-    return out
-
-
 def error(rpc: Dispatcher, method: str, params: Any) -> dict[str, Any]:
-    out = call(rpc, method, params)
+    out = rpc_call(rpc, method, params)
     assert "error" in out, out
     return out["error"]
 
@@ -45,12 +39,6 @@ def bad_param(rpc: Dispatcher, method: str, params: Any, field: str) -> str:
     err = error(rpc, method, params)
     assert err["code"] == -32602 and err["data"]["field"] == field, err
     return err["message"]
-
-
-def initialized(eng: Engine) -> Dispatcher:
-    rpc = Dispatcher(eng)
-    assert "result" in call(rpc, "initialize", {"protocolVersion": 1}, 0)
-    return rpc
 
 
 @pytest.fixture(scope="module")
@@ -109,12 +97,12 @@ def test_a_filter_100000_deep_is_refused_without_recursion(filled_engine: Engine
     wide_and_deep(),
 ], ids=["not-32", "and-32", "and-511", "or-511", "wide-and-deep"])
 def test_filters_at_the_limits_are_answered(rpc: Dispatcher, filter_: dict[str, Any]) -> None:
-    out = call(rpc, "retrieve", {"query": "rank fusion", "mode": "sparse", "filter": filter_})
+    out = rpc_call(rpc, "retrieve", {"query": "rank fusion", "mode": "sparse", "filter": filter_})
     assert "result" in out, out
 
 
 def test_filter_limits_follow_the_config(small: Dispatcher) -> None:
-    assert "result" in call(small, "retrieve", {"query": "x", "filter": chain("not", 4)})
+    assert "result" in rpc_call(small, "retrieve", {"query": "x", "filter": chain("not", 4)})
     bad_param(small, "retrieve", {"query": "x", "filter": chain("not", 5)}, "filter")
     bad_param(small, "retrieve", {"query": "x", "filter": {"or": [LEAF] * 10}}, "filter")
 
@@ -123,7 +111,7 @@ def test_filter_semantics_survive_operand_reordering(rpc: Dispatcher) -> None:
     # The nested `or` is compiled before the leaf; the result must not change.
     filter_ = {"and": [{"field": "year", "op": "gte", "value": 2015},
                        {"or": [TAGS, {"field": "lang", "op": "eq", "value": "de"}]}]}
-    out = call(rpc, "retrieve", {"query": "documents", "k": 10, "filter": filter_})
+    out = rpc_call(rpc, "retrieve", {"query": "documents", "k": 10, "filter": filter_})
     got = sorted(h["chunk"]["docId"] for h in out["result"]["hits"])
     want = sorted(d["id"] for d in DOCS if d["meta"]["year"] >= 2015
                   and ("ir" in d["meta"]["tags"] or d["meta"]["lang"] == "de"))
@@ -151,17 +139,17 @@ def test_lone_surrogates_in_retrieve_params_are_bad_params(rpc: Dispatcher,
 
 
 def test_a_lone_surrogate_in_the_query_is_cleaned(rpc: Dispatcher) -> None:
-    out = call(rpc, "retrieve", {"query": "rank fusion \ud800", "k": 1})
+    out = rpc_call(rpc, "retrieve", {"query": "rank fusion \ud800", "k": 1})
     assert out["result"]["hits"][0]["chunk"]["docId"] == "d5"
 
 
 def test_lone_surrogates_in_index_add_are_cleaned(engine: Engine) -> None:
     rpc = initialized(engine)
-    out = call(rpc, "index/add", {"documents": [{
+    out = rpc_call(rpc, "index/add", {"documents": [{
         "id": "s1", "text": "Solar \ud800panels convert light.", "title": "Ti\udc00tle",
         "source": "src\ud800", "uri": "file:///x\ud800", "meta": {"k\ud800": "v\udfff"}}]})
     assert out["result"]["ids"] == ["s1"], out
-    hit = call(rpc, "retrieve", {"query": "solar panels", "k": 1})["result"]["hits"][0]
+    hit = rpc_call(rpc, "retrieve", {"query": "solar panels", "k": 1})["result"]["hits"][0]
     assert hit["text"] == "Solar \ufffdpanels convert light."
     assert hit["citation"]["title"] == "Ti\ufffdtle"
     assert hit["citation"]["source"] == "src\ufffd"
@@ -170,7 +158,7 @@ def test_lone_surrogates_in_index_add_are_cleaned(engine: Engine) -> None:
 
 def test_lone_surrogates_in_ids_and_feedback_are_bad_params(engine: Engine) -> None:
     rpc = initialized(engine)
-    call(rpc, "index/add", {"documents": [{"id": "keep", "text": "kept text"}]})
+    rpc_call(rpc, "index/add", {"documents": [{"id": "keep", "text": "kept text"}]})
     before = engine.stats()
     bad_param(rpc, "index/add", {"documents": [{"id": "a", "text": "ok"},
                                                {"id": "b\ud800", "text": "x"}]},
@@ -187,7 +175,7 @@ def test_lone_surrogates_in_ids_and_feedback_are_bad_params(engine: Engine) -> N
 
 
 def test_limits_are_advertised(small: Dispatcher) -> None:
-    limits = call(small, "info", {})["result"]["capabilities"]["x-rcp-agentic"]["limits"]
+    limits = rpc_call(small, "info", {})["result"]["capabilities"]["x-rcp-agentic"]["limits"]
     config = small.engine.config
     assert limits == limits | {
         "maxQueryChars": 100, "maxSessionIdChars": 16, "maxTokenBudget": 1000,
@@ -201,7 +189,7 @@ def test_query_length_is_capped(rpc: Dispatcher, small: Dispatcher) -> None:
     limit = EngineConfig.model_validate({}).max_query_chars
     huge = "word " * (7 * 1024 * 1024 // 5)  # the 7 MiB query of the issue
     assert "7340030" in bad_param(rpc, "retrieve", {"query": huge, "mode": "sparse"}, "query")
-    assert "result" in call(rpc, "retrieve", {"query": "a" * limit, "mode": "sparse"})
+    assert "result" in rpc_call(rpc, "retrieve", {"query": "a" * limit, "mode": "sparse"})
     bad_param(small, "retrieve", {"query": "x" * 101}, "query")
     bad_param(small, "retrieve", {"query": [{"type": "text", "text": "x" * 60},
                                             {"type": "text", "text": "y" * 60}]}, "query")
@@ -218,9 +206,9 @@ def test_query_cache_holds_digests_not_texts(filled_engine: Engine) -> None:
 
 
 def test_session_id_and_token_budget_are_capped(small: Dispatcher) -> None:
-    assert "result" in call(small, "retrieve", {"query": "x", "sessionId": "s" * 16})
+    assert "result" in rpc_call(small, "retrieve", {"query": "x", "sessionId": "s" * 16})
     bad_param(small, "retrieve", {"query": "x", "sessionId": "s" * 17}, "sessionId")
-    assert "result" in call(small, "retrieve", {"query": "x", "tokenBudget": 1000})
+    assert "result" in rpc_call(small, "retrieve", {"query": "x", "tokenBudget": 1000})
     bad_param(small, "retrieve", {"query": "x", "tokenBudget": 1001}, "tokenBudget")
     bad_param(small, "retrieve", {"query": "x", "tokenBudget": 10**4000}, "tokenBudget")
 
@@ -262,7 +250,7 @@ def test_documents_over_the_limit_are_refused_whole(small: Dispatcher) -> None:
 
 
 def test_hit_text_is_cut_and_flagged(small: Dispatcher) -> None:
-    out = call(small, "retrieve", {"query": "rank fusion", "k": 1, "unit": "document"})
+    out = rpc_call(small, "retrieve", {"query": "rank fusion", "k": 1, "unit": "document"})
     result = out["result"]
     hit = result["hits"][0]
     full = next(d["text"] for d in DOCS if d["id"] == "d5")
@@ -272,7 +260,7 @@ def test_hit_text_is_cut_and_flagged(small: Dispatcher) -> None:
 
 
 def test_embed_inputs_are_capped(small: Dispatcher) -> None:
-    assert "result" in call(small, "embed", {"inputs": ["x" * 50]})
+    assert "result" in rpc_call(small, "embed", {"inputs": ["x" * 50]})
     bad_param(small, "embed", {"inputs": ["short", "x" * 51]}, "inputs[1]")
     bad_param(small, "embed", {"inputs": [{"type": "text", "text": "x" * 51}]}, "inputs[0]")
 
@@ -282,7 +270,7 @@ def test_embed_inputs_are_capped(small: Dispatcher) -> None:
 
 @pytest.mark.parametrize("method", ["x-vendor/thing", "x-rcp-agentic/nope", "x-rcp-agentic"])
 def test_undefined_x_methods_are_unknown(rpc: Dispatcher, method: str) -> None:
-    assert "x-rcp-agentic" in call(rpc, "info", {})["result"]["capabilities"]
+    assert "x-rcp-agentic" in rpc_call(rpc, "info", {})["result"]["capabilities"]
     assert error(rpc, method, {})["code"] == -32004
 
 

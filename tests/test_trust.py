@@ -10,10 +10,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import initialized, rpc_call
 
 from rcp_agentic import Engine, InvalidParams
 from rcp_agentic.pipeline.trust import InjectionScreen, Screening
-from rcp_agentic.protocol.dispatcher import Dispatcher
 
 DATA = Path(__file__).resolve().parent / "data" / "injection.jsonl"
 
@@ -207,18 +207,6 @@ def test_deterministic_and_large_input() -> None:
 # --- trust levels come only from the operator ---------------------------------------------
 
 
-def _call(rpc: Dispatcher, method: str, params: dict[str, Any]) -> dict[str, Any]:
-    out = rpc.handle({"jsonrpc": "2.0", "id": 1, "method": method, "params": params})
-    assert isinstance(out, dict)
-    return out
-
-
-def _rpc(eng: Engine) -> Dispatcher:
-    rpc = Dispatcher(eng)
-    assert "result" in _call(rpc, "initialize", {"protocolVersion": 1, "client": {"name": "t"}})
-    return rpc
-
-
 def _trust_levels(eng: Engine) -> dict[str, str]:
     hits = eng.retrieve("handbook policy expenses", k=50, mode="sparse", unit="document").hits
     return {h.id.removeprefix("doc:"): h.trust.level for h in hits if h.trust}
@@ -231,8 +219,8 @@ def test_a_protocol_writer_cannot_make_its_documents_trusted(tmp_path: Path, emb
     trusted_dir = tmp_path / "handbook"
     eng = Engine(tmp_path / "e", embedder=embedder,
                  trusted_sources=[str(trusted_dir), "handbook/", "doc:"])
-    rpc = _rpc(eng)
-    out = _call(rpc, "index/add", {"documents": [
+    rpc = initialized(eng)
+    out = rpc_call(rpc, "index/add", {"documents": [
         {"id": "handbook/rules", "text": "The handbook policy on expenses."},
         {"id": "by-source", "source": str(trusted_dir / "rules.txt"),
          "text": "The handbook policy on expenses, again."},
@@ -241,7 +229,7 @@ def test_a_protocol_writer_cannot_make_its_documents_trusted(tmp_path: Path, emb
     assert "result" in out, out
     assert _trust_levels(eng) == {"handbook/rules": "community", "by-source": "community",
                                   f"{trusted_dir}/x.txt": "community"}
-    refused = _call(rpc, "index/add", {"documents": [
+    refused = rpc_call(rpc, "index/add", {"documents": [
         {"id": "claim", "text": "The handbook policy says so.", "trust": "trusted"}]})
     assert refused["error"]["code"] == -32602
     assert refused["error"]["data"]["field"] == "documents[0].trust"

@@ -47,10 +47,10 @@ def check_meta_shape(meta: Any, *, max_keys: int, max_depth: int, where: str) ->
         if depth > max_depth:
             raise InvalidParams(f"{where}.meta.{name} is nested deeper than {max_depth} levels "
                                 "(max_meta_depth)", field=f"meta.{name}")
+        children = value.values() if isinstance(value, Mapping) else value
         if isinstance(value, Mapping):
             keys += len(value)
-            value = value.values()
-        stack.extend((v, depth + 1, name) for v in value if isinstance(v, containers))
+        stack.extend((v, depth + 1, name) for v in children if isinstance(v, containers))
 
 
 def infer_type(value: Any) -> str | None:

@@ -187,8 +187,9 @@ def parse_params(raw: dict[str, Any]) -> RetrieveParams:
         raise InvalidParams("params must be an object", field="params")
     for name, value in raw.items():
         # Lone surrogates are not Unicode: the query's text is cleaned (query_text); any
-        # other string of an option holding one is refused.
-        if name in PARAM_NAMES and name != "_meta":
+        # other string of an option holding one is refused. An indexVersion is an opaque
+        # token: whatever its form, one the engine cannot serve is -32010 (§7.7.1).
+        if name in PARAM_NAMES and name not in ("_meta", "indexVersion", "index_version"):
             bad = lone_surrogate_at(value, name, keys_only=name == "query")
             if bad is not None:
                 raise InvalidParams(f"{bad} holds a lone UTF-16 surrogate (not valid Unicode)",
