@@ -215,7 +215,7 @@ def report(args: argparse.Namespace, docs: int, queries: list[str],
              f"Python {platform.python_version()}; engine of {docs} SciFact abstracts; "
              f"retrieve {PARAMS} with {len(queries)} SciFact claims (each sent once before, "
              "to warm the query cache alike for every phase); serve --http defaults "
-             "(header timeout 10 s, body timeout 30 s, keep-alive 5 s)",
+             "(header timeout 10 s, body timeout 30 s, keep-alive 10 s)",
              "# load average (1, 5, 15 min) at the end: "
              + ", ".join(f"{x:.1f}" for x in os.getloadavg()), "",
              f"{'phase':<14} {'requests':>8} {'req/s':>7} {'p50 ms':>8} {'p99 ms':>8} "

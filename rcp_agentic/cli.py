@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import InvalidParams, RCPError
+from .protocol.listener import ServerLimits
 
 
 def _engine_dir(arg: str | None) -> Path:
@@ -184,7 +185,6 @@ def cmd_serve(args: argparse.Namespace) -> int:
     engine = _open(args, create=True)
     if args.http:
         from .protocol.http import serve_http
-        from .protocol.listener import ServerLimits
 
         # The hosted-API route serves the main engine as "default" and each --index
         # NAME=DIR beside it; they share the main engine's embedding model.
@@ -280,8 +280,9 @@ def build_parser() -> argparse.ArgumentParser:
                      help="(HTTP) close a connection whose request head takes longer (10)")
     srv.add_argument("--body-timeout", type=_positive(float), default=30.0, metavar="S",
                      help="(HTTP) answer 408 to a request body that takes longer (30)")
-    srv.add_argument("--timeout-keep-alive", type=_positive(float), default=5.0, metavar="S",
-                     help="(HTTP) close an idle keep-alive connection after S seconds (5)")
+    srv.add_argument("--timeout-keep-alive", type=_positive(float),
+                     default=ServerLimits.keep_alive_timeout, metavar="S",
+                     help="(HTTP) close an idle keep-alive connection after S seconds (10)")
     srv.add_argument("--limit-concurrency", type=_positive(int), metavar="N",
                      help="(HTTP) answer 503 past N open connections (default: what the "
                      "open-file limit allows, at most 4096)")

@@ -118,6 +118,23 @@ def test_startup_line_names_the_address(server: Server) -> None:
     assert server.stderr_line == f"rcp-agentic: serving RCP/1 on {server.url}/rcp"
 
 
+def test_the_startup_line_means_connections_are_accepted(tmp_path: Any) -> None:
+    """A client that connects the instant it reads the line is never refused."""
+    import subprocess
+    for attempt in range(3):
+        proc = subprocess.Popen([sys.executable, "-m", "rcp_agentic.cli", "serve", "--http",
+                                 "--port", "0", "--engine", str(tmp_path / f"e{attempt}")],
+                                stderr=subprocess.PIPE, text=True)
+        try:
+            assert proc.stderr is not None
+            line = next(x for x in proc.stderr if "serving RCP/1 on" in x)
+            host, port = line.split("//")[1].split("/")[0].rsplit(":", 1)
+            socket.create_connection((host, int(port)), timeout=5).close()  # no retry
+        finally:
+            proc.kill()
+            proc.wait()
+
+
 def test_non_loopback_without_token_warns(capsys: pytest.CaptureFixture[str]) -> None:
     _warn_if_exposed("0.0.0.0", None, False)
     err = capsys.readouterr().err

@@ -32,7 +32,10 @@ class ServerLimits:
 
     header_timeout: float = 10.0
     body_timeout: float = 30.0
-    keep_alive_timeout: float = 5.0
+    # Longer than common client pools keep an idle connection (httpx: 5 s), so the client
+    # drops it first: with equal timeouts the server closes a connection the client has
+    # just reused, and that request fails (measured in bench/load.py).
+    keep_alive_timeout: float = 10.0
     max_connections: int | None = None
     max_head_bytes: int = 64 * 1024
 
@@ -120,6 +123,9 @@ def run(app: Any, *, host: str, port: int, limits: ServerLimits,
                             timeout_keep_alive=limits.keep_alive_timeout,  # type: ignore[arg-type]
                             limit_concurrency=max_connections(limits, raise_open_file_limit()))
     sock = config.bind_socket()
+    # Listen before saying so: a client that connects as soon as it reads the start-up line
+    # must not be refused while uvicorn is still starting (asyncio listens again, harmlessly).
+    sock.listen(config.backlog)
     if on_listening is not None:
         bound = sock.getsockname()[1]
         name = f"[{host}]" if ":" in host else host
