@@ -276,13 +276,17 @@ def build_parser() -> argparse.ArgumentParser:
     srv.add_argument("--allow-anonymous-writes", action="store_true",
                      help="(HTTP) without $RCP_AGENTIC_TOKEN, let callers without a token "
                      "use index/add, index/delete, feedback (refused with 401 otherwise)")
-    srv.add_argument("--header-timeout", type=_positive(float), default=10.0, metavar="S",
-                     help="(HTTP) close a connection whose request head takes longer (10)")
-    srv.add_argument("--body-timeout", type=_positive(float), default=30.0, metavar="S",
-                     help="(HTTP) answer 408 to a request body that takes longer (30)")
+    srv.add_argument("--header-timeout", type=_positive(float),
+                     default=ServerLimits.header_timeout, metavar="S",
+                     help="(HTTP) close a connection whose request head takes longer "
+                     "(%(default)g)")
+    srv.add_argument("--body-timeout", type=_positive(float), default=ServerLimits.body_timeout,
+                     metavar="S", help="(HTTP) answer 408 to a request body that takes longer "
+                     "(%(default)g)")
     srv.add_argument("--timeout-keep-alive", type=_positive(float),
                      default=ServerLimits.keep_alive_timeout, metavar="S",
-                     help="(HTTP) close an idle keep-alive connection after S seconds (10)")
+                     help="(HTTP) close an idle keep-alive connection after S seconds "
+                     "(%(default)g)")
     srv.add_argument("--limit-concurrency", type=_positive(int), metavar="N",
                      help="(HTTP) answer 503 past N open connections (default: what the "
                      "open-file limit allows, at most 4096)")

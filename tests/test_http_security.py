@@ -317,6 +317,19 @@ def test_unexpected_failures_are_json_500(engine: Engine) -> None:
         assert resp.status_code == 500 and resp.json() == {"detail": "internal server error"}
 
 
+def test_non_string_methods_are_invalid_requests_not_500(engine: Engine) -> None:
+    """The anonymous-write check reads every method name: an unhashable one must not crash it."""
+    with TestClient(create_app(engine), base_url="http://127.0.0.1",
+                    raise_server_exceptions=False) as c:
+        for body in ({"jsonrpc": "2.0", "id": 1, "method": ["index/add"]},
+                     [{"jsonrpc": "2.0", "id": 1, "method": {"a": 1}}, rpc("ping", id_=2)]):
+            resp = c.post("/rcp", json=body)
+            assert resp.status_code == 200, resp.text
+            out = resp.json()
+            first = out[0] if isinstance(out, list) else out
+            assert first["id"] == 1 and first["error"]["code"] == -32600
+
+
 # --- issue 9.13: slow clients ------------------------------------------------------------------
 
 SLOW_HEAD = b"POST /rcp/ping HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"

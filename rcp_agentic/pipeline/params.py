@@ -11,16 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Field,
-    StrictBool,
-    StrictFloat,
-    StrictInt,
-    StrictStr,
-    ValidationError,
-)
+from pydantic import (BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr,
+                      ValidationError)
 from pydantic.alias_generators import to_camel
 
 from ..config import EngineConfig
@@ -32,8 +24,8 @@ FUSIONS = ("rrf", "weighted", "convex")
 UNITS = ("chunk", "passage", "page", "document")
 ALL_UNITS = ("chunk", "passage", "document", "node", "triplet", "path", "subgraph", "community",
              "tree-node", "page")
-# The limits a plan is checked against when the caller passes no configuration.
-DEFAULT_LIMITS = EngineConfig.model_validate({})
+# What a plan is checked against when the caller passes no configuration.
+DEFAULT_CONFIG = EngineConfig.model_validate({})
 
 
 class _Params(BaseModel):
@@ -111,7 +103,7 @@ class Plan:
     mmr_lambda: float | None = None
     recency_field: str | None = None
     recency_half_life_days: float | None = None
-    max_hit_chars: int = DEFAULT_LIMITS.max_hit_chars
+    max_hit_chars: int = DEFAULT_CONFIG.max_hit_chars
     notes: list[str] = field(default_factory=list)
 
 
@@ -205,16 +197,14 @@ def parse_params(raw: dict[str, Any]) -> RetrieveParams:
         raise InvalidParams(f"{path}: {err['msg']}", field=path) from None
 
 
-def make_plan(p: RetrieveParams, *, max_k: int, default_candidate_k: int, max_candidate_k: int,
-              default_mode: str, default_rrf_k: int, rerank_method: str | None = None,
-              max_rerank: int = 100, can_rank_by_confidence: bool = False,
-              config: EngineConfig | None = None) -> Plan:
+def make_plan(p: RetrieveParams, config: EngineConfig = DEFAULT_CONFIG, *,
+              rerank_method: str | None = None, can_rank_by_confidence: bool = False) -> Plan:
     """Check options against what the engine offers and resolve defaults (§7.7, §12).
 
-    ``config`` supplies the size limits (query, sessionId, tokenBudget, filter, hit
-    text); without it the defaults of :class:`EngineConfig` apply.
+    ``config`` supplies the defaults (mode, depths, RRF k) and the limits (maxK, query,
+    sessionId, tokenBudget, filter, hit text); ``rerank_method`` and
+    ``can_rank_by_confidence`` say what the engine's models offer.
     """
-    limits = config or DEFAULT_LIMITS
     notes: list[str] = []
 
     def unsupported(option: str, message: str) -> None:
@@ -222,13 +212,13 @@ def make_plan(p: RetrieveParams, *, max_k: int, default_candidate_k: int, max_ca
             raise OptionUnsupported(message, option=option)
         notes.append(f"ignored {option}: {message}")
 
-    query = query_text(p.query, max_chars=limits.max_query_chars)
+    query = query_text(p.query, max_chars=config.max_query_chars)
     if p.modality not in (None, "text"):
         unsupported("modality", f"modality {p.modality!r} is not supported (text only)")
-    mode = p.mode or default_mode
+    mode = p.mode or config.default_mode
     if mode not in MODES:
         unsupported("mode", f"mode {mode!r} is not supported")
-        mode = default_mode
+        mode = config.default_mode
     unit = p.unit or "chunk"
     if unit not in ALL_UNITS:
         raise InvalidParams(f"unit {unit!r} is not an RCP unit", field="unit")
@@ -271,26 +261,26 @@ def make_plan(p: RetrieveParams, *, max_k: int, default_candidate_k: int, max_ca
                                 field="recency.halfLifeDays")
     if p.session_id is not None and not p.session_id:
         raise InvalidParams("sessionId must not be empty", field="sessionId")
-    if p.session_id is not None and len(p.session_id) > limits.max_session_id_chars:
+    if p.session_id is not None and len(p.session_id) > config.max_session_id_chars:
         raise InvalidParams(f"sessionId has {len(p.session_id)} characters, more than the limit "
-                            f"of {limits.max_session_id_chars}", field="sessionId")
-    if p.token_budget is not None and p.token_budget > limits.max_token_budget:
-        raise InvalidParams(f"tokenBudget exceeds the limit of {limits.max_token_budget}",
+                            f"of {config.max_session_id_chars}", field="sessionId")
+    if p.token_budget is not None and p.token_budget > config.max_token_budget:
+        raise InvalidParams(f"tokenBudget exceeds the limit of {config.max_token_budget}",
                             field="tokenBudget")
     if p.filter is not None:
-        check_filter_size(p.filter, max_depth=limits.max_filter_depth,
-                          max_nodes=limits.max_filter_nodes)
+        check_filter_size(p.filter, max_depth=config.max_filter_depth,
+                          max_nodes=config.max_filter_nodes)
     if p.cursor is not None and p.session_id is not None:
         raise InvalidParams("a cursor pages one fixed ranked list; it cannot be combined with "
                             "sessionId, whose dedup changes the list", field="cursor")
 
-    k = min(p.k, max_k)
-    if p.k > max_k:
-        notes.append(f"k clamped to maxK={max_k}")
+    k = min(p.k, config.max_k)
+    if p.k > config.max_k:
+        notes.append(f"k clamped to maxK={config.max_k}")
     if p.candidate_k is not None and p.candidate_k < p.k:
         raise InvalidParams("candidateK must be >= k (candidateK >= rerank.topN >= k)",
                             field="candidateK")
-    candidate_k = min(p.candidate_k or max(k, default_candidate_k), max_candidate_k)
+    candidate_k = min(p.candidate_k or max(k, config.candidate_k), config.max_candidate_k)
     if p.rank_by not in (None, "score", "confidence"):
         raise InvalidParams("x-rcp-agentic-rankBy must be 'score' or 'confidence'",
                             field="x-rcp-agentic-rankBy")
@@ -310,9 +300,9 @@ def make_plan(p: RetrieveParams, *, max_k: int, default_candidate_k: int, max_ca
         if top_n < p.k or top_n > candidate_k:
             raise InvalidParams(f"rerank.topN must satisfy candidateK ({candidate_k}) >= topN >= "
                                 f"k ({p.k})", field="rerank.topN")
-        rerank_top_n = min(top_n, max_rerank)
-        if top_n > max_rerank:
-            notes.append(f"rerank.topN clamped to maxCandidates={max_rerank}")
+        rerank_top_n = min(top_n, config.rerank_max_candidates)
+        if top_n > config.rerank_max_candidates:
+            notes.append(f"rerank.topN clamped to maxCandidates={config.rerank_max_candidates}")
 
     fusion = p.fusion or FusionParams()
     if fusion.method not in FUSIONS:
@@ -336,7 +326,7 @@ def make_plan(p: RetrieveParams, *, max_k: int, default_candidate_k: int, max_ca
     return Plan(
         query=query, k=k, mode=mode, unit=unit, stored_unit="chunk" if unit == "passage" else unit,
         level=level, candidate_k=candidate_k, fusion=fusion.method, weights=weights,
-        rrf_k=fusion.rrf_k or default_rrf_k,
+        rrf_k=fusion.rrf_k or config.rrf_k,
         alpha=fusion.alpha if fusion.alpha is not None else 0.5,
         filter=p.filter, min_score=p.min_score, include_text=p.include_text,
         include_vectors=p.include_vectors, index_version=p.index_version,
@@ -345,4 +335,4 @@ def make_plan(p: RetrieveParams, *, max_k: int, default_candidate_k: int, max_ca
         mmr_lambda=mmr_lambda,
         recency_field=recency_field,
         recency_half_life_days=float(half_life) if half_life is not None else None,
-        max_hit_chars=limits.max_hit_chars, notes=notes)
+        max_hit_chars=config.max_hit_chars, notes=notes)

@@ -106,13 +106,9 @@ class Retrieval:
         start = time.perf_counter()
         ctl = checked(control)
         params = parse_params(raw)
-        plan = make_plan(params, max_k=self.config.max_k,
-                         default_candidate_k=self.config.candidate_k,
-                         max_candidate_k=self.config.max_candidate_k,
-                         default_mode=self.config.default_mode, default_rrf_k=self.config.rrf_k,
+        plan = make_plan(params, self.config,
                          rerank_method=self.reranker.method if self.reranker else None,
-                         max_rerank=self.config.rerank_max_candidates,
-                         can_rank_by_confidence=self.calibrator is not None, config=self.config)
+                         can_rank_by_confidence=self.calibrator is not None)
         qhash = query_hash(params.model_dump(
             mode="json", exclude={"cursor", "meta", "index_version", "strict"}))
         state = (cursor.decode(plan.cursor, self._secret, qhash) if plan.cursor is not None

@@ -13,9 +13,10 @@ import asyncio
 from starlette.requests import ClientDisconnect, Request
 
 from ..errors import InvalidRequest, PayloadTooLarge, RCPError, Timeout
+from .listener import ServerLimits
 
 DEFAULT_BODY_LIMIT = 8 * 1024 * 1024
-DEFAULT_BODY_TIMEOUT = 30.0
+DEFAULT_BODY_TIMEOUT = ServerLimits.body_timeout
 
 
 class BodyRefused(Exception):

@@ -124,9 +124,10 @@ class HostOriginGuard:
             return False
 
 
-def _methods(message: Any) -> list[Any]:
+def _methods(message: Any) -> list[str]:
+    """The method names of a request or batch (a non-string one is the dispatcher's -32600)."""
     items = message if isinstance(message, list) else [message]
-    return [m.get("method") for m in items if isinstance(m, dict)]
+    return [m["method"] for m in items if isinstance(m, dict) and isinstance(m.get("method"), str)]
 
 
 class Gate:

@@ -7,9 +7,9 @@ itself, so a cancel never waits behind the requests it targets. EOF on stdin (or
 ``shutdown``) finishes the requests in flight and exits.
 
 No frame can stop the server: every line is parsed by :func:`jsonio.loads` (bad
-UTF-8, bad JSON or nesting too deep is -32700), every answer is serialised by the
-dispatcher's never-failing ``dumps``, and a frame that still cannot be written is
-logged and answered with -32603 for its id instead.
+UTF-8, bad JSON or nesting too deep is -32700), and every answer is serialised by the
+dispatcher's ``dumps``, which never fails (an answer that cannot be JSON becomes
+-32603 for its id).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import IO, Any
 
 from ..engine import Engine
-from ..errors import InternalError, ParseError, PayloadTooLarge
+from ..errors import ParseError, PayloadTooLarge
 from .. import jsonio
 from .dispatcher import Dispatcher, dumps
 
@@ -40,14 +40,8 @@ def serve_stdio(engine: Engine, *, stdin: IO[bytes] | None = None,
     dispatcher = Dispatcher(engine, on_shutdown=stop.set, max_body_bytes=MAX_FRAME_BYTES)
 
     def write(frame: Any) -> None:
-        try:
-            data = dumps(frame).encode("utf-8") + b"\n"
-        except Exception:  # dumps never fails; this keeps one bad frame from ending the server
-            log.exception("a stdio frame could not be encoded")
-            id_ = frame.get("id") if isinstance(frame, dict) else None
-            err = InternalError("the server could not encode its answer")
-            data = jsonio.dumps({"jsonrpc": "2.0", "id": id_ if isinstance(id_, (str, int))
-                                 else None, "error": err.to_wire()}).encode("utf-8") + b"\n"
+        # dumps never raises and always yields text that encodes as UTF-8.
+        data = dumps(frame).encode("utf-8") + b"\n"
         with write_lock:
             rout.write(data)
             rout.flush()
