@@ -82,6 +82,20 @@ class EngineConfig(BaseModel):
     max_hit_chars: int = Field(
         200_000, ge=1, description="characters of a hit's text in a response (longer is cut)")
     max_embed_chars: int = Field(32_768, ge=1, description="characters of one embed input")
+    # --- the RAPTOR tree (tree-node units) ------------------------------------------------
+    build_tree: bool = Field(False, description="build RAPTOR tree-node units over the chunks "
+                             "and keep them up to date on every write")
+    tree_summary_tokens: int = Field(200, ge=16, le=4096,
+                                     description="tokens of one tree-node summary (cl100k)")
+    tree_cluster_tokens: int = Field(3000, ge=64, description="a cluster whose text exceeds "
+                                     "this many tokens is split before it is summarised")
+    tree_top_size: int = Field(8, ge=1, description="the tree stops growing when a level has "
+                               "at most this many nodes")
+    tree_max_levels: int = Field(5, ge=1, le=16, description="summary levels above the chunks")
+    tree_seed: int = Field(0, description="seed of the reduction and clustering (determinism)")
+    tree_rebuild_drift: float = Field(
+        0.25, gt=0, description="rebuild the whole tree when leaves added + removed since the "
+        "last full build exceed this share of the leaves it was built on")
     torch_threads: int | None = Field(None, ge=1, description="None = torch's default")
     blas_threads: int | None = Field(
         1, ge=1, description="numpy BLAS threads for query-time math (None = leave as is)")

@@ -37,7 +37,8 @@ from .models.embedder import SentenceTransformerEmbedder, TimedEmbedder, as_embe
 from .pipeline.filters import BUILTIN_FIELDS, OPERATORS
 from .pipeline.confidence import Calibrator
 from .pipeline.trust import InjectionScreen
-from .pipeline.params import (FUSIONS, MODES, UNITS, query_text)
+from . import units
+from .pipeline.params import FUSIONS, MODES, TREE_SEARCHES, query_text
 from .pipeline.retrieve import Retrieval
 from .store.chroma import ChromaVectors, CollectionLost
 from .store.docstore import DocumentRecord, Docstore
@@ -45,6 +46,7 @@ from .store.feedback import FeedbackLog
 from .sessions import SessionStore
 from .store.memindex import UnitIndex
 from .wire import RerankResult
+from .derived import DerivedBuilder, DerivedReport
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +76,8 @@ class AddResult:
     index_version: str = ""
     seconds: float = 0.0
     seconds_embedding: float = 0.0
+    # What the derived-unit builders (the tree) did after the documents were written.
+    derived: list[DerivedReport] = field(default_factory=list)
 
     @property
     def documents(self) -> int:
@@ -105,7 +109,7 @@ class Engine(Retrieval):
 
     def __init__(self, path: str | os.PathLike[str] | None = None, *,
                  config: EngineConfig | None = None, embedder: Any = None,
-                 reranker: Any = None, **overrides: Any) -> None:
+                 reranker: Any = None, llm: Any = None, **overrides: Any) -> None:
         self.path = Path(path) if path is not None else default_engine_dir()
         self.path.mkdir(parents=True, exist_ok=True)
         self.config = config or EngineConfig.resolve(self.path, **overrides)
@@ -126,7 +130,8 @@ class Engine(Retrieval):
         self.screen = InjectionScreen()
         self._write_lock = threading.Lock()
         self._index_lock = threading.Lock()
-        self._indexes: dict[tuple[str, int, int], UnitIndex] = {}
+        self._indexes: dict[tuple[tuple[tuple[str, int], ...], int], UnitIndex] = {}
+        self._offered_cache: tuple[int, dict[str, tuple[int, ...]]] | None = None
         self.sessions = SessionStore(ttl_seconds=self.config.session_ttl_seconds,
                                      max_sessions=self.config.max_sessions,
                                      max_items=self.config.session_max_items,
@@ -152,6 +157,12 @@ class Engine(Retrieval):
             # Another process committed: an embedded Chroma's in-memory HNSW must be reloaded.
             self._chroma_reload = False
             self._sync_chroma()  # a Chroma server that is down leaves the engine open, degraded
+            # Builders of derived units (an LLM, if given, writes abstractive summaries).
+            self.builders: dict[str, DerivedBuilder] = {}
+            if self.config.build_tree:
+                from .raptor.index import TreeIndex
+
+                self.builders["tree-node"] = TreeIndex(self, llm=llm)
         except BaseException:
             self.store.close()
             raise
@@ -220,14 +231,24 @@ class Engine(Retrieval):
         return f"v{self.store.index_version()}"
 
     def capabilities(self) -> dict[str, Any]:
-        """What this engine offers, as RCP/1 capability objects (§6); only what really works."""
+        """What this engine offers, as RCP/1 capability objects (§6); only what really works.
+
+        Derived kinds (tree-node) are advertised only once built, with their levels;
+        ``x-rcp-agentic.units`` says which index version each derived kind reflects.
+        """
+        offered = self._offered()
+        names = [n for n in units.known() if units.get(n).stored in offered]
+        levelled = [max(offered[units.get(n).stored], default=0) for n in names
+                    if units.get(n).levelled]
         retrieve: dict[str, Any] = {
             "maxK": self.config.max_k, "modes": list(MODES), "fusion": list(FUSIONS),
-            "mmr": True, "rerankBuiltin": self.reranker is not None, "units": list(UNITS),
+            "mmr": True, "rerankBuiltin": self.reranker is not None, "units": names,
             "tokenBudget": True, "confidence": self.calibrator is not None,
             "scoreScale": "unbounded", "defaultMode": self.config.default_mode,
             "deterministic": True, "snapshots": True,
         }
+        if levelled:
+            retrieve["levels"] = max(levelled) + 1  # level 0 (the leaves) and the summaries
         if self.reranker is None:
             retrieve["scoreFloor"] = -1.0  # cosine; RRF, weighted, convex and BM25 are >= 0
         caps: dict[str, Any] = {
@@ -244,7 +265,76 @@ class Engine(Retrieval):
             caps["rerank"] = {"methods": [self.reranker.method],
                               "maxCandidates": self.config.rerank_max_candidates,
                               "models": [self.reranker.model]}
+        derived = self.derived_status()
+        if derived:
+            caps["x-rcp-agentic"] = {"units": derived}
         return caps
+
+    def derived_status(self) -> dict[str, dict[str, Any]]:
+        """Per built derived kind: its levels, unit counts, the index version it reflects and
+        whether writes since then are still to be folded in (``current``)."""
+        out: dict[str, dict[str, Any]] = {}
+        counts = self.store.unit_kinds()
+        data_version = int(self.store.info("data_version") or 0)
+        for name, builder in self.builders.items():
+            levels = {lv: n for u, lv, n in counts if u == name}
+            if not levels:
+                continue
+            reflects = int(self.store.info(f"derived.{name}.version") or 0)
+            entry: dict[str, Any] = {"levels": sorted(levels), "counts": {
+                str(lv): n for lv, n in sorted(levels.items())},
+                "reflects": f"v{reflects}", "current": reflects >= data_version}
+            if name == "tree-node":
+                entry["treeSearch"] = list(TREE_SEARCHES)
+            out[name] = entry
+        return out
+
+    def _offered(self) -> dict[str, tuple[int, ...]]:
+        """Stored kinds offered now → their levels: the per-document kinds always (flat), and
+        each built derived kind with the levels it holds."""
+        version = self._current_version()
+        cached = self._offered_cache
+        if cached is not None and cached[0] == version:
+            return cached[1]
+        offered: dict[str, tuple[int, ...]] = {
+            units.get(n).stored: (0,) for n in units.per_document_kinds()}
+        levels: dict[str, set[int]] = {}
+        for unit, level, _n in self.store.unit_kinds(version):
+            if unit in units.known() and units.get(unit).derived:
+                levels.setdefault(unit, set()).add(level)
+        offered.update({u: tuple(sorted(lv)) for u, lv in levels.items()})
+        self._offered_cache = (version, offered)
+        return offered
+
+    def _derived_lag(self, kinds: list[tuple[str, int]], served: int) -> str | None:
+        """A usage note when a derived kind in ``kinds`` does not yet reflect the served version."""
+        for unit in sorted({u for u, _lv in kinds if units.get(u).derived}):
+            reflects = int(self.store.info(f"derived.{unit}.version") or 0)
+            data_version = int(self.store.info("data_version") or 0)
+            if served >= data_version > reflects:
+                return (f"{unit} units reflect index version v{reflects}; documents written "
+                        f"since (up to v{data_version}) are not summarised yet, and units "
+                        "covering changed chunks are left out until the update")
+        return None
+
+    # --- derived units ---------------------------------------------------------------
+
+    def update_derived(self, *, full: bool = False) -> list[DerivedReport]:
+        """Bring every derived kind (the tree) up to date with the committed chunks.
+
+        Runs after each ``add_documents`` / ``index_paths`` / ``delete_documents``;
+        incremental unless ``full`` or the drift since the last full build passes
+        ``tree_rebuild_drift``. Each builder's result is one commit (a new index version).
+        """
+        reports = []
+        for builder in self.builders.values():
+            with self._write_lock:
+                report = builder.update(full=full)
+                self._invalidate()
+            reports.append(report)
+            if report.version is not None:
+                self._sync_chroma()
+        return reports
 
     def stats(self) -> dict[str, int]:
         """Counts of documents and of each unit."""
@@ -492,6 +582,13 @@ class Engine(Retrieval):
                 batch = []
         if batch:
             write(batch, [])
+        if self.builders and result.ids:
+            try:
+                result.derived = self.update_derived()
+            except RCPError as exc:
+                exc.data["committedIds"] = list(result.ids)
+                exc.data["pendingIds"] = []
+                raise
         result.index_version = self.index_version
         result.seconds = time.perf_counter() - start
         result.seconds_embedding = self.embedder.seconds_in_model - embed_before
@@ -584,6 +681,8 @@ class Engine(Retrieval):
             deleted, _version = self.store.delete_documents(ids)
             self._invalidate()
         self._sync_chroma()
+        if deleted and self.builders:
+            self.update_derived()
         return deleted
 
     def index_paths(self, paths: Iterable[str | os.PathLike[str]], *,
@@ -636,21 +735,21 @@ class Engine(Retrieval):
             self._chroma_reload = True
         return current
 
-    def _index(self, unit: str, level: int, version: int | None = None) -> UnitIndex:
-        """The scoring index of one kind of unit as of ``version`` (default: current)."""
+    def _index(self, kinds: list[tuple[str, int]], version: int | None = None) -> UnitIndex:
+        """The scoring index of a pool of (unit, level) kinds as of ``version`` (default: current)."""
         v = self._current_version() if version is None else version
-        key = (unit, level, v)
+        key = (tuple(kinds), v)
         index = self._indexes.get(key)
         if index is not None:
             return index
         with self._index_lock:
             index = self._indexes.get(key)
             if index is None:
-                count = next((n for u, lv, n in self.store.unit_kinds(v) if (u, lv) == (unit, level)),
-                             0)
-                arrays = self.store.unit_arrays(unit, level, v,
+                count = sum(n for u, lv, n in self.store.unit_kinds(v) if (u, lv) in kinds)
+                arrays = self.store.unit_arrays(kinds, v,
                                                 with_vectors=count <= self.config.dense_exact_max)
-                index = UnitIndex(unit, arrays, self.store.vocab_size(), k1=self.config.bm25_k1,
+                index = UnitIndex("+".join(f"{u}/{lv}" for u, lv in kinds), arrays,
+                                  self.store.vocab_size(), k1=self.config.bm25_k1,
                                   b=self.config.bm25_b)
                 while len(self._indexes) >= _INDEX_CACHE:
                     self._indexes.pop(next(iter(self._indexes)))

@@ -1,11 +1,13 @@
 """Trajectory state for agentic retrieval: what each session has already been given.
 
 A session is keyed by the client's opaque ``sessionId`` (RCP §7.7.3). Within one
-session the engine never returns a unit twice, and never returns a chunk whose
-page or document it already returned whole. The reverse is allowed on purpose: a
-page or document may still be returned after some of its chunks were, because
-escalating from chunks to the page or document around them is how a corrective
-loop widens its context. Sessions expire ``ttl_seconds`` after their last use;
+session the engine never returns a unit twice, and never returns a unit contained
+in one it already returned: a chunk whose page or document was returned whole, a
+chunk a returned summary covers (a tree node's leaves), a summary whose leaves all
+lie in one returned summary or in documents returned whole. The reverse is allowed
+on purpose: a coarser unit may still follow finer ones it contains, because
+escalating from chunks to the page, document or summary around them is how a
+corrective loop widens its context. Sessions expire ``ttl_seconds`` after their last use;
 at most ``max_sessions`` live at once and, together, about ``max_bytes`` of memory
 (least recently used evicted first); each remembers at most ``max_items`` units
 (oldest forgotten first, with a note), so no client can grow the server without limit.
@@ -36,6 +38,9 @@ class SessionState:
     seen: OrderedDict[str, None] = field(default_factory=OrderedDict)  # unit ids, oldest first
     whole_docs: set[str] = field(default_factory=set)
     whole_pages: set[tuple[str, int]] = field(default_factory=set)
+    # Leaf sets of the derived units returned (summaries), and their union.
+    summaries: list[frozenset[str]] = field(default_factory=list)
+    summarised: set[str] = field(default_factory=set)
     forgotten: int = 0
     last_used: float = 0.0
     nbytes: int = 0  # approximate memory held by this session, key included
@@ -50,6 +55,9 @@ class Candidate:
     doc_id: str
     page_start: int | None
     page_end: int | None
+    # A derived unit's leaf chunk ids and the documents they lie in (None: a per-document unit).
+    leaves: frozenset[str] | None = None
+    docs: frozenset[str] = frozenset()
 
 
 class SessionStore:
@@ -147,7 +155,14 @@ class SessionStore:
                 if c.uid not in state.seen:
                     state.seen[c.uid] = None
                     self._grow(state, sys.getsizeof(c.uid) + ENTRY_OVERHEAD)
-                if c.unit == "document" and c.doc_id not in state.whole_docs:
+                if c.leaves is not None:
+                    if c.leaves and c.leaves not in state.summaries:
+                        state.summaries.append(c.leaves)
+                        new = c.leaves - state.summarised
+                        state.summarised |= new
+                        self._grow(state, ENTRY_OVERHEAD + sum(
+                            sys.getsizeof(x) + ENTRY_OVERHEAD for x in c.leaves))
+                elif c.unit == "document" and c.doc_id not in state.whole_docs:
                     state.whole_docs.add(c.doc_id)
                     self._grow(state, sys.getsizeof(c.doc_id) + 2 * ENTRY_OVERHEAD)
                 elif (c.unit == "page" and c.page_start is not None
@@ -171,6 +186,12 @@ class SessionStore:
 
 def _is_new(state: SessionState, c: Candidate) -> bool:
     if c.uid in state.seen:
+        return False
+    if c.leaves is not None:  # a summary: new unless a returned unit contains it
+        if c.docs and c.docs <= state.whole_docs:
+            return False
+        return not any(c.leaves <= other for other in state.summaries)
+    if c.unit in ("chunk", "passage") and c.uid in state.summarised:
         return False
     if c.unit in ("chunk", "passage", "page") and c.doc_id in state.whole_docs:
         return False

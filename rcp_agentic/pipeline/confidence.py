@@ -49,10 +49,10 @@ from scipy.optimize import minimize
 from scipy.special import expit
 from scipy.stats import rankdata
 
+from ..units import calibration_family
+
 FORMAT = "rcp-agentic-calibration/1"
 MODES = ("dense", "sparse", "hybrid")
-# A requested unit → the stored unit whose model scores it (``passage`` is a chunk).
-CANONICAL_UNIT = {"chunk": "chunk", "passage": "chunk", "page": "page", "document": "document"}
 # A unit without a fitted model of its own borrows this one's (pages are parts of a
 # document, like chunks; SciFact has no pages to fit on).
 DEFAULT_FALLBACKS = {"page": "chunk"}
@@ -216,7 +216,7 @@ class Calibrator:
 
     def model_for(self, mode: str, unit: str) -> LogisticModel | None:
         """The model scoring hits of this mode and unit (after passage→chunk, fallbacks)."""
-        u = CANONICAL_UNIT.get(unit, unit)
+        u = calibration_family(unit)
         seen = set()
         while u not in seen:
             seen.add(u)
@@ -300,7 +300,7 @@ def _group(samples: Iterable[Sample]) -> dict[str, list[int]]:
     for i, x in enumerate(samples):
         if x.mode not in MODES:
             raise ValueError(f"sample {i}: unknown mode {x.mode!r}")
-        groups.setdefault(_key(x.mode, CANONICAL_UNIT.get(x.unit, x.unit)), []).append(i)
+        groups.setdefault(_key(x.mode, calibration_family(x.unit)), []).append(i)
     return groups
 
 
@@ -486,7 +486,7 @@ def collect_samples(engine: Any, queries: Mapping[str, str],
         if rels is None:
             continue
         for unit in units:
-            ceiling = float(engine.sparse_ceiling(text, CANONICAL_UNIT.get(unit, unit)))
+            ceiling = float(engine.sparse_ceiling(text, calibration_family(unit)))
             for mode in modes:
                 res = engine.retrieve(text, k=k, mode=mode, unit=unit, include_text=False)
                 for rank, h in enumerate(res.hits):

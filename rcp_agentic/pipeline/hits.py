@@ -33,13 +33,28 @@ def static_fields(row: dict[str, Any]) -> dict[str, Any]:
 def build_hit(row: dict[str, Any], *, unit: str, score: float, scores: dict[str, float],
               include_text: bool = True, vector: np.ndarray | None = None,
               confidence: float | None = None, max_chars: int | None = None,
-              notes: list[str] | None = None) -> Hit:
-    """One hit from a ``Docstore.hydrate`` row; ``unit`` echoes what the caller asked for.
+              notes: list[str] | None = None, parents: list[str] | None = None) -> Hit:
+    """One hit from a ``Docstore.hydrate`` row; ``unit`` is the unit name to show.
 
     A text longer than ``max_chars`` is cut, flagged in ``meta`` and noted in ``notes``.
+    A derived unit (a summary of many documents) has no ``chunk`` ref: it carries
+    ``provenance.leaves`` (the chunks it covers), ``meta.doc_ids`` (the documents they
+    lie in, most-covered first), ``meta.child_ids`` and the sentence ``meta.spans`` of
+    its summary; its citation is the document most of its leaves come from.
+    ``parents`` (the units one level up that hold it) become ``meta.parent_ids``.
     """
     meta = json.loads(row["meta"]) if row["meta"] not in (None, "{}") else {}
     meta.update(static_fields(row))
+    derived = row["doc_id"] is None
+    if derived:
+        umeta = row.get("umeta") or {}
+        meta["doc_ids"] = row.get("doc_ids") or []
+        if umeta.get("children"):
+            meta["child_ids"] = umeta["children"]
+        if umeta.get("spans"):
+            meta["spans"] = umeta["spans"]
+    if parents:
+        meta["parent_ids"] = parents
     text = row["text"] if include_text else None
     if text is not None and max_chars is not None and len(text) > max_chars:
         meta["truncated"], meta["text_chars"] = True, len(text)
@@ -48,8 +63,9 @@ def build_hit(row: dict[str, Any], *, unit: str, score: float, scores: dict[str,
         if notes is not None and note not in notes:  # progress may build the same hit twice
             notes.append(note)
         text = text[:max_chars]
-    citation = {"source": row["source"] or row["doc_id"], "uri": row["uri"], "title": row["title"],
-                "start": row["start"], "end": row["end"], "page": row["page_start"]}
+    citation = {"source": row["source"] or row["doc_id"] or row["uid"], "uri": row["uri"],
+                "title": row["title"], "start": row["start"], "end": row["end"],
+                "page": row["page_start"]}
     # Validating one nested dict is ~4x faster in pydantic-core than model_construct per model.
     return Hit.model_validate({
         "id": row["uid"], "score": score, "confidence": confidence,
@@ -57,7 +73,8 @@ def build_hit(row: dict[str, Any], *, unit: str, score: float, scores: dict[str,
         "unit": unit,
         "level": row["level"], "meta": meta, "scores": scores, "citation": citation,
         "vector": vector.tolist() if vector is not None else None,
-        "chunk": {"doc_id": row["doc_id"], "index": row["idx"]},
+        "chunk": None if derived else {"doc_id": row["doc_id"], "index": row["idx"]},
+        "provenance": {"leaves": row.get("leaves") or []} if derived else None,
         "trust": {"level": row["trust"],
                   "injection_suspected": None if row["injection_suspected"] is None
                   else bool(row["injection_suspected"])}})

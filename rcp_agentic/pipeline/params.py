@@ -8,6 +8,7 @@ case the option is dropped and ``usage.notes`` says so.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -15,15 +16,16 @@ from pydantic import (BaseModel, ConfigDict, Field, StrictBool, StrictFloat, Str
                       ValidationError)
 from pydantic.alias_generators import to_camel
 
+from .. import units
 from ..config import EngineConfig
 from ..errors import InvalidParams, OptionUnsupported
 from .filters import check_filter_size
 
 MODES = ("dense", "sparse", "hybrid")
 FUSIONS = ("rrf", "weighted", "convex")
-UNITS = ("chunk", "passage", "page", "document")
-ALL_UNITS = ("chunk", "passage", "document", "node", "triplet", "path", "subgraph", "community",
-             "tree-node", "page")
+# The named recall lists the fusion combines (the graph's PageRank will be the third).
+RECALL_SOURCES = ("dense", "sparse")
+TREE_SEARCHES = ("collapsed", "traversal")
 # What a plan is checked against when the caller passes no configuration.
 DEFAULT_CONFIG = EngineConfig.model_validate({})
 
@@ -68,6 +70,7 @@ class RetrieveParams(_Params):
     cursor: StrictStr | None = None
     meta: dict[str, Any] | None = Field(None, alias="_meta")
     rank_by: StrictStr | None = Field(None, alias="x-rcp-agentic-rankBy")
+    tree_search: StrictStr | None = Field(None, alias="x-rcp-agentic-treeSearch")
 
 
 PARAM_NAMES = frozenset(
@@ -84,7 +87,7 @@ class Plan:
     mode: str
     unit: str
     stored_unit: str
-    level: int
+    level: int | None
     candidate_k: int
     fusion: str
     weights: dict[str, float]
@@ -105,6 +108,14 @@ class Plan:
     recency_half_life_days: float | None = None
     max_hit_chars: int = DEFAULT_CONFIG.max_hit_chars
     notes: list[str] = field(default_factory=list)
+    # The (stored unit, level) pairs pooled for recall: one, or every layer of a collapsed tree.
+    kinds: list[tuple[str, int]] = field(default_factory=list)
+    tree_search: str = "collapsed"
+
+    @property
+    def pooled(self) -> bool:
+        """Whether recall pools several kinds or levels (containment matters inside one result)."""
+        return len(self.kinds) > 1
 
 
 def is_unicode(text: str) -> bool:
@@ -198,12 +209,14 @@ def parse_params(raw: dict[str, Any]) -> RetrieveParams:
 
 
 def make_plan(p: RetrieveParams, config: EngineConfig = DEFAULT_CONFIG, *,
-              rerank_method: str | None = None, can_rank_by_confidence: bool = False) -> Plan:
+              rerank_method: str | None = None, can_rank_by_confidence: bool = False,
+              offered: Mapping[str, tuple[int, ...]] | None = None) -> Plan:
     """Check options against what the engine offers and resolve defaults (§7.7, §12).
 
     ``config`` supplies the defaults (mode, depths, RRF k) and the limits (maxK, query,
     sessionId, tokenBudget, filter, hit text); ``rerank_method`` and
-    ``can_rank_by_confidence`` say what the engine's models offer.
+    ``can_rank_by_confidence`` say what the engine's models offer; ``offered`` maps each
+    stored kind the engine holds to its levels (default: the per-document kinds, flat).
     """
     notes: list[str] = []
 
@@ -219,16 +232,7 @@ def make_plan(p: RetrieveParams, config: EngineConfig = DEFAULT_CONFIG, *,
     if mode not in MODES:
         unsupported("mode", f"mode {mode!r} is not supported")
         mode = config.default_mode
-    unit = p.unit or "chunk"
-    if unit not in ALL_UNITS:
-        raise InvalidParams(f"unit {unit!r} is not an RCP unit", field="unit")
-    if unit not in UNITS:
-        unsupported("unit", f"unit {unit!r} is not offered by this engine")
-        unit = "chunk"
-    level = p.level or 0
-    if level != 0:
-        unsupported("level", f"level {level} does not exist: {unit} units are flat (level 0)")
-        level = 0
+    unit, kinds, level, tree_search = _plan_unit(p, offered, unsupported)
     rerank: dict[str, Any] | None = None
     if p.rerank not in (None, False):
         if p.rerank is True or not isinstance(p.rerank, dict):
@@ -308,12 +312,13 @@ def make_plan(p: RetrieveParams, config: EngineConfig = DEFAULT_CONFIG, *,
     if fusion.method not in FUSIONS:
         unsupported("fusion.method", f"fusion {fusion.method!r} is not supported")
         fusion = FusionParams()
-    weights = {"dense": 1.0, "sparse": 1.0}
+    weights = {name: 1.0 for name in RECALL_SOURCES}
     if fusion.weights is not None:
         for name, w in fusion.weights.items():
             if name not in weights:
-                raise InvalidParams(f"fusion.weights has unknown retriever {name!r} "
-                                    "(use 'dense' and 'sparse')", field=f"fusion.weights.{name}")
+                raise InvalidParams(f"fusion.weights has unknown retriever {name!r} (use "
+                                    f"{', '.join(map(repr, RECALL_SOURCES))})",
+                                    field=f"fusion.weights.{name}")
             if not w >= 0 or w == float("inf"):
                 raise InvalidParams("fusion weights must be finite and >= 0",
                                     field=f"fusion.weights.{name}")
@@ -324,8 +329,8 @@ def make_plan(p: RetrieveParams, config: EngineConfig = DEFAULT_CONFIG, *,
     if p.min_score is not None and p.min_score != p.min_score:
         raise InvalidParams("minScore must be a number", field="minScore")
     return Plan(
-        query=query, k=k, mode=mode, unit=unit, stored_unit="chunk" if unit == "passage" else unit,
-        level=level, candidate_k=candidate_k, fusion=fusion.method, weights=weights,
+        query=query, k=k, mode=mode, unit=unit, stored_unit=units.get(unit).stored,
+        level=level, kinds=kinds, tree_search=tree_search, candidate_k=candidate_k, fusion=fusion.method, weights=weights,
         rrf_k=fusion.rrf_k or config.rrf_k,
         alpha=fusion.alpha if fusion.alpha is not None else 0.5,
         filter=p.filter, min_score=p.min_score, include_text=p.include_text,
@@ -336,3 +341,46 @@ def make_plan(p: RetrieveParams, config: EngineConfig = DEFAULT_CONFIG, *,
         recency_field=recency_field,
         recency_half_life_days=float(half_life) if half_life is not None else None,
         max_hit_chars=config.max_hit_chars, notes=notes)
+
+
+def _plan_unit(p: RetrieveParams, offered: Mapping[str, tuple[int, ...]] | None,
+               unsupported: Callable[[str, str], None]
+               ) -> tuple[str, list[tuple[str, int]], int | None, str]:
+    """The unit, the (stored unit, level) pairs to pool, the level and the tree search.
+
+    A levelled kind (tree-node) without ``level`` pools every level, leaves included
+    (RAPTOR's collapsed tree); ``level: 0`` is its leaves, ``level: N`` one layer.
+    """
+    have = dict(offered) if offered is not None else {
+        units.get(n).stored: (0,) for n in units.per_document_kinds()}
+    unit = p.unit or "chunk"
+    if unit not in units.RCP_UNITS:
+        raise InvalidParams(f"unit {unit!r} is not an RCP unit", field="unit")
+    if unit not in units.known() or units.get(unit).stored not in have:
+        unsupported("unit", f"unit {unit!r} is not offered by this engine")
+        unit = "chunk"
+    kind = units.get(unit)
+    levels = have[kind.stored]
+    tree_search = p.tree_search or "collapsed"
+    if tree_search not in TREE_SEARCHES:
+        raise InvalidParams(f"x-rcp-agentic-treeSearch must be one of {', '.join(TREE_SEARCHES)}",
+                            field="x-rcp-agentic-treeSearch")
+    if not kind.levelled:
+        if p.level:
+            unsupported("level", f"level {p.level} does not exist: {unit} units are flat "
+                        "(level 0)")
+        if p.tree_search is not None:
+            unsupported("x-rcp-agentic-treeSearch", f"{unit} units are not a tree")
+        return unit, [(kind.stored, 0)], 0, "collapsed"
+    zero = [(kind.level_zero, 0)] if kind.level_zero else []
+    if p.level is None:
+        return unit, zero + [(kind.stored, lv) for lv in levels], None, tree_search
+    if p.tree_search is not None:
+        unsupported("x-rcp-agentic-treeSearch", "tree search applies without a level")
+    if p.level == 0 and zero:
+        return unit, zero, 0, "collapsed"
+    if p.level not in levels:
+        shown = ", ".join(str(lv) for lv in (([0] if zero else []) + list(levels)))
+        unsupported("level", f"level {p.level} does not exist: {unit} levels are {shown}")
+        return unit, zero + [(kind.stored, lv) for lv in levels], None, "collapsed"
+    return unit, [(kind.stored, p.level)], p.level, "collapsed"

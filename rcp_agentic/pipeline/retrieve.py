@@ -11,10 +11,12 @@ lives in its own module of this package.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from .. import units
 from ..control import RequestControl, checked
 from ..errors import InvalidParams, OptionUnsupported
 from ..models.analyzer import analyze
@@ -55,7 +57,13 @@ class Retrieval:
     sessions: SessionStore
     _secret: bytes
 
-    def _index(self, unit: str, level: int, version: int | None = None) -> UnitIndex:
+    def _index(self, kinds: list[tuple[str, int]], version: int | None = None) -> UnitIndex:
+        raise NotImplementedError
+
+    def _offered(self) -> dict[str, tuple[int, ...]]:
+        raise NotImplementedError
+
+    def _derived_lag(self, kinds: list[tuple[str, int]], served: int) -> str | None:
         raise NotImplementedError
 
     def _served_version(self, pinned: str | None) -> int:
@@ -89,7 +97,7 @@ class Retrieval:
 
     def sparse_ceiling(self, query: str, unit: str = "chunk", level: int = 0) -> float:
         """The largest BM25 any unit of this kind could score for ``query`` (0 if no term is known)."""
-        return self._index(unit, level).sparse_ceiling(self.query_terms(query))
+        return self._index([(unit, level)]).sparse_ceiling(self.query_terms(query))
 
     def retrieve_params(self, raw: dict[str, Any],
                         control: RequestControl | None = None) -> RetrieveResult:
@@ -108,7 +116,8 @@ class Retrieval:
         params = parse_params(raw)
         plan = make_plan(params, self.config,
                          rerank_method=self.reranker.method if self.reranker else None,
-                         can_rank_by_confidence=self.calibrator is not None)
+                         can_rank_by_confidence=self.calibrator is not None,
+                         offered=self._offered())
         qhash = query_hash(params.model_dump(
             mode="json", exclude={"cursor", "meta", "index_version", "strict"}))
         state = (cursor.decode(plan.cursor, self._secret, qhash) if plan.cursor is not None
@@ -122,12 +131,14 @@ class Retrieval:
         if plan.recency_field and fields.get(plan.recency_field) != "date":
             raise InvalidParams(f"recency.field {plan.recency_field!r} is not a declared date "
                                 "field", field="recency.field")
-        index = self._index(plan.stored_unit, plan.level, served)
+        index = self._index(plan.kinds, served)
+        lag = self._derived_lag(plan.kinds, served)
+        if lag:
+            plan.notes.append(lag)
         allowed = None
         if plan.filter is not None:
             compiled = compile_filter(plan.filter, fields)
-            rows = self.store.filtered_rowids(plan.stored_unit, plan.level, served, compiled.sql,
-                                              compiled.params)
+            rows = self.store.filtered_rowids(plan.kinds, served, compiled.sql, compiled.params)
             allowed = index.positions_of(rows)
         # Backfill: recall deeper by what the session already holds, so k new hits remain.
         seen = self.sessions.seen_count(plan.session_id) if plan.session_id else 0
@@ -135,8 +146,13 @@ class Retrieval:
         lists: dict[str, list[tuple[int, float]]] = {}
         qvec = None
         term_ids: list[int] = []
-        if plan.mode in ("dense", "hybrid"):
+        if plan.mode in ("dense", "hybrid") or plan.tree_search == "traversal":
             qvec = self.embedder.embed_query(plan.query)
+        if plan.tree_search == "traversal":
+            assert qvec is not None
+            allowed = self._traverse(plan, index, qvec, allowed)
+        if plan.mode in ("dense", "hybrid"):
+            assert qvec is not None
             lists["dense"] = self._dense(index, plan, qvec, allowed, depth)
         if plan.mode in ("sparse", "hybrid"):
             term_ids = self.query_terms(plan.query)
@@ -146,13 +162,13 @@ class Retrieval:
         ranked_list = self._fuse(plan, lists, index, qvec, term_ids)
         if plan.session_id:
             new = self.sessions.filter_new(plan.session_id,
-                                           [_candidate(index, p) for p, _s in ranked_list])
+                                           self._candidates(index, [p for p, _s in ranked_list]))
             ranked_list = [ps for ps, ok in zip(ranked_list, new) if ok]
         fused = dict(ranked_list) if plan.mode == "hybrid" else {}
         if ctl.wants_progress:
             first = ranked_list[:plan.k]
             partial = self._hits(plan, index, first, lists, qvec, term_ids,
-                                 list(range(len(first))), {}, fused=fused)
+                                 list(range(len(first))), {}, served=served, fused=fused)
             ctl.report(0.5, "fuse", f"recalled {len(ranked_list)} candidate(s)",
                        [h.to_wire() for h in partial])
         ctl.check()
@@ -171,9 +187,13 @@ class Retrieval:
             ranked_list = [(p, s) for p, s in ranked_list if s >= plan.min_score]
         if plan.mmr_lambda is not None:
             ranked_list = self._mmr(plan, index, ranked_list)
+        contains = self._containment(index, ranked_list) if plan.pooled else None
         packed = pack([int(index.tokens[p]) for p, _s in ranked_list], plan.k, plan.token_budget,
                       start=state.start if state else 0,
-                      exclude=state.exclude if state else frozenset())
+                      exclude=state.exclude if state else frozenset(), leaves=contains)
+        if packed.contained:
+            plan.notes.append(f"skipped {packed.contained} hit(s) contained in or containing a "
+                              "hit already packed")
         if packed.skipped:
             plan.notes.append(f"tokenBudget: skipped {packed.skipped} hit(s) larger than the "
                               "budget left")
@@ -187,9 +207,10 @@ class Retrieval:
             next_cursor = cursor.encode(CursorState(served, packed.next_start,
                                                     packed.next_exclude, qhash), self._secret)
         hits = self._hits(plan, index, top, lists, qvec, term_ids, packed.taken, rerank_scores,
-                          learned, fused=fused)
+                          learned, served=served, fused=fused)
         if plan.session_id:
-            forgotten = self.sessions.record(plan.session_id, [_candidate(index, p) for p, _s in top])
+            forgotten = self.sessions.record(plan.session_id,
+                                             self._candidates(index, [p for p, _s in top]))
             if forgotten:
                 plan.notes.append(f"session full: forgot its {forgotten} oldest unit(s)")
         candidates = len({p for ranked in lists.values() for p, _s in ranked})
@@ -234,13 +255,23 @@ class Retrieval:
         if index.vectors is not None:
             ranked = index.dense(qvec, depth, allowed)
             return list(zip(ranked.positions.tolist(), ranked.scores.tolist()))
-        rowids = None if allowed is None else index.rowids[allowed].tolist()
-        # Chroma also holds rows of retained older versions; ask for enough to cover them.
-        hidden = 0 if rowids is not None else max(0, self.store.stored_count(
-            plan.stored_unit, plan.level) - index.size)
-        n = min(depth, index.size if rowids is None else len(rowids)) + hidden
-        got, sims = self._chroma_query(plan.stored_unit, plan.level, qvec, n, rowids)
-        out = [(index.position[r], s) for r, s in zip(got, sims) if r in index.position]
+        out: list[tuple[int, float]] = []
+        for unit, level in plan.kinds:
+            in_kind = index.kind_positions(unit, level)
+            if allowed is not None:
+                in_kind = np.intersect1d(in_kind, allowed, assume_unique=True)
+                if len(in_kind) == 0:
+                    continue
+            rowids = None if allowed is None else index.rowids[in_kind].tolist()
+            # Chroma also holds rows of retained older versions (and derived rows no longer
+            # valid); ask for enough to cover them.
+            hidden = 0 if rowids is not None else max(
+                0, self.store.stored_count(unit, level) - len(in_kind))
+            n = min(depth, len(in_kind)) + hidden
+            if n == 0:
+                continue
+            got, sims = self._chroma_query(unit, level, qvec, n, rowids)
+            out.extend((index.position[r], s) for r, s in zip(got, sims) if r in index.position)
         return sorted(out, key=lambda ps: (-ps[1], ps[0]))[:depth]
 
     def _unit_vectors(self, index: UnitIndex, positions: np.ndarray) -> np.ndarray:
@@ -277,7 +308,7 @@ class Retrieval:
     def _hits(self, plan: Plan, index: UnitIndex, top: list[tuple[int, float]],
               lists: dict[str, list[tuple[int, float]]], qvec: np.ndarray | None,
               term_ids: list[int], ranks: list[int], rerank_scores: dict[int, float],
-              learned: dict[int, float] | None = None, *,
+              learned: dict[int, float] | None = None, *, served: int,
               fused: dict[int, float] | None = None) -> list[Hit]:
         """Hits for ``top``; ``scores`` keeps every stage's score (``fused`` before any rerank)."""
         positions = [p for p, _s in top]
@@ -287,6 +318,9 @@ class Retrieval:
         rowids = [int(index.rowids[p]) for p in positions]
         rows = self.store.hydrate(rowids)
         vectors = self.store.vectors(rowids) if plan.include_vectors else {}
+        parents = (self.store.parents(plan.stored_unit, [index.uids[p] for p in positions],
+                                      served) if units.get(plan.unit).levelled else {})
+        alias = units.get(plan.unit).alias_of
         hits = []
         for i, ((pos, score), rowid) in enumerate(zip(top, rowids)):
             row = rows.get(rowid)
@@ -297,38 +331,58 @@ class Retrieval:
                 scores["fused"] = float(fused[pos])
             if pos in rerank_scores:
                 scores["rerank"] = float(rerank_scores[pos])
-            hits.append(build_hit(row, unit=plan.unit, score=float(score), scores=scores,
+            hits.append(build_hit(row, unit=plan.unit if alias == row["unit"] else row["unit"],
+                                  score=float(score), scores=scores,
                                   include_text=plan.include_text, vector=vectors.get(rowid),
                                   max_chars=plan.max_hit_chars, notes=plan.notes,
-                                  confidence=None if confidence is None else confidence[i]))
+                                  confidence=None if confidence is None else confidence[i],
+                                  parents=parents.get(row["uid"])))
         return hits
 
     def _probabilities(self, plan: Plan, index: UnitIndex, positions: list[int],
                        per_stage: dict[str, dict[int, float]], term_ids: list[int],
                        ranks: np.ndarray) -> np.ndarray | None:
-        """Calibrated P(relevant) of the units at ``positions`` (None without a calibration)."""
-        if self.calibrator is None or not positions or not self.calibrator.supports(
-                plan.mode, plan.stored_unit):
+        """Calibrated P(relevant) of the units at ``positions``, each by the model of its kind's
+        calibration family (NaN where that family has no model; None without any)."""
+        if self.calibrator is None or not positions:
+            return None
+        families = [units.calibration_family(index.units[p]) for p in positions]
+        if not any(self.calibrator.supports(plan.mode, f) for f in set(families)):
             return None
         dense = (np.array([per_stage["dense"][p] for p in positions])
                  if "dense" in per_stage else None)
         sparse = (np.array([per_stage["sparse"][p] for p in positions])
                   if "sparse" in per_stage else None)
         ceiling = index.sparse_ceiling(term_ids) if "sparse" in per_stage else None
-        probs = self.calibrator.predict(mode=plan.mode, unit=plan.stored_unit, dense=dense,
-                                        sparse=sparse, ceiling=ceiling, ranks=ranks)
+        probs = np.full(len(positions), np.nan)
+        for family in sorted(set(families)):
+            if not self.calibrator.supports(plan.mode, family):
+                continue
+            at = np.array([i for i, f in enumerate(families) if f == family])
+            probs[at] = self.calibrator.predict(
+                mode=plan.mode, unit=family, dense=None if dense is None else dense[at],
+                sparse=None if sparse is None else sparse[at], ceiling=ceiling, ranks=ranks[at])
         return np.clip(probs, 0.0, 1.0)
 
     def _confidence(self, plan: Plan, index: UnitIndex, positions: list[int],
                     per_stage: dict[str, dict[int, float]], term_ids: list[int],
-                    ranks: list[int]) -> list[float] | None:
-        """Calibrated P(relevant) per hit, made non-increasing down the list."""
+                    ranks: list[int]) -> list[float | None] | None:
+        """Calibrated P(relevant) per hit, made non-increasing down the list (None for a hit
+        whose kind has no calibration)."""
         probs = self._probabilities(plan, index, positions, per_stage, term_ids,
                                     np.asarray(ranks, dtype=np.float64))
         if probs is None:
             return None
-        # A hit never claims more confidence than the one ranked above it.
-        return [round(float(x), 6) for x in np.minimum.accumulate(probs)]
+        out: list[float | None] = []
+        ceiling = 1.0
+        for x in probs:
+            if np.isnan(x):
+                out.append(None)
+                continue
+            # A hit never claims more confidence than the one ranked above it.
+            ceiling = min(ceiling, float(x))
+            out.append(round(ceiling, 6))
+        return out
 
     def _rank_by_confidence(self, plan: Plan, index: UnitIndex, ranked: list[tuple[int, float]],
                             lists: dict[str, list[tuple[int, float]]], qvec: np.ndarray | None,
@@ -341,12 +395,67 @@ class Retrieval:
         per_stage = {name: self._fill(index, name, positions, qvec, term_ids) for name in lists}
         probs = self._probabilities(plan, index, positions, per_stage, term_ids,
                                     np.arange(len(positions), dtype=np.float64))
-        if probs is None:
+        if probs is None or np.isnan(probs).any():
             raise OptionUnsupported(f"no confidence calibration for {plan.mode}/{plan.unit}",
                                     option="x-rcp-agentic-rankBy")
         order = sorted(range(len(positions)), key=lambda i: (-float(probs[i]), i))
         learned = {positions[i]: round(float(probs[i]), 6) for i in order}
         return [(positions[i], learned[positions[i]]) for i in order], learned
+
+    def _candidates(self, index: UnitIndex, positions: list[int]) -> list[Candidate]:
+        """What the session dedup rule needs of each unit; a derived unit brings its leaves."""
+        derived = [int(index.rowids[p]) for p in positions if not index.doc_ids[p]]
+        rows = self.store.hydrate(derived) if derived else {}
+        out = []
+        for p in positions:
+            ps, pe = int(index.page_start[p]), int(index.page_end[p])
+            row = rows.get(int(index.rowids[p])) if not index.doc_ids[p] else None
+            out.append(Candidate(index.uids[p], index.units[p], index.doc_ids[p],
+                                 ps if ps >= 0 else None, pe if pe >= 0 else None,
+                                 leaves=None if row is None else frozenset(row["leaves"]),
+                                 docs=frozenset() if row is None else frozenset(row["doc_ids"])))
+        return out
+
+    def _containment(self, index: UnitIndex,
+                     ranked: list[tuple[int, float]]) -> Callable[[int], frozenset[str] | None]:
+        """For packing a pooled list: the leaf chunks of the i-th ranked unit (a chunk is its
+        own leaf; None for a unit judged by place, a page or document), fetched lazily."""
+        cache: dict[int, frozenset[str] | None] = {}
+
+        def leaves(i: int) -> frozenset[str] | None:
+            if i not in cache:
+                pos = ranked[i][0]
+                if index.doc_ids[pos]:
+                    cache[i] = (frozenset([index.uids[pos]])
+                                if units.get(index.units[pos]).stored == "chunk" else None)
+                else:
+                    rowid = int(index.rowids[pos])
+                    cache[i] = frozenset(self.store.covered_leaves([rowid]).get(rowid, []))
+            return cache[i]
+        return leaves
+
+    def _traverse(self, plan: Plan, index: UnitIndex, qvec: np.ndarray,
+                  allowed: np.ndarray | None) -> np.ndarray:
+        """RAPTOR's tree traversal: the best ``k`` nodes of the top layer, then the best ``k``
+        of their children, layer by layer down to the leaves; returns the positions chosen
+        (within ``allowed``), over which the usual recall and fusion then rank."""
+        levels = sorted({lv for u, lv in plan.kinds if u == plan.stored_unit}, reverse=True)
+        if not levels:
+            return allowed if allowed is not None else np.arange(index.size)
+        frontier = index.kind_positions(plan.stored_unit, levels[0])
+        chosen: list[np.ndarray] = []
+        while len(frontier):
+            if allowed is not None:
+                frontier = np.intersect1d(frontier, allowed, assume_unique=True)
+            if not len(frontier):
+                break
+            sims = self._unit_vectors(index, frontier) @ qvec
+            best = frontier[np.argsort(-sims, kind="stable")[:plan.k]]
+            chosen.append(best)
+            rows = self.store.hydrate([int(index.rowids[p]) for p in best])
+            children = [c for r in rows.values() for c in (r.get("umeta") or {}).get("children", [])]
+            frontier = index.positions_of_uids(children)
+        return np.unique(np.concatenate(chosen)) if chosen else np.zeros(0, dtype=np.int64)
 
     def _rerank(self, plan: Plan, index: UnitIndex, ranked: list[tuple[int, float]],
                 ctl: RequestControl) -> tuple[list[tuple[int, float]], dict[int, float]]:
@@ -367,9 +476,3 @@ class Retrieval:
         order = sorted(range(len(head)), key=lambda i: (-scores[i], i))
         reranked = [(head[i][0], scores[i]) for i in order]
         return reranked, {head[i][0]: scores[i] for i in range(len(head))}
-
-
-def _candidate(index: UnitIndex, pos: int) -> Candidate:
-    ps, pe = int(index.page_start[pos]), int(index.page_end[pos])
-    return Candidate(index.uids[pos], index.unit, index.doc_ids[pos],
-                     ps if ps >= 0 else None, pe if pe >= 0 else None)

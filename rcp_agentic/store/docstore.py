@@ -42,7 +42,7 @@ import numpy as np
 
 from ..errors import BackendUnavailable, InvalidParams
 
-SCHEMA_VERSION = "1"
+SCHEMA_VERSION = "2"  # 2: units may cover many documents (covers, nullable doc_row, umeta)
 # How long a write waits for another process's write transaction before giving up.
 BUSY_TIMEOUT_SECONDS = 30.0
 # SQLite's own wait per attempt (ms): short, because this process's lock is held meanwhile.
@@ -51,7 +51,40 @@ _BUSY_SLICE_MS = 100
 _ROW_CACHE = 8192
 _HIT_KEYS = ("rowid", "uid", "unit", "level", "doc_id", "idx", "start", "end", "page_start",
              "page_end", "tokens", "text", "title", "source", "uri", "file_type", "meta", "trust",
-             "injection_suspected")
+             "injection_suspected", "umeta")
+
+_UNITS_DDL = """
+CREATE TABLE IF NOT EXISTS units (
+    rowid INTEGER PRIMARY KEY AUTOINCREMENT,
+    uid TEXT NOT NULL,
+    unit TEXT NOT NULL,
+    level INTEGER NOT NULL DEFAULT 0,
+    doc_id TEXT,  -- NULL for a derived unit (it covers many documents: see covers)
+    doc_row INTEGER REFERENCES documents(drow) ON DELETE CASCADE,
+    idx INTEGER NOT NULL,
+    start INTEGER,
+    "end" INTEGER,
+    page_start INTEGER,
+    page_end INTEGER,
+    tokens INTEGER NOT NULL,
+    nterms INTEGER NOT NULL,
+    -- small columns first: reading them must not walk the overflow pages of the blobs
+    v_from INTEGER NOT NULL,
+    v_to INTEGER,
+    umeta TEXT,  -- a derived unit's own metadata (children, sentence spans)
+    text TEXT NOT NULL,
+    vec BLOB NOT NULL,
+    term_ids BLOB NOT NULL,
+    term_tfs BLOB NOT NULL
+);
+"""
+_UNITS_INDEXES = """
+CREATE UNIQUE INDEX IF NOT EXISTS units_live ON units(uid) WHERE v_to IS NULL;
+CREATE INDEX IF NOT EXISTS units_doc ON units(doc_row);
+CREATE INDEX IF NOT EXISTS units_live_doc ON units(doc_id) WHERE v_to IS NULL;
+CREATE INDEX IF NOT EXISTS units_retired ON units(v_to) WHERE v_to IS NOT NULL;
+CREATE INDEX IF NOT EXISTS units_kind ON units(unit, level);
+"""
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS info (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -73,33 +106,15 @@ CREATE TABLE IF NOT EXISTS documents (
 );
 CREATE UNIQUE INDEX IF NOT EXISTS documents_live ON documents(id) WHERE v_to IS NULL;
 CREATE INDEX IF NOT EXISTS documents_retired ON documents(v_to) WHERE v_to IS NOT NULL;
-CREATE TABLE IF NOT EXISTS units (
-    rowid INTEGER PRIMARY KEY AUTOINCREMENT,
-    uid TEXT NOT NULL,
-    unit TEXT NOT NULL,
-    level INTEGER NOT NULL DEFAULT 0,
-    doc_id TEXT NOT NULL,
-    doc_row INTEGER NOT NULL REFERENCES documents(drow) ON DELETE CASCADE,
-    idx INTEGER NOT NULL,
-    start INTEGER,
-    "end" INTEGER,
-    page_start INTEGER,
-    page_end INTEGER,
-    tokens INTEGER NOT NULL,
-    nterms INTEGER NOT NULL,
-    -- small columns first: reading them must not walk the overflow pages of the blobs
-    v_from INTEGER NOT NULL,
-    v_to INTEGER,
-    text TEXT NOT NULL,
-    vec BLOB NOT NULL,
-    term_ids BLOB NOT NULL,
-    term_tfs BLOB NOT NULL
-);
-CREATE UNIQUE INDEX IF NOT EXISTS units_live ON units(uid) WHERE v_to IS NULL;
-CREATE INDEX IF NOT EXISTS units_doc ON units(doc_row);
-CREATE INDEX IF NOT EXISTS units_live_doc ON units(doc_id) WHERE v_to IS NULL;
-CREATE INDEX IF NOT EXISTS units_retired ON units(v_to) WHERE v_to IS NOT NULL;
-CREATE INDEX IF NOT EXISTS units_kind ON units(unit, level);
+""" + _UNITS_DDL + _UNITS_INDEXES + """-- What a derived unit covers: every leaf chunk (rowid) and that chunk's document row.
+-- Immutable per urow, like the unit row itself.
+CREATE TABLE IF NOT EXISTS covers (
+    urow INTEGER NOT NULL,
+    leaf INTEGER NOT NULL,
+    drow INTEGER NOT NULL,
+    PRIMARY KEY (urow, leaf)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS covers_leaf ON covers(leaf);
 CREATE TABLE IF NOT EXISTS screens (
     urow INTEGER PRIMARY KEY,
     suspected INTEGER NOT NULL,
@@ -136,6 +151,9 @@ class UnitRecord:
     nterms: int
     injection_suspected: bool = False
     injection_score: float = 0.0
+    # A derived unit's own metadata (stored as umeta) and the leaf chunk rowids it covers.
+    meta: dict[str, Any] | None = None
+    covers: list[int] | None = None
 
 
 @dataclass
@@ -182,6 +200,8 @@ class UnitArrays:
     page_start: np.ndarray      # int64 (n,), -1 when the unit has no page
     page_end: np.ndarray
     tokens: np.ndarray          # int64 (n,): tokens of each unit's text
+    units: list[str] = field(default_factory=list)  # each row's kind
+    levels: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
 
 
 class Docstore:
@@ -200,12 +220,46 @@ class Docstore:
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.execute("PRAGMA foreign_keys=ON")
         self._db.executescript(_SCHEMA)
+        self._migrate()
         self._db.execute(f"PRAGMA busy_timeout={_BUSY_SLICE_MS}")
         self._vocab: dict[str, int] = {}
         self._vocab_max = -1
         self._load_vocab()
         self._data_version = self._read_data_version()
         self._rows: OrderedDict[int, dict[str, Any]] = OrderedDict()
+
+    def _migrate(self) -> None:
+        """Bring a directory of an older schema up to this one, in one transaction."""
+        columns = {r[1] for r in self._db.execute("PRAGMA table_info(units)")}
+        if "umeta" in columns:
+            return
+        # Schema 1 -> 2: a unit may cover many documents (doc_row nullable, umeta added).
+        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            if "umeta" not in {r[1] for r in self._db.execute("PRAGMA table_info(units)")}:
+                seq = self._db.execute(
+                    "SELECT seq FROM sqlite_sequence WHERE name = 'units'").fetchone()
+                self._db.execute("ALTER TABLE units RENAME TO units_v1")
+                for name in ("units_live", "units_doc", "units_live_doc", "units_retired",
+                             "units_kind"):
+                    self._db.execute(f"DROP INDEX IF EXISTS {name}")
+                self._db.execute(_UNITS_DDL)
+                cols = ('rowid, uid, unit, level, doc_id, doc_row, idx, start, "end", page_start,'
+                        " page_end, tokens, nterms, v_from, v_to, text, vec, term_ids, term_tfs")
+                self._db.execute(f"INSERT INTO units({cols}) SELECT {cols} FROM units_v1")
+                self._db.execute("DROP TABLE units_v1")
+                for statement in _UNITS_INDEXES.strip().split(";"):
+                    if statement.strip():
+                        self._db.execute(statement)
+                if seq is not None:  # rowids are never reused, across the migration too
+                    self._db.execute("UPDATE sqlite_sequence SET seq = MAX(seq, ?) WHERE name ="
+                                     " 'units'", (seq[0],))
+            self._db.execute("INSERT OR REPLACE INTO info(key, value) VALUES"
+                             " ('schema_version', ?)", (SCHEMA_VERSION,))
+            self._db.execute("COMMIT")
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
 
     def close(self) -> None:
         with self._lock:
@@ -304,6 +358,14 @@ class Docstore:
         with self.transaction() as db:
             db.execute("INSERT OR REPLACE INTO info(key, value) VALUES (?, ?)", (key, value))
 
+    def set_info_if(self, key: str, value: str, *, base_version: int) -> bool:
+        """Store ``key`` only if no write committed since ``base_version``; whether it did."""
+        with self.transaction() as db:
+            if self.index_version() != base_version:
+                return False
+            db.execute("INSERT OR REPLACE INTO info(key, value) VALUES (?, ?)", (key, value))
+            return True
+
     def info_default(self, key: str, value: str) -> str:
         """The stored value of ``key``, storing ``value`` first if there is none (atomic, so
         processes opening a new engine directory at once agree on it)."""
@@ -384,6 +446,8 @@ class Docstore:
                        [(u, lv, r) for r, u, lv in old])
         db.execute("DELETE FROM screens WHERE urow IN (SELECT rowid FROM units WHERE v_to IS NOT"
                    " NULL AND v_to <= ?)", (oldest,))
+        db.execute("DELETE FROM covers WHERE urow IN (SELECT rowid FROM units WHERE v_to IS NOT"
+                   " NULL AND v_to <= ?)", (oldest,))
         db.execute("DELETE FROM units WHERE v_to IS NOT NULL AND v_to <= ?", (oldest,))
         used = [k for (k,) in db.execute(
             "SELECT DISTINCT j.key FROM documents d, json_each(d.fmeta) j"
@@ -406,10 +470,14 @@ class Docstore:
         current = self.index_version() if version is None else version
         return max(0, current - self.retain + 1)
 
-    def _commit_version(self, db: sqlite3.Connection, version: int) -> None:
+    def _commit_version(self, db: sqlite3.Connection, version: int, *, data: bool = True) -> None:
+        """Finish a write at ``version``; ``data``: it changed documents (not only derived units)."""
         self._collect_garbage(db, version)
         db.execute("INSERT OR REPLACE INTO info(key, value) VALUES ('index_version', ?)",
                    (str(version),))
+        if data:
+            db.execute("INSERT OR REPLACE INTO info(key, value) VALUES ('data_version', ?)",
+                       (str(version),))
 
     def write_documents(self, docs: list[DocumentRecord], fields: Mapping[str, str], *,
                         max_fields: int | None = None) -> int:
@@ -433,22 +501,60 @@ class Docstore:
                      doc.trust, version))
                 doc_row = cur.lastrowid
                 for u in doc.units:
-                    ids = np.fromiter((self._vocab[t] for t in u.terms), dtype=np.uint32,
-                                      count=len(u.terms))
-                    tfs = np.fromiter(u.terms.values(), dtype=np.float32, count=len(u.terms))
-                    cur = db.execute(
-                        'INSERT INTO units(uid, unit, level, doc_id, doc_row, idx, start, "end",'
-                        " page_start, page_end, tokens, text, vec, term_ids, term_tfs, nterms,"
-                        " v_from) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                        (u.uid, u.unit, u.level, doc.id, doc_row, u.idx, u.start, u.end,
-                         u.page_start, u.page_end, u.tokens, u.text,
-                         np.asarray(u.vector, dtype=np.float32).tobytes(), ids.tobytes(),
-                         tfs.tobytes(), u.nterms, version))
-                    db.execute("INSERT INTO screens(urow, suspected, score) VALUES (?, ?, ?)",
-                               (cur.lastrowid, int(u.injection_suspected), u.injection_score))
-                    db.execute("INSERT INTO outbox(op, unit, level, urow) VALUES ('add', ?, ?, ?)",
-                               (u.unit, u.level, cur.lastrowid))
+                    self._insert_unit(db, u, doc.id, doc_row, version)
             self._commit_version(db, version)
+        return version
+
+    def _insert_unit(self, db: sqlite3.Connection, u: UnitRecord, doc_id: str | None,
+                     doc_row: int | None, version: int) -> int:
+        """Insert one unit row (with its screen, Chroma outbox entry and covers); its rowid."""
+        ids = np.fromiter((self._vocab[t] for t in u.terms), dtype=np.uint32, count=len(u.terms))
+        tfs = np.fromiter(u.terms.values(), dtype=np.float32, count=len(u.terms))
+        cur = db.execute(
+            'INSERT INTO units(uid, unit, level, doc_id, doc_row, idx, start, "end",'
+            " page_start, page_end, tokens, text, vec, term_ids, term_tfs, nterms,"
+            " v_from, umeta) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            (u.uid, u.unit, u.level, doc_id, doc_row, u.idx, u.start, u.end,
+             u.page_start, u.page_end, u.tokens, u.text,
+             np.asarray(u.vector, dtype=np.float32).tobytes(), ids.tobytes(),
+             tfs.tobytes(), u.nterms, version,
+             json.dumps(u.meta, ensure_ascii=False) if u.meta is not None else None))
+        urow = int(cur.lastrowid or 0)
+        db.execute("INSERT INTO screens(urow, suspected, score) VALUES (?, ?, ?)",
+                   (urow, int(u.injection_suspected), u.injection_score))
+        db.execute("INSERT INTO outbox(op, unit, level, urow) VALUES ('add', ?, ?, ?)",
+                   (u.unit, u.level, urow))
+        if u.covers:
+            db.execute(f"INSERT INTO covers(urow, leaf, drow) SELECT ?, rowid, doc_row FROM units"
+                       f" WHERE rowid IN ({','.join('?' * len(u.covers))})"
+                       " AND doc_row IS NOT NULL", (urow, *u.covers))
+        return urow
+
+    def write_derived(self, unit: str, add: list[UnitRecord], retire: list[str], *,
+                      base_version: int, info: Mapping[str, str] | None = None) -> int | None:
+        """Replace derived units of one kind in one transaction; the new index version.
+
+        ``retire`` names live units (by uid) that leave; ``add`` are new rows, each with
+        the leaf chunk rowids it ``covers``. ``base_version`` is the index version the
+        builder read: if another write committed since, nothing is written and None is
+        returned (the caller recomputes). ``info`` keys are stored in the same commit.
+        """
+        with self.transaction() as db:
+            if self.index_version() != base_version:
+                return None
+            self._term_ids(db, (t for u in add for t in u.terms))
+            version = base_version + 1
+            for i in range(0, len(retire), 900):
+                part = retire[i:i + 900]
+                db.execute(f"UPDATE units SET v_to = ? WHERE unit = ? AND v_to IS NULL AND uid IN"
+                           f" ({','.join('?' * len(part))})", (version, unit, *part))
+            for u in add:
+                if u.unit != unit:
+                    raise ValueError(f"write_derived({unit!r}) got a {u.unit!r} unit")
+                self._insert_unit(db, u, None, None, version)
+            for key, value in (info or {}).items():
+                db.execute("INSERT OR REPLACE INTO info(key, value) VALUES (?, ?)", (key, value))
+            self._commit_version(db, version, data=False)
         return version
 
     def delete_documents(self, doc_ids: list[str]) -> tuple[int, int]:
@@ -478,7 +584,7 @@ class Docstore:
         """(unit, level, count) of every kind of unit visible at ``version`` (default: current)."""
         v = self.index_version() if version is None else version
         return self.query(f"SELECT unit, level, COUNT(*) FROM units u WHERE {_visible('u')}"
-                          " GROUP BY unit, level", (v, v))
+                          f" AND {_valid('u')} GROUP BY unit, level", (v, v, v, v))
 
     def stored_count(self, unit: str, level: int) -> int:
         """Rows of a kind in any retained version."""
@@ -504,12 +610,20 @@ class Docstore:
         return [r for (r,) in self.query(
             "SELECT rowid FROM units WHERE unit = ? AND level = ? ORDER BY rowid", (unit, level))]
 
-    def unit_arrays(self, unit: str, level: int, version: int, with_vectors: bool) -> UnitArrays:
-        """Load the vectors and postings of one kind of unit visible at ``version`` (rowid order)."""
-        cols = ("rowid, term_ids, term_tfs, nterms, uid, doc_id, COALESCE(page_start, -1),"
-                " COALESCE(page_end, -1), tokens" + (", vec" if with_vectors else ""))
-        rows = self.query(f"SELECT {cols} FROM units u WHERE unit = ? AND level = ? AND"
-                          f" {_visible('u')} ORDER BY rowid", (unit, level, version, version))
+    def unit_arrays(self, kinds: Iterable[tuple[str, int]], version: int,
+                    with_vectors: bool) -> UnitArrays:
+        """Vectors and postings of the units of ``kinds`` ((unit, level) pairs) valid at
+        ``version``, in rowid order. A derived unit is valid only while every leaf it
+        covers is visible (see :func:`_valid`), so a tree lagging behind a write never
+        serves a summary of a deleted or replaced chunk."""
+        kinds = list(kinds)
+        cols = ("rowid, term_ids, term_tfs, nterms, uid, COALESCE(doc_id, ''),"
+                " COALESCE(page_start, -1), COALESCE(page_end, -1), tokens, unit, level"
+                + (", vec" if with_vectors else ""))
+        where, params = _kinds_clause("u", kinds)
+        rows = self.query(f"SELECT {cols} FROM units u WHERE {where} AND {_visible('u')}"
+                          f" AND {_valid('u')} ORDER BY rowid",
+                          (*params, version, version, version, version))
         n = len(rows)
         rowids = np.fromiter((r[0] for r in rows), dtype=np.int64, count=n)
         ids = [np.frombuffer(r[1], dtype=np.uint32) for r in rows]
@@ -519,7 +633,7 @@ class Docstore:
         np.cumsum(sizes, out=offsets[1:])
         vectors = None
         if with_vectors:
-            vectors = (np.vstack([np.frombuffer(r[9], dtype=np.float32) for r in rows])
+            vectors = (np.vstack([np.frombuffer(r[11], dtype=np.float32) for r in rows])
                        if n else np.zeros((0, 0), dtype=np.float32))
         return UnitArrays(
             rowids=rowids, vectors=vectors,
@@ -530,7 +644,9 @@ class Docstore:
             uids=[r[4] for r in rows], doc_ids=[r[5] for r in rows],
             page_start=np.fromiter((r[6] for r in rows), dtype=np.int64, count=n),
             page_end=np.fromiter((r[7] for r in rows), dtype=np.int64, count=n),
-            tokens=np.fromiter((r[8] for r in rows), dtype=np.int64, count=n))
+            tokens=np.fromiter((r[8] for r in rows), dtype=np.int64, count=n),
+            units=[r[9] for r in rows],
+            levels=np.fromiter((r[10] for r in rows), dtype=np.int64, count=n))
 
     def term_id(self, term: str) -> int | None:
         return self._vocab.get(term)
@@ -539,18 +655,34 @@ class Docstore:
         """One more than the largest term id known to this process."""
         return self._vocab_max + 1
 
-    def filtered_rowids(self, unit: str, level: int, version: int, sql: str,
+    def filtered_rowids(self, kinds: Iterable[tuple[str, int]], version: int, sql: str,
                         params: tuple[Any, ...]) -> np.ndarray:
-        """Rowids of the units of one kind, visible at ``version``, that satisfy a compiled filter."""
+        """Rowids of the units of ``kinds``, visible at ``version``, that satisfy a compiled filter.
+
+        A per-document unit is judged with its document; a derived unit passes only
+        when every leaf chunk it covers passes with that chunk's document, so no text
+        derived from an excluded document is returned (filters scope tenants).
+        """
+        kinds = list(kinds)
+        where_u, kparams = _kinds_clause("u", kinds)
+        where_t, _same = _kinds_clause("t", kinds)
         rows = self.query(
             f"SELECT u.rowid FROM units u JOIN documents d ON d.drow = u.doc_row"
-            f" WHERE u.unit = ? AND u.level = ? AND {_visible('u')} AND {sql}",
-            (unit, level, version, version, *params))
+            f" WHERE {where_u} AND {_visible('u')} AND ({sql})"
+            f" UNION ALL SELECT t.rowid FROM units t WHERE {where_t} AND t.doc_row IS NULL"
+            f" AND {_visible('t')} AND EXISTS (SELECT 1 FROM covers c WHERE c.urow = t.rowid)"
+            f" AND NOT EXISTS (SELECT 1 FROM covers c JOIN units u ON u.rowid = c.leaf"
+            f" JOIN documents d ON d.drow = c.drow"
+            f" WHERE c.urow = t.rowid AND NOT COALESCE(({sql}), 0))",
+            (*kparams, version, version, *params, *kparams, version, version, *params))
         return np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
 
     def hydrate(self, rowids: list[int]) -> dict[int, dict[str, Any]]:
         """Unit rows (with text) joined with their document, keyed by rowid (missing ones absent).
 
+        A derived unit (no document of its own) gets the title, source and uri of the
+        document most of its leaves come from, the lowest trust among the documents it
+        covers, ``doc_ids`` (most-covered first), ``leaves`` (chunk ids) and ``umeta``.
         A rowid's row never changes (a new version of a document gets new rows), so
         rows are cached (bounded LRU) and an agent's repeated hits skip SQLite.
         """
@@ -566,33 +698,108 @@ class Docstore:
                     out[r] = row
         for i in range(0, len(missing), 900):
             part = missing[i:i + 900]
+            marks = ','.join('?' * len(part))
             rows = self.query(
                 'SELECT u.rowid, u.uid, u.unit, u.level, u.doc_id, u.idx, u.start, u."end",'
                 " u.page_start, u.page_end, u.tokens, u.text, d.title, d.source, d.uri,"
-                " d.file_type, d.meta, d.trust, s.suspected FROM units u"
-                " JOIN documents d ON d.drow = u.doc_row LEFT JOIN screens s ON s.urow = u.rowid"
-                f" WHERE u.rowid IN ({','.join('?' * len(part))})", part)
+                " d.file_type, d.meta, d.trust, s.suspected, u.umeta FROM units u"
+                " LEFT JOIN documents d ON d.drow = u.doc_row LEFT JOIN screens s ON s.urow ="
+                f" u.rowid WHERE u.rowid IN ({marks})", part)
+            fresh: dict[int, dict[str, Any]] = {}
+            for values in rows:
+                row = dict(zip(_HIT_KEYS, values))
+                row["umeta"] = json.loads(values[-1]) if values[-1] else None
+                fresh[values[0]] = row
+            derived = [r for r, row in fresh.items() if row["doc_id"] is None]
+            if derived:
+                self._hydrate_derived(derived, fresh)
             with self._lock:
-                for values in rows:
-                    row = dict(zip(_HIT_KEYS, values))
-                    out[values[0]] = self._rows[values[0]] = row
+                for r, row in fresh.items():
+                    out[r] = self._rows[r] = row
                 while len(self._rows) > _ROW_CACHE:
                     self._rows.popitem(last=False)
         return out
 
+    def _hydrate_derived(self, rowids: list[int], rows: dict[int, dict[str, Any]]) -> None:
+        """Fill a derived unit's source fields from the documents and leaves it covers."""
+        marks = ','.join('?' * len(rowids))
+        docs: dict[int, list[tuple[Any, ...]]] = {}
+        for urow, *doc in self.query(
+                "SELECT c.urow, d.id, d.title, d.source, d.uri, d.trust, COUNT(*) AS n FROM covers c"
+                f" JOIN documents d ON d.drow = c.drow WHERE c.urow IN ({marks})"
+                " GROUP BY c.urow, c.drow ORDER BY c.urow, n DESC, d.id", rowids):
+            docs.setdefault(urow, []).append(tuple(doc))
+        leaves: dict[int, list[str]] = {}
+        for urow, uid in self.query(
+                f"SELECT c.urow, l.uid FROM covers c JOIN units l ON l.rowid = c.leaf"
+                f" WHERE c.urow IN ({marks}) ORDER BY c.urow, l.doc_id, l.idx", rowids):
+            leaves.setdefault(urow, []).append(uid)
+        for r in rowids:
+            row, covered = rows[r], docs.get(r, [])
+            if covered:
+                _id, row["title"], row["source"], row["uri"], _t, _n = covered[0]
+            row["doc_ids"] = [d[0] for d in covered]
+            row["trust"] = min((d[4] for d in covered), key=_TRUST_ORDER.index,
+                               default="untrusted")
+            row["leaves"] = leaves.get(r, [])
+
+    def covered_leaves(self, rowids: list[int]) -> dict[int, list[str]]:
+        """The leaf chunk ids each derived unit covers (hydrated rows, so cached)."""
+        rows = self.hydrate(rowids)
+        return {r: row.get("leaves") or [] for r, row in rows.items()}
+
     def dates(self, rowids: list[int], field: str) -> dict[int, float]:
-        """A date field (epoch ms) of the documents of the given units; units without it are absent."""
+        """A date field (epoch ms) of the units' documents; a derived unit takes the latest date
+        among the documents it covers. Units without the field are absent."""
         col = ("d.modified_ms" if field == "modified"
                else f"json_extract(d.fmeta, '$.\"{field}\"')")
         out: dict[int, float] = {}
         for i in range(0, len(rowids), 900):
             part = rowids[i:i + 900]
+            marks = ','.join('?' * len(part))
             for r, v in self.query(
                     f"SELECT u.rowid, {col} FROM units u JOIN documents d ON d.drow = u.doc_row"
-                    f" WHERE u.rowid IN ({','.join('?' * len(part))})", part):
+                    f" WHERE u.rowid IN ({marks}) UNION ALL"
+                    f" SELECT c.urow, MAX({col}) FROM covers c JOIN documents d ON d.drow = c.drow"
+                    f" WHERE c.urow IN ({marks}) GROUP BY c.urow", (*part, *part)):
                 if isinstance(v, (int, float)):
                     out[r] = float(v)
         return out
+
+    def parents(self, unit: str, uids: list[str], version: int) -> dict[str, list[str]]:
+        """For each of ``uids``: the units of derived kind ``unit`` valid at ``version`` whose
+        ``umeta.children`` name it (a tree node's parents; a chunk's level-1 nodes)."""
+        if not uids:
+            return {}
+        out: dict[str, list[str]] = {}
+        for child, parent in self.query(
+                f"SELECT j.value, p.uid FROM units p, json_each(p.umeta, '$.children') j"
+                f" WHERE p.unit = ? AND p.umeta IS NOT NULL AND {_visible('p')} AND {_valid('p')}"
+                f" AND j.value IN ({','.join('?' * len(uids))}) ORDER BY p.level, p.uid",
+                (unit, version, version, version, version, *uids)):
+            out.setdefault(child, []).append(parent)
+        return out
+
+    # --- what derived-unit builders read -----------------------------------------------
+
+    def live_leaves(self, unit: str = "chunk") -> list[tuple[Any, ...]]:
+        """Every live unit of a per-document kind: (rowid, uid, doc_id, start, tokens, text)."""
+        return self.query(
+            "SELECT rowid, uid, doc_id, start, tokens, text FROM units WHERE unit = ? AND level = 0"
+            " AND v_to IS NULL ORDER BY rowid", (unit,))
+
+    def live_derived(self, unit: str) -> list[dict[str, Any]]:
+        """Every live row of a derived kind with its umeta and the leaf rowids it covers."""
+        rows = self.query("SELECT rowid, uid, level, tokens, text, umeta FROM units WHERE unit = ?"
+                          " AND v_to IS NULL ORDER BY level, rowid", (unit,))
+        covers: dict[int, list[int]] = {}
+        for urow, leaf in self.query(
+                "SELECT c.urow, c.leaf FROM covers c JOIN units u ON u.rowid = c.urow"
+                " WHERE u.unit = ? AND u.v_to IS NULL ORDER BY c.urow, c.leaf", (unit,)):
+            covers.setdefault(urow, []).append(leaf)
+        return [{"rowid": r, "uid": uid, "level": lv, "tokens": tk, "text": text,
+                 "umeta": json.loads(m) if m else {}, "covers": covers.get(r, [])}
+                for r, uid, lv, tk, text, m in rows]
 
     def counts(self) -> dict[str, int]:
         """Documents and units per kind."""
@@ -617,6 +824,25 @@ def _busy_error(waited: float, *, write: bool = True) -> BackendUnavailable:
     return BackendUnavailable(
         f"the engine directory is busy (another process is writing): {what.format(waited)}",
         retryable=True, retryAfterMs=1000)
+
+
+_TRUST_ORDER = ["untrusted", "community", "trusted"]
+
+
+def _kinds_clause(alias: str, kinds: list[tuple[str, int]]) -> tuple[str, tuple[Any, ...]]:
+    """SQL: the row is of one of ``kinds`` ((unit, level) pairs), with its parameters."""
+    if not kinds:
+        return "0", ()
+    terms = " OR ".join(f"({alias}.unit = ? AND {alias}.level = ?)" for _ in kinds)
+    return f"({terms})", tuple(x for kind in kinds for x in kind)
+
+
+def _valid(alias: str) -> str:
+    """SQL: a per-document unit, or a derived one all of whose covered leaves are visible at
+    the version bound twice as parameters."""
+    return (f"({alias}.doc_row IS NOT NULL OR NOT EXISTS (SELECT 1 FROM covers c"
+            f" WHERE c.urow = {alias}.rowid AND NOT EXISTS (SELECT 1 FROM units l"
+            f" WHERE l.rowid = c.leaf AND {_visible('l')})))")
 
 
 def _visible(alias: str) -> str:

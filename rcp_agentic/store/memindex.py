@@ -42,7 +42,10 @@ def _top(scores: np.ndarray, k: int, candidates: np.ndarray | None = None) -> Ra
 
 
 class UnitIndex:
-    """Scoring arrays for one (unit, level)."""
+    """Scoring arrays for one pool of units: one (unit, level), or several (a collapsed tree).
+
+    ``unit`` names the pool; ``units`` and ``levels`` give each row's own kind.
+    """
 
     def __init__(self, unit: str, arrays: UnitArrays, vocab_size: int, *, k1: float,
                  b: float) -> None:
@@ -56,6 +59,9 @@ class UnitIndex:
         self.page_end = arrays.page_end
         self.tokens = arrays.tokens
         n = len(arrays.rowids)
+        self.units = arrays.units or [unit] * n
+        self.levels = arrays.levels if len(arrays.levels) == n else np.zeros(n, dtype=np.int64)
+        self._uid_position: dict[str, int] | None = None
         self.size = n
         rows = np.repeat(np.arange(n, dtype=np.int32), np.diff(arrays.offsets))
         cols = arrays.term_ids.astype(np.int64)
@@ -73,6 +79,17 @@ class UnitIndex:
         self.post_impact = impact[order].astype(np.float32)
         self.indptr = np.zeros(vocab_size + 1, dtype=np.int64)
         np.cumsum(np.bincount(cols, minlength=vocab_size), out=self.indptr[1:])
+
+    def kind_positions(self, unit: str, level: int) -> np.ndarray:
+        """Positions of the rows of one (unit, level) in this pool."""
+        return np.flatnonzero((np.asarray(self.units) == unit) & (self.levels == level))
+
+    def positions_of_uids(self, uids: list[str]) -> np.ndarray:
+        """Positions of the given unit ids that this index holds, in position order."""
+        if self._uid_position is None:
+            self._uid_position = {u: i for i, u in enumerate(self.uids)}
+        found = {self._uid_position[u] for u in uids if u in self._uid_position}
+        return np.array(sorted(found), dtype=np.int64)
 
     def positions_of(self, rowids: np.ndarray) -> np.ndarray:
         """Positions of the given rowids that this index holds."""
