@@ -38,7 +38,8 @@ from .pipeline.filters import BUILTIN_FIELDS, OPERATORS
 from .pipeline.confidence import Calibrator
 from .pipeline.trust import InjectionScreen
 from . import units
-from .pipeline.params import FUSIONS, MODES, TREE_SEARCHES, query_text
+from .options import TREE_SEARCHES
+from .pipeline.params import FUSIONS, MODES, query_text
 from .pipeline.retrieve import Retrieval
 from .store.chroma import ChromaVectors, CollectionLost
 from .store.docstore import DocumentRecord, Docstore
@@ -276,8 +277,8 @@ class Engine(Retrieval):
         out: dict[str, dict[str, Any]] = {}
         counts = self.store.unit_kinds()
         data_version = int(self.store.info("data_version") or 0)
-        for name, builder in self.builders.items():
-            levels = {lv: n for u, lv, n in counts if u == name}
+        for name in units.known():
+            levels = {lv: n for u, lv, n in counts if u == name and units.get(name).derived}
             if not levels:
                 continue
             reflects = int(self.store.info(f"derived.{name}.version") or 0)

@@ -187,3 +187,95 @@ def test_recency_prefers_recent(energy: Engine) -> None:
     assert sum(top) / len(top) > sum(year(h) for h in plain.hits[:5]
                                      if "published" in (h.meta or {})) / 5
     assert recent.hits[0].score <= plain.hits[0].score
+
+
+# --- containment across unit kinds in the corrective loop (wire-shaped tree-node hits) --------
+
+def _chunk(doc: str, i: int, page: int | None = None, **extra: object) -> dict:
+    hit: dict = {"id": f"doc:{doc}#c{i}", "score": 0.5, "unit": "chunk", "level": 0,
+                 "text": f"Chunk {i} of {doc}: solar panels and wind turbines.",
+                 "chunk": {"docId": doc, "index": i}, "meta": {"doc_id": doc}}
+    if page is not None:
+        hit["citation"] = {"source": doc, "page": page}
+    hit.update(extra)
+    return hit
+
+
+def _tree(node: str, level: int, leaves: list[str], docs: list[str], **extra: object) -> dict:
+    hit: dict = {"id": f"tree:{level}:{node}", "score": 0.8, "unit": "tree-node", "level": level,
+                 "text": "A summary of " + ", ".join(leaves) + ": renewable energy sources, "
+                         "their output and how the grid stores it overnight.",
+                 "provenance": {"leaves": leaves}, "meta": {"doc_ids": docs},
+                 "citation": {"source": docs[0]}}
+    hit.update(extra)
+    return hit
+
+
+def test_containment_follows_the_unit_registry() -> None:
+    from rcp_agentic.agentic.loop import _contains
+
+    c0, c1, b0 = _chunk("a", 0, page=1), _chunk("a", 1, page=2), _chunk("b", 0)
+    top = _tree("top", 2, ["doc:a#c0", "doc:a#c1", "doc:b#c0"], ["a", "b"])
+    low = _tree("low", 1, ["doc:a#c0", "doc:a#c1"], ["a"])
+    # A tree-node holds the chunks among its leaves, and nodes whose leaves it covers.
+    assert _contains(top, c0) and _contains(top, b0) and _contains(low, c1)
+    assert not _contains(low, b0)
+    assert _contains(top, low) and not _contains(low, top) and not _contains(top, top)
+    assert not _contains(c0, low) and not _contains(c0, top)
+    passage = {**_chunk("a", 0), "unit": "passage"}  # an alias of chunk: the same leaf
+    assert _contains(low, passage)
+    # A leaf returned as tree-node level 0 is a chunk.
+    assert _contains(low, {**_chunk("a", 1), "unit": "tree-node"})
+    # Per-document kinds keep their rules: a document holds its pages and chunks, a page
+    # the chunks cited on it, never the reverse, never across documents.
+    doc_a = {"id": "doc:a", "unit": "document", "chunk": {"docId": "a", "index": 0}}
+    page1 = {"id": "doc:a#p1", "unit": "page", "chunk": {"docId": "a", "index": 0},
+             "citation": {"source": "a", "page": 1}}
+    assert _contains(doc_a, c0) and _contains(doc_a, page1) and _contains(page1, c0)
+    assert not _contains(page1, c1) and not _contains(doc_a, b0)
+    assert not _contains(c0, doc_a) and not _contains(page1, doc_a)
+    # A document holds a tree-node of itself alone (every leaf is its own), not a wider one;
+    # a page cannot tell which of its chunks a node covers.
+    assert _contains(doc_a, low) and not _contains(doc_a, top) and not _contains(page1, low)
+    # Hits carrying no leaves are never taken to contain anything.
+    assert not _contains({**top, "provenance": {}}, c0)
+
+
+class _TreeEngine:
+    """An RCP source answering from fixed wire-shaped hits per unit (chunk, document, tree-node),
+    for the loop's side of the tree before the engine builds one."""
+
+    capabilities = {"retrieve": {"units": ["chunk", "passage", "document", "tree-node"]}}
+
+    def __init__(self, hits: dict[str, list[dict]]) -> None:
+        self.hits = hits
+        self.units: list[str] = []
+
+    def retrieve(self, query: str, k: int, **options: object) -> dict:
+        unit = str(options["unit"])
+        self.units.append(unit)
+        return {"hits": [dict(h) for h in self.hits.get(unit, [])][:k]}
+
+
+def test_loop_escalates_to_tree_nodes_which_replace_their_leaves() -> None:
+    from rcp_agentic.agentic import ConfidenceEvaluator, CorrectiveRetriever
+    from rcp_agentic.agentic.loop import _contains
+
+    chunks = [{**_chunk("a", 0), "confidence": 0.3}, {**_chunk("a", 1), "confidence": 0.3},
+              {**_chunk("c", 0), "confidence": 0.3}]
+    top = {**_tree("top", 2, ["doc:a#c0", "doc:a#c1", "doc:b#c0"], ["a", "b"]),
+           "confidence": 0.8}
+    low = {**_tree("low", 1, ["doc:a#c0", "doc:a#c1"], ["a"]), "confidence": 0.7}
+    source = _TreeEngine({"chunk": chunks, "tree-node": [top, low]})
+    loop = CorrectiveRetriever(source, k=5, max_steps=6,
+                               evaluator=ConfidenceEvaluator(upper=0.6, lower=0.05))
+    assert loop.ladder(0) == ["chunk", "document", "tree-node"]  # units.ladder, finest first
+    res = loop.run("renewable energy sources")
+    assert source.units == ["chunk", "chunk", "document", "tree-node"]
+    assert [s.action for s in res.trace] == ["retrieve", "expand", "escalate", "escalate"]
+    assert res.verdict == "correct"
+    # The level-2 node took the place of the two chunks it covers; the level-1 node it also
+    # covers was not added; the chunk of another document stays.
+    assert [h["id"] for h in res.evidence] == ["tree:2:top", "doc:c#c0"]
+    assert res.trace[-1].kept == 1
+    assert not any(_contains(a, b) for a in res.evidence for b in res.evidence)

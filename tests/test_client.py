@@ -1063,3 +1063,18 @@ def test_unknown_codes_stay_generic() -> None:
         ClientCore.result_of({"jsonrpc": "2.0", "id": 1,
                               "error": {"code": -32099, "message": "new", "data": {"x": 1}}})
     assert type(exc.value) is RCPError and exc.value.code == -32099 and exc.value.data == {"x": 1}
+
+
+def test_vendor_and_meta_options_by_python_name() -> None:
+    """Options whose wire name is not their camelCase go out under the vocabulary's wire name."""
+    params = retrieve_params("q", 3, {"rank_by": "confidence", "tree_search": "traversal",
+                                      "meta": {"progressToken": 1}, "unit": "tree-node"})
+    assert params == {"query": "q", "k": 3, "x-rcp-agentic-rankBy": "confidence",
+                      "x-rcp-agentic-treeSearch": "traversal", "_meta": {"progressToken": 1},
+                      "unit": "tree-node"}
+    assert retrieve_params("q", 1, {"x-rcp-agentic-treeSearch": "collapsed"}) == {
+        "query": "q", "k": 1, "x-rcp-agentic-treeSearch": "collapsed"}
+    with pytest.raises(TypeError, match="unknown option"):
+        retrieve_params("q", 3, {"tree_searches": "traversal"})
+    with pytest.raises(TypeError, match="twice"):
+        retrieve_params("q", 3, {"meta": {}, "_meta": {"progressToken": 2}})

@@ -515,3 +515,36 @@ def test_close_stops_the_server_it_started(stdio: RCPRetriever, local: RCPRetrie
     assert process.poll() is None
     stdio.close()  # EOF on the server's stdin: it shuts down cleanly
     assert process.wait(timeout=30) == 0
+
+
+# --- tree-node hits (wire-shaped, as the engine's RAPTOR tree will return them) --------------
+
+def test_tree_node_links_and_leaves_reach_document_metadata() -> None:
+    from rcp_agentic.integrations.langchain import hit_to_document
+
+    hit = {"id": "tree:2:ab12", "score": 0.8, "confidence": 0.7, "unit": "tree-node",
+           "level": 2, "text": "Summary of two documents.",
+           "provenance": {"leaves": ["doc:a#c0", "doc:a#c1", "doc:b#c0"]},
+           "meta": {"parent_ids": ["tree:3:ff00"], "child_ids": ["tree:1:aa", "tree:1:bb"],
+                    "doc_ids": ["a", "b"]},
+           "citation": {"source": "a"}}
+    doc = hit_to_document(hit)
+    assert doc.id == "tree:2:ab12" and doc.page_content == "Summary of two documents."
+    md = doc.metadata
+    assert (md["hit_id"], md["unit"], md["level"]) == ("tree:2:ab12", "tree-node", 2)
+    assert md["provenance"] == {"leaves": ["doc:a#c0", "doc:a#c1", "doc:b#c0"]}
+    assert md["parent_ids"] == ["tree:3:ff00"]
+    assert md["child_ids"] == ["tree:1:aa", "tree:1:bb"]
+    assert md["doc_ids"] == ["a", "b"] and "chunk" not in md
+    # A leaf of the collapsed tree: level 0 is kept, and its tree parents travel too.
+    leaf = hit_to_document({"id": "doc:a#c0", "score": 0.5, "unit": "tree-node", "level": 0,
+                            "text": "leaf", "chunk": {"docId": "a", "index": 0},
+                            "meta": {"doc_id": "a", "parent_ids": ["tree:1:aa"]}})
+    assert leaf.metadata["level"] == 0 and leaf.metadata["parent_ids"] == ["tree:1:aa"]
+    assert leaf.metadata["chunk"] == {"docId": "a", "index": 0}
+
+
+def test_unit_field_is_the_wire_literal(filled_engine: Engine) -> None:
+    RCPRetriever(source=filled_engine, unit="tree-node", level=1)
+    with pytest.raises(ValidationError):
+        RCPRetriever(source=filled_engine, unit="sentence")  # type: ignore[arg-type]

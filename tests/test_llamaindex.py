@@ -576,3 +576,84 @@ def test_from_registry(stdio_dir: Path, http_url: str, engine: Engine, tmp_path:
         RCPRetriever.from_registry({"engines": [{"id": "x", "transport": "smoke"}]}, "x")
     with pytest.raises(InvalidParams):
         RCPRetriever.from_registry(tmp_path / "missing.json", "x")
+
+
+# --- tree-node hits (wire-shaped, as the engine's RAPTOR tree will return them) --------------
+
+TREE_HIT: dict[str, Any] = {
+    "id": "tree:2:ab12", "score": 0.8, "confidence": 0.7, "unit": "tree-node", "level": 2,
+    "text": "Summary: glaciers carve valleys; volcanoes vent lava.",
+    "provenance": {"leaves": ["doc:a#c0", "doc:a#c1", "doc:b#c0"]},
+    "meta": {"parent_ids": ["tree:3:ff00", "tree:3:ee11"], "child_ids": ["tree:1:aa", "tree:1:bb"],
+             "doc_ids": ["a", "b"]},
+    "citation": {"source": "a"}}
+
+
+def test_tree_node_hit_links_its_parent_and_children() -> None:
+    from llama_index.core.schema import MetadataMode
+
+    from rcp_agentic.integrations.llamaindex import hit_to_node
+
+    scored = hit_to_node(TREE_HIT)
+    node = scored.node
+    assert scored.score == 0.7 and node.node_id == "tree:2:ab12"
+    parent = node.parent_node
+    assert parent is not None and parent.node_id == "tree:3:ff00"  # the first of its parents
+    assert parent.metadata == {"unit": "tree-node", "level": 3}
+    children = node.child_nodes or []
+    assert [c.node_id for c in children] == ["tree:1:aa", "tree:1:bb"]
+    assert all(c.metadata == {"unit": "tree-node", "level": 1} for c in children)
+    # It covers two documents: no SOURCE, so no ref_doc_id to group it under one of them.
+    assert NodeRelationship.SOURCE not in node.relationships and node.ref_doc_id is None
+    assert unit_ids(TREE_HIT) == (None, None)
+    assert node.metadata["doc_ids"] == ["a", "b"]
+    assert node.metadata["provenance"]["leaves"] == ["doc:a#c0", "doc:a#c1", "doc:b#c0"]
+    assert node.metadata["parent_ids"] == ["tree:3:ff00", "tree:3:ee11"]
+    llm_view = node.get_content(metadata_mode=MetadataMode.LLM)
+    assert "tree:3:ff00" not in llm_view and "tree:1:aa" not in llm_view
+    again = TextNode.model_validate_json(node.model_dump_json())
+    assert again.relationships == node.relationships
+
+
+def test_tree_node_of_one_document_has_it_as_source() -> None:
+    from rcp_agentic.integrations.llamaindex import hit_to_node
+
+    hit = {**TREE_HIT, "id": "tree:1:aa", "level": 1,
+           "provenance": {"leaves": ["doc:a#c0", "doc:a#c1"]},
+           "meta": {"parent_ids": ["tree:2:ab12"], "child_ids": ["doc:a#c0", "doc:a#c1"],
+                    "doc_ids": ["a"]}}
+    node = hit_to_node(hit).node
+    source = rel(node, NodeRelationship.SOURCE)
+    assert source.node_id == "doc:a" and source.node_type == ObjectType.DOCUMENT
+    assert node.ref_doc_id == "doc:a"
+    assert rel(node, NodeRelationship.PARENT).node_id == "tree:2:ab12"
+    # Level 1's children are the leaf chunks (level 0 of a tree is its chunks).
+    assert [(c.node_id, c.metadata) for c in node.child_nodes or []] == [
+        ("doc:a#c0", {"unit": "chunk"}), ("doc:a#c1", {"unit": "chunk"})]
+    # Leaves outside this engine's id scheme: no SOURCE is guessed from meta.doc_ids.
+    foreign = hit_to_node({**hit, "provenance": {"leaves": ["x-17", "x-18"]}}).node
+    assert NodeRelationship.SOURCE not in foreign.relationships
+    # No meta links (a tree built without them): no PARENT or CHILD either.
+    bare = hit_to_node({**hit, "meta": {"doc_ids": ["a"]}}).node
+    assert set(bare.relationships) == {NodeRelationship.SOURCE}
+
+
+@pytest.mark.parametrize("unit", ["chunk", "tree-node"])
+def test_leaf_chunk_in_a_tree_query_has_its_tree_parent(unit: str) -> None:
+    from rcp_agentic.integrations.llamaindex import hit_to_node
+
+    hit = {"id": "doc:a#c3", "score": 0.5, "unit": unit, "level": 0, "text": "leaf",
+           "chunk": {"docId": "a", "index": 3},
+           "meta": {"doc_id": "a", "page_range_start": 4, "page_range_end": 4,
+                    "parent_ids": ["tree:1:aa", "tree:1:bb"]}}
+    node = hit_to_node(hit).node
+    assert unit_ids(hit) == ("doc:a", "doc:a#p4")
+    assert rel(node, NodeRelationship.SOURCE).node_id == "doc:a"
+    parent = rel(node, NodeRelationship.PARENT)
+    assert parent.node_id == "tree:1:aa"  # the tree node, not the page
+    assert parent.metadata == ({"unit": "tree-node", "level": 1} if unit == "tree-node" else {})
+    assert NodeRelationship.CHILD not in node.relationships
+    # Without tree links the same chunk keeps its page as parent.
+    plain = hit_to_node({**hit, "meta": {"doc_id": "a", "page_range_start": 4,
+                                         "page_range_end": 4}}).node
+    assert rel(plain, NodeRelationship.PARENT).node_id == "doc:a#p4"

@@ -7,9 +7,10 @@ chosen from what was found:
 * **correct** — keep the refined hits and stop;
 * **ambiguous** — re-query: the LLM's rewrite or decomposition when one is given,
   otherwise the question expanded with words from the confident evidence;
-* **incorrect**, or a step that found nothing new — escalate granularity (chunk →
-  page → document, then tree or community units when the engine advertises them),
-  then fall back to the next engine, then re-query.
+* **incorrect**, or a step that found nothing new — escalate granularity along the
+  unit registry's ladder (:func:`rcp_agentic.units.ladder`: chunk → page → document
+  → tree-node, over the units the engine advertises), then fall back to the next
+  engine, then re-query.
 
 One ``session_id`` threads every call, so each step only sees evidence the
 trajectory has not seen yet (§7.7.3). Steps and evidence tokens are bounded. The
@@ -27,6 +28,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from .. import units
 from ..errors import RCPError
 from ..integrations.common import HitSource
 from ..models.llm import ChatLLM
@@ -34,8 +36,6 @@ from ..models.tokenizer import count_tokens
 from .evaluator import ConfidenceEvaluator, Verdict
 from .rewrite import expand_query, llm_queries
 
-LADDER = ("chunk", "page", "document")
-COARSER_UNITS = ("tree-node", "community")
 
 
 @dataclass
@@ -248,16 +248,56 @@ def _place(hit: Mapping[str, Any]) -> tuple[str | None, int | None]:
     return doc, (hit.get("citation") or {}).get("page")
 
 
+def _kind(hit: Mapping[str, Any]) -> str | None:
+    """The stored kind of a hit by the unit registry (a levelled kind at level 0 is its leaf
+    kind; None: a kind this registry does not know)."""
+    try:
+        kind = units.get(str(hit.get("unit") or "chunk"))
+    except KeyError:
+        return None
+    if kind.levelled and hit.get("level") == 0 and kind.level_zero is not None:
+        kind = units.get(kind.level_zero)
+    return kind.stored
+
+
+def _listed(hit: Mapping[str, Any]) -> frozenset[str] | None:
+    """The leaf chunk ids a derived hit lists in ``provenance.leaves`` (None: not listed)."""
+    leaves = (hit.get("provenance") or {}).get("leaves")
+    return frozenset(str(leaf) for leaf in leaves) if isinstance(leaves, list) and leaves \
+        else None
+
+
 def _contains(outer: Mapping[str, Any], inner: Mapping[str, Any]) -> bool:
-    """Whether ``outer`` (a document or page unit) holds ``inner`` (a finer unit)."""
-    rank = {"chunk": 0, "passage": 0, "page": 1, "document": 2}
-    o, i = rank.get(outer.get("unit") or "chunk"), rank.get(inner.get("unit") or "chunk")
+    """Whether ``outer`` holds ``inner``: every leaf chunk of ``inner`` is among its own.
+
+    A unit listing its leaves (``provenance.leaves``, e.g. a tree-node) holds a chunk
+    among them and a unit whose listed leaves are a subset of its own. A per-document
+    unit knows its leaves by place: a document holds the pages and chunks of its
+    document (and a derived unit whose ``meta.doc_ids`` is that document alone), a
+    page the chunks cited on it.
+    """
+    if outer.get("id") is not None and outer.get("id") == inner.get("id"):
+        return False
+    inner_kind = _kind(inner)
+    inner_leaves = _listed(inner)
+    if inner_leaves is None and inner_kind == "chunk" and inner.get("id") is not None:
+        inner_leaves = frozenset({str(inner["id"])})  # a chunk is its own leaf
+    outer_leaves = _listed(outer)
+    if outer_leaves is not None:
+        return inner_leaves is not None and inner_leaves <= outer_leaves
+    outer_kind = _kind(outer)
+    odoc, opage = _place(outer)
+    if outer_kind not in ("page", "document") or odoc is None:
+        return False
+    if _listed(inner) is not None:
+        return outer_kind == "document" and (inner.get("meta") or {}).get("doc_ids") == [odoc]
+    o, i = units.rank(outer_kind), units.rank(inner_kind) if inner_kind else None
     if o is None or i is None or o <= i:
         return False
-    (odoc, opage), (idoc, ipage) = _place(outer), _place(inner)
-    if odoc is None or odoc != idoc:
+    idoc, ipage = _place(inner)
+    if odoc != idoc:
         return False
-    return o == 2 or (opage is not None and opage == ipage)
+    return outer_kind == "document" or (opage is not None and opage == ipage)
 
 
 class CorrectiveRetriever:
@@ -318,11 +358,11 @@ class CorrectiveRetriever:
             caps = self._retrieve_caps(index)
             if caps is None:  # unreachable: its first call fails and the loop falls back
                 return [self.start_unit or "chunk"]
-            units = caps.get("units") or ["chunk"]
-            ladder = [u for u in LADDER if u in units] + [u for u in COARSER_UNITS if u in units]
+            offered = caps.get("units") or ["chunk"]
+            ladder = units.ladder(offered)
             if self.start_unit in ladder:
                 ladder = ladder[ladder.index(self.start_unit):]
-            self._ladders[index] = ladder or [units[0]]
+            self._ladders[index] = ladder or [offered[0]]
         return self._ladders[index]
 
     def _run(self, query: str, session_id: str | None) -> _Run:

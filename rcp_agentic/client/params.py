@@ -10,12 +10,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-# The retrieve params of §7.7 beyond query/k (wire names).
-RETRIEVE_OPTIONS = frozenset({
-    "mode", "modality", "candidateK", "fusion", "rerank", "mmr", "rewrite", "filter", "minScore",
-    "recency", "unit", "level", "tokenBudget", "sessionId", "includeText", "includeVectors",
-    "seed", "indexVersion", "strict", "cursor", "_meta",
-})
+from ..options import OPTIONS, WIRE_NAMES
+
+# The retrieve params of §7.7 beyond query/k, and this engine's vendor options (wire names).
+RETRIEVE_OPTIONS: frozenset[str] = WIRE_NAMES
+# Each option's wire name by Python name, for those whose camelCase is not it (meta → _meta).
+_WIRE_OF: dict[str, str] = {o.name: o.wire for o in OPTIONS}
 # Option objects whose own keys are option names too (fusion.rrf_k → rrfK, rerank.top_n → topN).
 _NESTED = frozenset({"fusion", "rerank", "mmr", "recency"})
 
@@ -30,10 +30,16 @@ def camel(name: str) -> str:
 
 def wire_options(method: str, options: Mapping[str, Any],
                  known: frozenset[str] | None = None) -> dict[str, Any]:
-    """``options`` under wire names; TypeError for a name outside ``known`` (and not ``x-…``)."""
+    """``options`` under wire names; TypeError for a name outside ``known`` (and not ``x-…``).
+
+    A name is its camelCase, or, when that is not ``known``, the wire name the option
+    vocabulary (:mod:`rcp_agentic.options`) gives it (``rank_by`` → ``x-rcp-agentic-rankBy``).
+    """
     out: dict[str, Any] = {}
     for name, value in options.items():
         key = camel(name)
+        if known is not None and key not in known:
+            key = _WIRE_OF.get(name, key)
         if known is not None and key not in known and not key.startswith("x-"):
             raise TypeError(f"{method}() got an unknown option {name!r}")
         if key in out:

@@ -20,21 +20,23 @@ from typing import Any
 from ..client import AsyncRCPClient, RCPClient
 from ..client.registry import EngineSpec
 from ..engine import Engine
+from ..options import FIELD_NAMES, OPTIONS
 
-# The retrieve options a retriever exposes as fields (snake_case; §7.7 names in camelCase).
-RETRIEVE_OPTIONS: tuple[str, ...] = (
-    "mode", "unit", "level", "token_budget", "filter", "session_id", "mmr", "rerank",
-    "recency", "min_score", "candidate_k", "fusion", "include_text", "index_version", "seed",
-    "strict")
+# The retrieve options a retriever exposes as fields (Python names), from the one vocabulary.
+RETRIEVE_OPTIONS: tuple[str, ...] = FIELD_NAMES
+# What one call may also pass: this engine's vendor options, by Python name (``tree_search``)
+# or wire name; the client sends them under their ``x-rcp-agentic-…`` names.
+CALL_OPTIONS: tuple[str, ...] = FIELD_NAMES + tuple(
+    o.name for o in OPTIONS if o.vendor and not o.field)
 
 
 def retrieve_options(defaults: Mapping[str, Any], overrides: Mapping[str, Any]) -> dict[str, Any]:
     """The options of one call: the retriever's fields, then per-call overrides; None = unset."""
-    unknown = [name for name in overrides if name not in RETRIEVE_OPTIONS and name != "k"
+    unknown = [name for name in overrides if name not in CALL_OPTIONS and name != "k"
                and not name.startswith(("x-", "_"))]
     if unknown:
         raise TypeError(f"unknown retrieve option(s): {', '.join(sorted(unknown))}; known: k, "
-                        + ", ".join(RETRIEVE_OPTIONS))
+                        + ", ".join(CALL_OPTIONS))
     merged = {**defaults, **overrides}
     return {name: value for name, value in merged.items() if value is not None}
 

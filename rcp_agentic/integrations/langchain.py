@@ -5,12 +5,15 @@
 >>> await retriever.ainvoke("fusion", k=2, unit="document", token_budget=800)  # doctest: +SKIP
 
 Each RCP hit becomes a ``Document`` (``id`` = hit id, ``page_content`` = hit text,
-``metadata`` = :func:`~.common.hit_metadata`). Every retrieve option of RCP §7.7 is
-a field, and any of them (and ``k``) can be overridden per call as a keyword of
-``invoke``/``ainvoke``/``batch``. ``ainvoke`` is natively async (an asyncio RCP
-client, no worker thread). Tracing callbacks see ``ls_retriever_name="rcp"`` and
-the effective ``rcp_k``/``rcp_mode``/``rcp_unit``/``rcp_session_id`` of the call,
-plus ``rcp_engine``/``rcp_transport`` from the retriever's default metadata.
+``metadata`` = :func:`~.common.hit_metadata`; a tree-node hit's ``parent_ids``,
+``child_ids``, ``doc_ids`` and ``provenance.leaves`` included). Every retriever option
+of :mod:`rcp_agentic.options` is a field, and any of them (and ``k``) can be
+overridden per call as a keyword of ``invoke``/``ainvoke``/``batch``, as can the
+vendor options (``tree_search="traversal"``, ``rank_by="confidence"``). ``ainvoke``
+is natively async (an asyncio RCP client, no worker thread). Tracing callbacks see
+``ls_retriever_name="rcp"`` and the effective ``rcp_k``/``rcp_mode``/``rcp_unit``/
+``rcp_session_id`` of the call, plus ``rcp_engine``/``rcp_transport`` from the
+retriever's default metadata.
 """
 
 from __future__ import annotations
@@ -35,13 +38,13 @@ from ..client.registry import EngineSpec, load_registry
 from ..client.sync_client import default_stdio_command
 from ..closing import Closable
 from ..engine import Engine
+from ..options import doc
+from ..wire import Unit
 from .common import RETRIEVE_OPTIONS, HitSource, hit_metadata, retrieve_options
 
 __all__ = ["RCPRetriever", "RCPRetrieverParams", "hit_to_document"]
 
 Mode = Literal["dense", "sparse", "hybrid"]
-Unit = Literal["chunk", "passage", "document", "node", "triplet", "path", "subgraph", "community",
-               "tree-node", "page"]
 
 # Keywords BaseRetriever.invoke leaves in the kwargs it hands to _get_relevant_documents.
 _RUNNABLE_KWARGS = ("verbose", "run_id")
@@ -82,37 +85,24 @@ class RCPRetriever(BaseRetriever, Closable):
         "The engine's name in tracing metadata (rcp_engine); default: derived from the source."))
 
     k: int = Field(default=4, gt=0, description="Number of hits to return (RCP `k`).")
-    mode: Mode | None = Field(default=None, description=(
-        "Retrieval mode: dense, sparse or hybrid (engine default when unset)."))
-    unit: Unit | None = Field(default=None, description=(
-        "Granularity of the hits: chunk, passage, document, page, … (RCP §7.7.2)."))
-    level: int | None = Field(default=None, ge=0, description=(
-        "Abstraction level in a hierarchical corpus (0 = leaves)."))
-    token_budget: int | None = Field(default=None, gt=0, description=(
-        "Pack top hits until their bodies reach this many tokens (with k, whichever binds first)."))
-    filter: dict[str, Any] | None = Field(default=None, description=(
-        "Metadata filter tree (RCP §8), e.g. {'field': 'lang', 'op': 'eq', 'value': 'en'}."))
-    session_id: str | None = Field(default=None, description=(
-        "Agentic trajectory id (RCP §7.7.3): the engine does not return a hit twice in a session."))
-    mmr: dict[str, Any] | None = Field(default=None, description=(
-        "MMR diversification, e.g. {'lambda': 0.5} (0 = max diversity, 1 = pure relevance)."))
-    rerank: dict[str, Any] | Literal[False] | None = Field(default=None, description=(
-        "Reranking: {'method', 'model'?, 'top_n'?}, or False to disable it."))
-    recency: dict[str, Any] | None = Field(default=None, description=(
-        "Recency boost: {'field': <date field>, 'half_life_days': 30}."))
-    min_score: float | None = Field(default=None, description=(
-        "Drop hits scoring below this (engine-scaled score)."))
-    candidate_k: int | None = Field(default=None, gt=0, description=(
-        "Recall-stage candidate count before rerank."))
-    fusion: dict[str, Any] | None = Field(default=None, description=(
-        "Hybrid fusion: {'method': 'rrf'|'weighted'|'convex', 'weights'?, 'rrf_k'?, 'alpha'?}."))
-    include_text: bool | None = Field(default=None, description=(
-        "Whether hits carry their text (False: empty page_content)."))
-    index_version: str | None = Field(default=None, description=(
-        "Pin retrieval to a corpus snapshot (RCP §7.7.1)."))
-    seed: int | None = Field(default=None, description="Determinism seed (RCP §7.7.1).")
-    strict: bool | None = Field(default=None, description=(
-        "False lets the engine degrade unsupported options instead of failing (OptionUnsupported)."))
+    # One field per retriever option of rcp_agentic.options (descriptions from there); written
+    # out, not generated, so type checkers and IDEs see them (tests/test_options_vocabulary.py).
+    mode: Mode | None = Field(default=None, description=doc("mode"))
+    unit: Unit | None = Field(default=None, description=doc("unit"))
+    level: int | None = Field(default=None, ge=0, description=doc("level"))
+    token_budget: int | None = Field(default=None, gt=0, description=doc("token_budget"))
+    filter: dict[str, Any] | None = Field(default=None, description=doc("filter"))
+    session_id: str | None = Field(default=None, description=doc("session_id"))
+    mmr: dict[str, Any] | None = Field(default=None, description=doc("mmr"))
+    rerank: dict[str, Any] | Literal[False] | None = Field(default=None, description=doc("rerank"))
+    recency: dict[str, Any] | None = Field(default=None, description=doc("recency"))
+    min_score: float | None = Field(default=None, description=doc("min_score"))
+    candidate_k: int | None = Field(default=None, gt=0, description=doc("candidate_k"))
+    fusion: dict[str, Any] | None = Field(default=None, description=doc("fusion"))
+    include_text: bool | None = Field(default=None, description=doc("include_text"))
+    index_version: str | None = Field(default=None, description=doc("index_version"))
+    seed: int | None = Field(default=None, description=doc("seed"))
+    strict: bool | None = Field(default=None, description=doc("strict"))
 
     _hits: HitSource = PrivateAttr()
 

@@ -8,8 +8,11 @@ Each RCP hit becomes a ``NodeWithScore`` whose ``TextNode`` keeps the hit id,
 text, character span and metadata (:func:`~.common.hit_metadata`), and links to
 the units it belongs to: ``SOURCE`` is the document unit (``doc:<docId>``), and
 ``PARENT`` is the next unit up — a chunk's page (PDF) or document, a page's
-document. It works wherever LlamaIndex takes a ``BaseRetriever`` (query engines,
-node postprocessors, instrumentation), sync and async.
+document. In a tree (``unit="tree-node"``) ``PARENT`` is the node's (or leaf
+chunk's) first parent node and ``CHILD`` its child nodes, from ``meta.parent_ids``
+and ``meta.child_ids``; a node gets a ``SOURCE`` only when it covers one document.
+It works wherever LlamaIndex takes a ``BaseRetriever`` (query engines, node
+postprocessors, instrumentation), sync and async.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping, Sequence
 from contextvars import ContextVar
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.callbacks import CallbackManager
@@ -30,14 +33,13 @@ from llama_index.core.schema import (
     TextNode,
 )
 
+from .. import units
 from ..client.registry import load_registry
 from ..client.sync_client import default_stdio_command
 from ..closing import Closable
 from ..corpus.documents import unit_id
+from ..wire import Unit
 from .common import RETRIEVE_OPTIONS, HitSource, hit_metadata, retrieve_options
-
-if TYPE_CHECKING:
-    pass
 
 __all__ = ["RCPRetriever", "hit_to_node", "unit_ids"]
 
@@ -49,7 +51,8 @@ SCORE_MODES: tuple[str, ...] = ("confidence", "score")
 # or an embedding model sees: nested objects and ranking internals.
 EXCLUDED_METADATA_KEYS: list[str] = [
     "hit_id", "score", "confidence", "unit", "level", "scores", "citation", "provenance",
-    "chunk", "trust", "chunk_index", "chunk_start_char", "chunk_end_char", "chunk_token_count"]
+    "chunk", "trust", "chunk_index", "chunk_start_char", "chunk_end_char", "chunk_token_count",
+    "parent_ids", "child_ids", "spans"]
 
 # Per-call overrides of retrieve_with(): (retriever, options), read back in _retrieve, so they
 # pass through BaseRetriever.retrieve (events, callbacks) and cannot leak into another retriever.
@@ -66,14 +69,35 @@ def _page(hit: Mapping[str, Any]) -> int | None:
     return first if isinstance(first, int) and first == last else None
 
 
+def _unit(hit: Mapping[str, Any]) -> str:
+    """The kind a hit is, by the registry: a levelled kind at level 0 is its leaf kind."""
+    name = str(hit.get("unit") or "chunk")
+    try:
+        kind = units.get(name)
+    except KeyError:
+        return name  # another engine's kind: no registry facts to use
+    if kind.levelled and hit.get("level") == 0 and kind.level_zero is not None:
+        return kind.level_zero
+    return name
+
+
+def _per_document(unit: str) -> bool:
+    try:
+        return units.get(unit).per_document
+    except KeyError:
+        return True  # unknown kinds fall through to the id-scheme check, which does not guess
+
+
 def unit_ids(hit: Mapping[str, Any]) -> tuple[str | None, str | None]:
     """The ids of the document unit and (if the hit lies on one page) the page unit of ``hit``.
 
     This engine names units ``doc:<docId>`` (document), ``doc:<docId>#p<n>`` (page)
     and ``doc:<docId>#c<i>`` (chunk) — see ``corpus.documents.build_record``. A hit
-    whose id is not in that scheme (another engine's id space) gets ``(None, None)``
-    rather than a guess.
+    whose id is not in that scheme (another engine's id space), or of a kind derived
+    from many documents (``tree-node``), gets ``(None, None)`` rather than a guess.
     """
+    if not _per_document(_unit(hit)):
+        return None, None
     doc_id = (hit.get("chunk") or {}).get("docId", (hit.get("meta") or {}).get("doc_id"))
     if not isinstance(doc_id, str):
         return None, None
@@ -84,24 +108,78 @@ def unit_ids(hit: Mapping[str, Any]) -> tuple[str | None, str | None]:
     return base, None if page is None else unit_id(doc_id, "page", page)
 
 
-def _relationships(hit: Mapping[str, Any], node_id: str) -> dict[NodeRelationship, RelatedNodeInfo]:
+def _derived_document(hit: Mapping[str, Any]) -> str | None:
+    """The one document a derived hit covers, when its leaves show it (None: several, or unsure).
+
+    ``meta.doc_ids`` names the documents; the hit counts as this engine's only when
+    every leaf in ``provenance.leaves`` is a unit of that document (the id scheme above).
+    """
+    docs = (hit.get("meta") or {}).get("doc_ids")
+    leaves = (hit.get("provenance") or {}).get("leaves")
+    if not (isinstance(docs, list) and len(docs) == 1 and isinstance(docs[0], str)
+            and isinstance(leaves, list) and leaves):
+        return None
+    base = unit_id(docs[0]) + "#"
+    return docs[0] if all(isinstance(leaf, str) and leaf.startswith(base) for leaf in leaves) \
+        else None
+
+
+def _document(doc_id: str) -> RelatedNodeInfo:
+    return RelatedNodeInfo(node_id=unit_id(doc_id), node_type=ObjectType.DOCUMENT,
+                           metadata={"unit": "document", "doc_id": doc_id})
+
+
+def _ids(value: Any) -> list[str]:
+    return [str(v) for v in value if isinstance(v, str)] if isinstance(value, list) else []
+
+
+def _neighbour(hit: Mapping[str, Any], step: int) -> dict[str, Any]:
+    """What is known of the node one level above (``step=1``) or below (-1) a levelled hit."""
+    try:
+        kind = units.get(str(hit.get("unit") or "chunk"))
+    except KeyError:
+        return {}
+    level = hit.get("level")
+    if not kind.levelled or isinstance(level, bool) or not isinstance(level, int):
+        return {}
+    if level + step == 0 and kind.level_zero is not None:
+        return {"unit": kind.level_zero}
+    return {"unit": kind.name, "level": level + step}
+
+
+def _relationships(hit: Mapping[str, Any], node_id: str
+                   ) -> dict[NodeRelationship, RelatedNodeInfo | list[RelatedNodeInfo]]:
+    out: dict[NodeRelationship, RelatedNodeInfo | list[RelatedNodeInfo]] = {}
     doc, page = unit_ids(hit)
     if doc is None:
-        return {}
-    doc_id = doc[len("doc:"):]
-    document = RelatedNodeInfo(node_id=doc, node_type=ObjectType.DOCUMENT,
-                               metadata={"unit": "document", "doc_id": doc_id})
-    # A document unit is its own SOURCE, so ref_doc_id groups every unit of a document.
-    out = {NodeRelationship.SOURCE: document}
-    unit = hit.get("unit") or "chunk"
-    if unit in ("chunk", "passage") and page is not None:
+        single = _derived_document(hit)
+        if single is not None:  # SOURCE only when the hit comes from one document
+            out[NodeRelationship.SOURCE] = _document(single)
+    else:
+        doc_id = doc[len("doc:"):]
+        document = _document(doc_id)
+        # A document unit is its own SOURCE, so ref_doc_id groups every unit of a document.
+        out[NodeRelationship.SOURCE] = document
+        unit = _unit(hit)
+        if unit in ("chunk", "passage") and page is not None:
+            out[NodeRelationship.PARENT] = RelatedNodeInfo(
+                node_id=page, node_type=ObjectType.TEXT,
+                metadata={"unit": "page", "doc_id": doc_id, "page": _page(hit)})
+        elif unit in ("chunk", "passage", "page") and node_id != doc:
+            out[NodeRelationship.PARENT] = document
+    # Tree links, as the engine reports them: the first parent (a leaf may sit in several
+    # clusters; all stay in metadata.parent_ids) and every child. No CHILD for a document or
+    # page: the hit does not say which chunk/page units exist, and a fake relation misleads.
+    meta = hit.get("meta") or {}
+    parents, children = _ids(meta.get("parent_ids")), _ids(meta.get("child_ids"))
+    if parents:
         out[NodeRelationship.PARENT] = RelatedNodeInfo(
-            node_id=page, node_type=ObjectType.TEXT,
-            metadata={"unit": "page", "doc_id": doc_id, "page": _page(hit)})
-    elif unit in ("chunk", "passage", "page") and node_id != doc:
-        out[NodeRelationship.PARENT] = document
-    # No CHILD for a document or page: the hit does not say which chunk/page units exist
-    # (blank PDF pages have none), and a relation to a missing node would be a fake.
+            node_id=parents[0], node_type=ObjectType.TEXT, metadata=_neighbour(hit, 1))
+    if children:
+        below = _neighbour(hit, -1)
+        out[NodeRelationship.CHILD] = [
+            RelatedNodeInfo(node_id=child, node_type=ObjectType.TEXT, metadata=dict(below))
+            for child in children]
     return out
 
 
@@ -125,13 +203,34 @@ def hit_to_node(hit: Mapping[str, Any], score_mode: ScoreMode = "confidence") ->
 class RCPRetriever(BaseRetriever, Closable):
     """A LlamaIndex retriever over an RCP engine (in process, stdio, HTTP, registry or client).
 
-    Every retrieve option of RCP §7.7 (:data:`~.common.RETRIEVE_OPTIONS`, snake_case)
-    is an attribute, as is ``k`` (alias ``similarity_top_k``); ``None`` leaves an
-    option to the engine. ``score_mode="confidence"`` scores nodes by the hit's
-    calibrated confidence in [0, 1] when it has one and by the raw engine score
-    otherwise; ``"score"`` always uses the raw score. Engine errors surface as
+    Every retriever option of :mod:`rcp_agentic.options`
+    (:data:`~.common.RETRIEVE_OPTIONS`, snake_case) is a keyword and an attribute, as
+    is ``k`` (alias ``similarity_top_k``); ``None`` leaves an option to the engine.
+    ``retrieve_with`` also takes the vendor options (``tree_search``, ``rank_by``).
+    ``score_mode="confidence"`` scores nodes by the hit's calibrated confidence in
+    [0, 1] when it has one and by the raw engine score otherwise; ``"score"`` always
+    uses the raw score. Engine errors surface as
     :class:`~rcp_agentic.errors.RCPError` subclasses.
     """
+
+    # The retriever options of rcp_agentic.options, typed for readers and type checkers;
+    # __init__ sets them from that list (tests/test_options_vocabulary.py keeps the two equal).
+    mode: str | None
+    unit: Unit | None
+    level: int | None
+    token_budget: int | None
+    filter: dict[str, Any] | None
+    session_id: str | None
+    mmr: dict[str, Any] | None
+    rerank: dict[str, Any] | bool | None
+    recency: dict[str, Any] | None
+    min_score: float | None
+    candidate_k: int | None
+    fusion: dict[str, Any] | None
+    include_text: bool | None
+    index_version: str | None
+    seed: int | None
+    strict: bool | None
 
     def __init__(self, source: Any = None, *, k: int | None = None,
                  similarity_top_k: int | None = None, score_mode: ScoreMode = "confidence",
@@ -153,24 +252,8 @@ class RCPRetriever(BaseRetriever, Closable):
         super().__init__(callback_manager=callback_manager, verbose=verbose)
         self.hit_source = HitSource(source, token=token, client_options=client_options)
         self.score_mode: ScoreMode = score_mode
-        self.mode: str | None = None
-        self.unit: str | None = None
-        self.level: int | None = None
-        self.token_budget: int | None = None
-        self.filter: dict[str, Any] | None = None
-        self.session_id: str | None = None
-        self.mmr: dict[str, Any] | None = None
-        self.rerank: dict[str, Any] | bool | None = None
-        self.recency: dict[str, Any] | None = None
-        self.min_score: float | None = None
-        self.candidate_k: int | None = None
-        self.fusion: dict[str, Any] | None = None
-        self.include_text: bool | None = None
-        self.index_version: str | None = None
-        self.seed: int | None = None
-        self.strict: bool | None = None
-        for name, value in options.items():
-            setattr(self, name, value)
+        for name in RETRIEVE_OPTIONS:
+            setattr(self, name, options.get(name))
 
     @property
     def similarity_top_k(self) -> int:

@@ -19,13 +19,13 @@ from pydantic.alias_generators import to_camel
 from .. import units
 from ..config import EngineConfig
 from ..errors import InvalidParams, OptionUnsupported
+from ..options import RANK_BY, TREE_SEARCHES
 from .filters import check_filter_size
 
 MODES = ("dense", "sparse", "hybrid")
 FUSIONS = ("rrf", "weighted", "convex")
 # The named recall lists the fusion combines (the graph's PageRank will be the third).
 RECALL_SOURCES = ("dense", "sparse")
-TREE_SEARCHES = ("collapsed", "traversal")
 # What a plan is checked against when the caller passes no configuration.
 DEFAULT_CONFIG = EngineConfig.model_validate({})
 
@@ -285,8 +285,8 @@ def make_plan(p: RetrieveParams, config: EngineConfig = DEFAULT_CONFIG, *,
         raise InvalidParams("candidateK must be >= k (candidateK >= rerank.topN >= k)",
                             field="candidateK")
     candidate_k = min(p.candidate_k or max(k, config.candidate_k), config.max_candidate_k)
-    if p.rank_by not in (None, "score", "confidence"):
-        raise InvalidParams("x-rcp-agentic-rankBy must be 'score' or 'confidence'",
+    if p.rank_by is not None and p.rank_by not in RANK_BY:
+        raise InvalidParams(f"x-rcp-agentic-rankBy must be one of {', '.join(RANK_BY)}",
                             field="x-rcp-agentic-rankBy")
     rank_by_confidence = p.rank_by == "confidence"
     if rank_by_confidence and not can_rank_by_confidence:

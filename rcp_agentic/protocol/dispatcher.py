@@ -251,7 +251,7 @@ class Dispatcher:
                       "maxEmbedChars": config.max_embed_chars}
             if self.max_body_bytes is not None:
                 limits["maxBodyBytes"] = self.max_body_bytes
-            caps["x-rcp-agentic"] = {"limits": limits}
+            caps.setdefault("x-rcp-agentic", {})["limits"] = limits
             self._capabilities = caps
         return self._capabilities
 
