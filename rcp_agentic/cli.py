@@ -1,4 +1,4 @@
-"""The ``rcp-agentic`` command: ``index`` files and folders, ``query`` an engine.
+"""The ``rcp-agentic`` command: ``index`` files and folders, ``query`` an engine, show its ``tree``.
 
 ``--engine`` defaults to ``$RCP_AGENTIC_ENGINE`` or ``./.rcp-agentic``. Errors are
 printed as ``error: <message> [RCP <code>]`` on stderr with exit status 2.
@@ -15,7 +15,8 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
-from .errors import InvalidParams, RCPError
+from . import units
+from .errors import CapabilityMissing, InvalidParams, RCPError
 from .protocol.listener import ServerLimits
 
 
@@ -25,14 +26,14 @@ def _engine_dir(arg: str | None) -> Path:
     return Path(arg) if arg else default_engine_dir()
 
 
-def _open(args: argparse.Namespace, *, create: bool) -> Any:
+def _open(args: argparse.Namespace, *, create: bool, **overrides: Any) -> Any:
     from .engine import Engine
 
     path = _engine_dir(args.engine)
     if not create and not (path / "engine.db").exists():
         raise InvalidParams(f"no engine at {path}: run `rcp-agentic index PATH --engine {path}` "
                             "first", field="engine")
-    return Engine(path, chroma_url=getattr(args, "chroma_url", None))
+    return Engine(path, chroma_url=getattr(args, "chroma_url", None), **overrides)
 
 
 def cmd_index(args: argparse.Namespace) -> int:
@@ -42,20 +43,85 @@ def cmd_index(args: argparse.Namespace) -> int:
         # lexists: a named symlink that loops or dangles is a skipped entry, not "missing".
         if not os.path.lexists(p):
             raise InvalidParams(f"no such file or folder: {p}", field="paths")
-    engine = _open(args, create=True)
+    if args.tree:
+        _enable_tree(_engine_dir(args.engine))
+    engine = _open(args, create=True, build_tree=args.tree or None)
     with tqdm(desc="indexing", unit="doc", disable=args.quiet or None, file=sys.stderr) as bar:
         result = engine.index_paths(args.paths, on_document=lambda _id: bar.update(1),
                                     follow_symlinks=args.follow_symlinks)
+    if args.tree and not result.derived:
+        result.derived = engine.update_derived()  # nothing new was written: build over what is there
     stats = engine.stats()
     print(f"Indexed {result.documents} documents ({result.chunks} chunks, {result.pages} pages) "
           f"in {result.seconds:.1f}s ({result.seconds_embedding:.1f}s embedding) "
           f"into {engine.path}")
     print(f"Engine now holds {stats.get('documents', 0)} documents, {stats.get('chunk', 0)} "
           f"chunks, {stats.get('page', 0)} pages; index version {engine.index_version}")
+    for report in result.derived:
+        print(_derived_line(report))
     if result.skipped:
         print(f"Skipped {len(result.skipped)} file(s):")
         for s in result.skipped:
             print(f"  {s.path}: {s.reason}")
+    return 0
+
+
+def _enable_tree(path: Path) -> None:
+    """Turn ``build_tree`` on in an existing engine's ``config.json`` (a new engine saves it
+    when it is created), so later opens keep the tree up to date."""
+    from pydantic import ValidationError
+
+    from .config import CONFIG_FILE, EngineConfig
+
+    file = path / CONFIG_FILE
+    if not file.is_file():
+        return
+    try:
+        stored = json.loads(file.read_text("utf-8"))
+        if stored.get("build_tree") is True:
+            return
+        EngineConfig.model_validate({**stored, "build_tree": True}).save(path)
+    except (OSError, ValueError, ValidationError) as exc:
+        raise InvalidParams(f"cannot turn the tree on in {file}: {exc}", field="engine") from None
+
+
+def _derived_line(report: Any) -> str:
+    """One line saying what a derived-unit builder run did (a ``DerivedReport``)."""
+    if report.mode == "none":
+        return f"Tree ({report.unit}): up to date, {report.kept} nodes on {report.levels} " \
+               f"level(s){f' ({report.reason})' if report.reason != 'up to date' else ''}"
+    why = f"; {report.reason}" if report.reason else ""
+    what = "full build" if report.mode == "full" else f"{report.mode} update"
+    return (f"Tree ({report.unit}): {what}, {report.added} nodes added, "
+            f"{report.retired} retired, {report.kept} kept; {report.levels} level(s) in "
+            f"{report.seconds:.1f}s ({report.seconds_summarising:.1f}s summarising, "
+            f"{report.seconds_embedding:.1f}s embedding{why})")
+
+
+def _tree_engine(args: argparse.Namespace) -> Any:
+    """The engine of ``tree show|rebuild``; CapabilityMissing when it builds no tree."""
+    engine = _open(args, create=False)
+    if "tree-node" not in engine.builders:
+        engine.close()
+        raise CapabilityMissing(
+            f"the engine at {engine.path} builds no RAPTOR tree: turn it on with "
+            f"`rcp-agentic index PATH... --tree --engine {engine.path}`", field="build_tree")
+    return engine
+
+
+def cmd_tree(args: argparse.Namespace) -> int:
+    from .raptor.outline import outline
+
+    engine = _tree_engine(args)
+    try:
+        if args.action == "rebuild":
+            for report in engine.update_derived(full=True):
+                print(_derived_line(report))
+            print(f"Index version {engine.index_version}")
+        else:
+            print(outline(engine, samples=args.samples).render())
+    finally:
+        engine.close()
     return 0
 
 
@@ -64,34 +130,54 @@ def _snippet(text: str | None, width: int) -> str:
     return textwrap.shorten(flat, width=width, placeholder=" …") if flat else ""
 
 
+def _unit_label(hit: Any) -> str:
+    """``chunk``, or ``tree-node L2`` for a unit above level 0."""
+    return f"{hit.unit} L{hit.level}" if hit.level else str(hit.unit)
+
+
+def _where(hit: Any) -> str:
+    """The source column: the file (and page) of a hit, or what a derived unit covers."""
+    if hit.unit in units.known() and units.get(hit.unit).derived:
+        leaves = len(hit.provenance.leaves or []) if hit.provenance else 0
+        docs = len((hit.meta or {}).get("doc_ids") or [])
+        return f"{leaves} chunks, {docs} docs"
+    cite = hit.citation
+    where = Path(cite.source).name if cite and cite.source else ""
+    if cite and cite.page is not None:
+        where += f" p.{cite.page}"
+    return where
+
+
 def cmd_query(args: argparse.Namespace) -> int:
     engine = _open(args, create=False)
-    options: dict[str, Any] = {"mode": args.mode, "unit": args.unit}
+    options: dict[str, Any] = {"mode": args.mode, "unit": args.unit, "level": args.level,
+                               "tree_search": args.tree_search}
     if args.filter:
         try:
             options["filter"] = json.loads(args.filter)
         except json.JSONDecodeError as exc:
             raise InvalidParams(f"--filter is not valid JSON: {exc}", field="filter") from None
-    result = engine.retrieve(args.text, k=args.k, **{k: v for k, v in options.items() if v})
+    result = engine.retrieve(args.text, k=args.k,
+                             **{k: v for k, v in options.items() if v is not None})
     if args.json:
         print(json.dumps(result.to_wire(), ensure_ascii=False, indent=2))
         return 0
     if not result.hits:
         print("No hits.")
         return 0
-    rows = []
-    for hit in result.hits:
-        cite = hit.citation
-        where = Path(cite.source).name if cite and cite.source else ""
-        if cite and cite.page is not None:
-            where += f" p.{cite.page}"
-        rows.append((hit, where))
+    # A levelled unit (tree-node) pools several kinds and levels: say which each hit is.
+    levelled = bool(args.unit) and units.get(args.unit).levelled
+    rows = [(hit, _where(hit)) for hit in result.hits]
     id_w = min(48, max(2, *(len(h.id) for h, _w in rows)))
     src_w = min(32, max(6, *(len(w) for _h, w in rows)))
-    print(f"{'#':>2}  {'score':>8}  {'conf':>5}  {'id':<{id_w}}  {'source':<{src_w}}  text")
+    unit_w = max(4, *(len(_unit_label(h)) for h in result.hits)) if levelled else 0
+    unit_head = f"{'unit':<{unit_w}}  " if levelled else ""
+    print(f"{'#':>2}  {'score':>8}  {'conf':>5}  {unit_head}{'id':<{id_w}}  "
+          f"{'source':<{src_w}}  text")
     for rank, (hit, where) in enumerate(rows, start=1):
         conf = f"{hit.confidence:.2f}" if hit.confidence is not None else "-"
-        print(f"{rank:>2}  {hit.score:>8.4f}  {conf:>5}  {hit.id[:id_w]:<{id_w}}  "
+        unit_cell = f"{_unit_label(hit):<{unit_w}}  " if levelled else ""
+        print(f"{rank:>2}  {hit.score:>8.4f}  {conf:>5}  {unit_cell}{hit.id[:id_w]:<{id_w}}  "
               f"{where[:src_w]:<{src_w}}  {_snippet(hit.text, 56)}")
     usage = result.usage
     if usage:
@@ -169,6 +255,13 @@ def _warn_if_exposed(host: str, token: str | None, anonymous_writes: bool) -> No
           "$RCP_AGENTIC_TOKEN, or bind to 127.0.0.1.", file=sys.stderr, flush=True)
 
 
+def _at_least_zero(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, not {text}")
+    return value
+
+
 def _positive(kind: type) -> Any:
     def parse(text: str) -> Any:
         value = kind(text)
@@ -217,6 +310,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from .options import TREE_SEARCHES
+
     parser = argparse.ArgumentParser(prog="rcp-agentic",
                                      description="Retrieval engine for agentic RAG (RCP/1).")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -229,6 +324,9 @@ def build_parser() -> argparse.ArgumentParser:
     idx.add_argument("--follow-symlinks", action="store_true",
                      help="follow symlinks that lead outside the folders given (skipped otherwise)")
     idx.add_argument("--quiet", action="store_true", help="no progress bar")
+    idx.add_argument("--tree", action="store_true",
+                     help="build a RAPTOR tree (tree-node units) over the chunks, and keep it up "
+                     "to date on every later write (saved in the engine's config)")
     idx.set_defaults(func=cmd_index)
 
     q = sub.add_parser("query", help="retrieve hits for a query")
@@ -237,11 +335,27 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--chroma-url", metavar="URL")
     q.add_argument("--k", type=int, default=5)
     q.add_argument("--mode", choices=["dense", "sparse", "hybrid"])
-    q.add_argument("--unit", choices=["chunk", "passage", "page", "document"])
+    q.add_argument("--unit", choices=units.known())
+    q.add_argument("--level", type=_at_least_zero, metavar="N",
+                   help="one level of a levelled unit (tree-node: 0 = the chunks, 1.. summaries); "
+                   "without it, every level in one pool (the collapsed tree)")
+    q.add_argument("--tree-search", choices=TREE_SEARCHES,
+                   help="tree-node without --level: one pool of every level (collapsed, the "
+                   "default) or top-down through the tree (traversal)")
     q.add_argument("--filter", metavar="JSON", help='RCP filter, e.g. \'{"field":"file_type",'
                    '"op":"eq","value":"md"}\'')
     q.add_argument("--json", action="store_true", help="print the RCP retrieve result")
     q.set_defaults(func=cmd_query)
+
+    tree = sub.add_parser("tree", help="the RAPTOR tree of an engine built with --tree")
+    tree.add_argument("action", choices=["show", "rebuild"],
+                      help="show: levels, node counts, leaf coverage, sample summaries; "
+                      "rebuild: build the whole tree again now")
+    tree.add_argument("--engine", metavar="DIR")
+    tree.add_argument("--chroma-url", metavar="URL")
+    tree.add_argument("--samples", type=_at_least_zero, default=2, metavar="N",
+                      help="summaries shown per level (%(default)s)")
+    tree.set_defaults(func=cmd_tree)
 
     cal = sub.add_parser("calibrate", help="refit hit confidence on your own relevance labels")
     cal.add_argument("queries", metavar="QUERIES", help="BEIR queries.jsonl")

@@ -168,3 +168,133 @@ def test_index_skips_unreadable_files_and_folders(tmp_path: Path) -> None:
     assert "Indexed 1 documents" in res.stdout
     assert _skipped(res.stdout) == {"locked": "unreadable folder: Permission denied",
                                     "secret.txt": "unreadable file: Permission denied"}
+
+
+# --- the RAPTOR tree (issue 10): index --tree, tree show|rebuild, query --unit tree-node -------
+
+TREE_DOCS = {
+    "vitamin-d.md": "# Vitamin D\nVitamin D deficiency is linked to a higher risk of multiple "
+                    "sclerosis. Sunlight exposure raises serum vitamin D levels.",
+    "bones.md": "# Bones\nDietary calcium and vitamin D support bone density in older adults. "
+                "Fractures were less frequent with supplements.",
+    "rickets.md": "# Rickets\nRickets in children results from severe vitamin D deficiency. "
+                  "Fortified milk nearly eliminated it.",
+    "bm25.md": "# BM25\nBM25 ranks documents by term frequency and inverse document frequency. "
+               "Length normalisation tempers long texts.",
+    "dense.md": "# Dense retrieval\nDense retrievers embed queries and passages with a "
+                "bi-encoder and rank passages by cosine similarity.",
+    "fusion.md": "# Fusion\nReciprocal rank fusion combines the BM25 and dense rankings using "
+                 "only rank positions.",
+    "andromeda.md": "# Andromeda\nThe Andromeda galaxy is the nearest large spiral galaxy to "
+                    "the Milky Way. It will collide with our galaxy.",
+    "black-holes.md": "# Black holes\nBlack holes form when massive stars collapse. Their "
+                      "gravity traps even light.",
+    "exoplanets.md": "# Exoplanets\nExoplanets are detected by the dimming of their host star "
+                     "during a transit.",
+}
+
+
+@pytest.fixture(scope="module")
+def tree_engine(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("tree-docs")
+    for name, text in TREE_DOCS.items():
+        (folder / name).write_text(text)
+    engine_dir = tmp_path_factory.mktemp("tree") / "engine"
+    res = run("index", str(folder), "--tree", "--quiet", "--engine", str(engine_dir))
+    assert res.returncode == 0, res.stderr
+    assert "Indexed 9 documents (9 chunks, 0 pages)" in res.stdout
+    assert "Tree (tree-node): full build, " in res.stdout and "no tree yet)" in res.stdout
+    assert json.loads((engine_dir / "config.json").read_text())["build_tree"] is True
+    return engine_dir
+
+
+def test_query_unit_choices_come_from_the_registry() -> None:
+    from rcp_agentic import units
+    from rcp_agentic.cli import build_parser
+
+    sub = next(a for a in build_parser()._actions if isinstance(a.choices, dict))
+    query = sub.choices["query"]
+    (unit,) = [a for a in query._actions if "--unit" in a.option_strings]
+    assert list(unit.choices) == list(units.known()) and "tree-node" in unit.choices
+
+
+def test_tree_show_prints_the_outline(tree_engine: Path) -> None:
+    from rcp_agentic import Engine
+    from rcp_agentic.raptor.outline import outline
+
+    res = run("tree", "show", "--engine", str(tree_engine))
+    assert res.returncode == 0, res.stderr
+    lines = res.stdout.splitlines()
+    assert lines[0].startswith("RAPTOR tree over 9 chunks from 9 documents")
+    assert "reflects index version v2 (current)" in lines[0]
+    assert lines[1].startswith("level 1: ") and "cover 9/9 chunks (100%)" in lines[1]
+    with Engine(tree_engine) as engine:
+        assert res.stdout.rstrip("\n") == outline(engine).render()
+        nodes = engine.store.live_derived("tree-node")
+    assert f"level 1: {sum(n['level'] == 1 for n in nodes)} nodes" in lines[1]
+    widest = max((n for n in nodes if n["level"] == 1), key=lambda n: (len(n["covers"]),))
+    assert f"({len(widest['covers'])} chunks, " in lines[2]
+
+
+def test_query_tree_nodes(tree_engine: Path) -> None:
+    res = run("query", "vitamin D deficiency and bones", "--unit", "tree-node", "--level", "1",
+              "--k", "2", "--json", "--engine", str(tree_engine))
+    assert res.returncode == 0, res.stderr
+    hits = json.loads(res.stdout)["hits"]
+    assert hits and all(h["unit"] == "tree-node" and h["level"] == 1 for h in hits)
+    assert all(h["provenance"]["leaves"] and h["meta"]["doc_ids"] for h in hits)
+
+    res = run("query", "vitamin D deficiency and bones", "--unit", "tree-node", "--level", "1",
+              "--k", "2", "--engine", str(tree_engine))
+    assert res.returncode == 0, res.stderr
+    header, *rows = res.stdout.splitlines()
+    assert header.split()[:6] == ["#", "score", "conf", "unit", "id", "source"]
+    for hit, row in zip(hits, rows):
+        assert f"tree-node L1  {hit['id']}" in row
+        assert f"{len(hit['provenance']['leaves'])} chunks, {len(hit['meta']['doc_ids'])} docs" \
+            in row
+
+    res = run("query", "how are rankings fused?", "--unit", "tree-node", "--k", "6",
+              "--tree-search", "traversal", "--json", "--engine", str(tree_engine))
+    assert res.returncode == 0, res.stderr
+    hits = json.loads(res.stdout)["hits"]
+    assert hits and {h["unit"] for h in hits} <= {"chunk", "tree-node"}
+
+
+def test_tree_errors(indexed: Path, tree_engine: Path) -> None:
+    res = run("tree", "show", env_dir=indexed)
+    assert res.returncode == 2 and res.stdout == ""
+    assert "builds no RAPTOR tree" in res.stderr and "--tree" in res.stderr
+    assert "[RCP -32003]" in res.stderr
+    res = run("query", "x", "--unit", "tree-node", env_dir=indexed)
+    assert res.returncode == 2 and "not offered" in res.stderr
+    res = run("query", "x", "--unit", "tree-node", "--level", "1", "--tree-search", "traversal",
+              "--engine", str(tree_engine))
+    assert res.returncode == 2 and "[RCP -32005]" in res.stderr
+
+
+def test_query_level_must_not_be_negative(capsys: pytest.CaptureFixture[str]) -> None:
+    from rcp_agentic.cli import build_parser
+
+    with pytest.raises(SystemExit) as exit_:
+        build_parser().parse_args(["query", "x", "--unit", "tree-node", "--level", "-1"])
+    assert exit_.value.code == 2 and "must be >= 0, not -1" in capsys.readouterr().err
+
+
+def test_tree_stays_on_and_rebuilds(tree_engine: Path, tmp_path: Path) -> None:
+    engine_dir = tmp_path / "engine"
+    shutil.copytree(tree_engine, engine_dir)
+    extra = tmp_path / "more"
+    extra.mkdir()
+    (extra / "neutron.md").write_text("# Neutron stars\nNeutron stars are dense remnants of "
+                                      "supernova explosions.")
+    # No --tree this time: the engine's config keeps the tree up to date.
+    res = run("index", str(extra), "--quiet", "--engine", str(engine_dir))
+    assert res.returncode == 0, res.stderr
+    assert "Tree (tree-node): incremental update, " in res.stdout, res.stdout
+    res = run("tree", "show", "--engine", str(engine_dir))
+    assert "over 10 chunks from 10 documents" in res.stdout and "cover 10/10 chunks" in res.stdout
+    res = run("tree", "rebuild", "--engine", str(engine_dir))
+    assert res.returncode == 0, res.stderr
+    assert "Tree (tree-node): full build, " in res.stdout and "requested)" in res.stdout
+    assert res.stdout.splitlines()[-1] == "Index version v5"

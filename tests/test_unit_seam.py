@@ -320,3 +320,44 @@ def test_rebuild_keeps_ids_and_emptied_nodes_disappear(tmp_path: Path, embedder:
     eng.delete_documents([d["id"] for d in corpus() if d["meta"]["topic"] == "bees"])
     assert live_tree(eng) == [] and "tree-node" not in eng.capabilities()["retrieve"]["units"]
     eng.close()
+
+
+def test_tree_hits_over_the_protocol_match_the_schema(tree_engine: Engine) -> None:
+    import json
+
+    import jsonschema
+
+    from conftest import REPO, rpc_call
+
+    from rcp_agentic.protocol.dispatcher import Dispatcher
+
+    schema = json.loads((REPO / "tests" / "schema" / "rcp-1.0.json").read_text("utf-8"))
+    check = jsonschema.Draft202012Validator({"$schema": schema["$schema"],
+                                             "$defs": schema["$defs"],
+                                             "$ref": "#/$defs/RetrieveResult"})
+    rpc = Dispatcher(tree_engine)
+    caps = rpc_call(rpc, "initialize", {"protocolVersion": 1}, 0)["result"]["capabilities"]
+    assert "tree-node" in caps["retrieve"]["units"] and caps["retrieve"]["levels"] >= 2
+    assert caps["x-rcp-agentic"]["units"]["tree-node"]["levels"] and "limits" in caps[
+        "x-rcp-agentic"]
+    for params in ({"unit": "tree-node"}, {"unit": "tree-node", "level": 1},
+                   {"unit": "tree-node", "x-rcp-agentic-treeSearch": "traversal"}):
+        out = rpc_call(rpc, "retrieve", {"query": "lava and magma", "k": 8, **params})
+        check.validate(out["result"])
+        assert any(h["unit"] == "tree-node" and h["provenance"]["leaves"]
+                   for h in out["result"]["hits"]) or params.get("level") is None
+    bad = rpc_call(rpc, "retrieve", {"query": "lava", "unit": "tree-node", "level": 9})
+    assert bad["error"]["code"] == -32005 and bad["error"]["data"]["option"] == "level"
+
+
+def test_chroma_backed_tree_recall_agrees_with_exact(tree_engine: Engine, tmp_path: Path,
+                                                     embedder: Any) -> None:
+    eng = Engine(tmp_path / "e", embedder=embedder, build_tree=True, tree_top_size=2,
+                 dense_exact_max=0)
+    eng.add_documents(corpus())
+    for level in (None, 1):
+        ann = eng.retrieve("honey and wax", k=10, unit="tree-node", level=level, mode="dense")
+        exact = tree_engine.retrieve("honey and wax", k=10, unit="tree-node", level=level,
+                                     mode="dense")
+        assert [h.id for h in ann.hits] == [h.id for h in exact.hits]
+    eng.close()
