@@ -1,5 +1,29 @@
 """RAPTOR tree index builder, installed as ``rcp_agentic.raptor``.
 
-Recursive clustering and summarisation of chunks into tree-node units with
-levels (see DESIGN.md, "Flows"); the engine core does not depend on it yet.
+Recursive clustering and summarisation of chunks into tree nodes with levels
+(Sarthi et al., ICLR 2024; see DESIGN.md, "Flows"). Pure algorithm, no storage:
+
+- :mod:`.cluster` — reduction (UMAP if installed, else PCA) and soft Gaussian-mixture
+  clustering chosen by BIC, global then local;
+- :mod:`.summarize` — sentence splitting with document spans, the offline extractive
+  summariser and the LLM (abstractive) one;
+- :mod:`.tree` — :func:`build_tree` and :func:`update_tree` (incremental) over
+  :class:`Leaf` inputs, returning :class:`Node` objects with stable ids (level +
+  covered leaves);
+- :mod:`.index` — the engine's builder of ``tree-node`` units (reads the committed
+  chunks, writes the nodes in one commit); :mod:`.outline` — the tree at a glance.
+
+The engine imports :mod:`.index` only when ``build_tree`` is on.
 """
+
+from .cluster import cluster, reduce, soft_gmm
+from .summarize import (ExtractiveSummarizer, LLMSummarizer, Passage, Sentence, Span, Summary,
+                        split_sentences)
+from .tree import (Leaf, Node, Summarizer, TreeConfig, TreeDelta, build_tree, node_id,
+                   update_tree)
+
+__all__ = [
+    "ExtractiveSummarizer", "LLMSummarizer", "Leaf", "Node", "Passage", "Sentence", "Span",
+    "Summarizer", "Summary", "TreeConfig", "TreeDelta", "build_tree", "cluster",
+    "node_id", "reduce", "soft_gmm", "split_sentences", "update_tree",
+]

@@ -1,0 +1,333 @@
+"""Build and incrementally update a RAPTOR tree of summary nodes over leaf chunks.
+
+:func:`build_tree` clusters the leaves (level 0), summarises each cluster into a
+level-1 node, embeds the summaries and repeats on the nodes until a level is
+small enough, stops shrinking or ``max_levels`` is reached. :func:`update_tree`
+applies added and removed leaves without a rebuild: new leaves join their
+nearest level-1 node, touched nodes are re-summarised up to the top, emptied
+nodes retire. Node ids depend only on the level and the covered leaves, so they
+survive rebuilds that do not change a node's leaves. No storage here: the engine
+adapter reads leaves and writes the nodes as units.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import math
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+from sklearn.mixture import GaussianMixture
+from threadpoolctl import threadpool_limits
+
+from .cluster import REG_COVAR, cluster, reduce
+from .summarize import CountTokens, Passage, Summary
+
+log = logging.getLogger(__name__)
+
+Embed = Callable[[list[str]], np.ndarray]
+
+
+class Summarizer(Protocol):
+    """What the tree needs from a summariser (see :mod:`.summarize`)."""
+
+    identity: str
+
+    def summarize_many(self, jobs: list[tuple[list[Passage], int]]) -> list[Summary]: ...
+
+
+@dataclass(frozen=True)
+class TreeConfig:
+    """Tree-building parameters; the defaults follow the RAPTOR paper where it gives one."""
+
+    seed: int = 0
+    summary_tokens: int = 200  # budget of one node's summary
+    cluster_tokens: int = 3000  # a cluster whose passages exceed this is split
+    threshold: float = 0.1  # soft-membership posterior threshold
+    max_clusters: int = 50
+    reduce_dim: int = 10
+    top_size: int = 8  # stop when a level has at most this many nodes
+    max_levels: int = 5
+    min_shrink: float = 0.8  # stop when a level would keep more than this share of the items
+
+
+@dataclass(frozen=True, eq=False)
+class Leaf:
+    """A level-0 item: a chunk with its embedding, passage and token count."""
+
+    uid: str
+    vector: np.ndarray
+    passage: Passage
+    tokens: int
+
+
+@dataclass(eq=False)
+class Node:
+    """A tree node at ``level`` >= 1: a summary of its children, covering ``leaves``."""
+
+    uid: str
+    level: int
+    children: tuple[str, ...]
+    leaves: frozenset[str]
+    summary: Summary
+    tokens: int
+    vector: np.ndarray | None = None
+
+    @property
+    def passage(self) -> Passage:
+        """The node as input to its parent's summary."""
+        return Passage(self.uid, self.summary.text, self.summary.sentences)
+
+
+@dataclass
+class TreeDelta:
+    """What an update changes: nodes to write (new or rewritten) and node uids to delete."""
+
+    added: list[Node] = field(default_factory=list)
+    retired: list[str] = field(default_factory=list)
+
+
+def node_id(level: int, leaves: Iterable[str]) -> str:
+    """``tree:<level>:<16 hex>`` from the sorted leaf uids: stable while the leaves are."""
+    digest = hashlib.sha256("\n".join(sorted(leaves)).encode("utf-8")).hexdigest()
+    return f"tree:{level}:{digest[:16]}"
+
+
+@dataclass(frozen=True, eq=False)
+class _Item:
+    """A clusterable item of one level: a leaf or a node."""
+
+    uid: str
+    vector: np.ndarray
+    passage: Passage
+    tokens: int
+    leaves: frozenset[str]
+
+
+def _split(indices: list[int], vectors: np.ndarray, tokens: np.ndarray, config: TreeConfig
+           ) -> list[list[int]]:
+    """``indices`` as parts of at most ``cluster_tokens`` tokens (a single item may exceed it).
+
+    An over-long part is divided by a hard Gaussian mixture (on reduced vectors)
+    into ``ceil(tokens / cap)`` components, at least two; when the mixture leaves
+    it whole, it is cut into halves in order. Parts are split again until they
+    fit; every part recursed on is smaller, so this ends.
+    """
+    total = int(tokens[indices].sum())
+    if total <= config.cluster_tokens or len(indices) < 2:
+        return [indices]
+    capped = int(np.minimum(tokens[indices], config.cluster_tokens).sum())
+    k = min(len(indices), config.max_clusters, max(2, math.ceil(capped / config.cluster_tokens)))
+    with threadpool_limits(limits=1):  # small problems: thread pools only add contention
+        reduced = reduce(vectors[indices], min(config.reduce_dim, len(indices) - 1),
+                         n_neighbors=10, seed=config.seed)
+        labels = GaussianMixture(n_components=k, random_state=config.seed,
+                                 reg_covar=REG_COVAR).fit_predict(reduced)
+    parts = [np.flatnonzero(labels == c).tolist() for c in np.unique(labels)]
+    if len(parts) < 2:
+        half = int(np.searchsorted(np.cumsum(tokens[indices]), total / 2)) + 1
+        half = min(max(half, 1), len(indices) - 1)
+        parts = [list(range(half)), list(range(half, len(indices)))]
+    out: list[list[int]] = []
+    for part in parts:
+        out.extend(_split([indices[i] for i in part], vectors, tokens, config))
+    return out
+
+
+def _group(items: list[_Item], config: TreeConfig) -> list[list[int]]:
+    """Clusters of ``items`` split to the token cap, one per distinct leaf set, in a stable order.
+
+    Clusters covering the same leaves merge (their members united).
+    """
+    vectors = np.stack([it.vector for it in items])
+    tokens = np.array([it.tokens for it in items])
+    clusters = cluster(vectors, seed=config.seed, threshold=config.threshold,
+                       max_clusters=config.max_clusters, reduce_dim=config.reduce_dim)
+    by_leaves: dict[frozenset[str], set[int]] = {}
+    for members in clusters:
+        for part in _split(members, vectors, tokens, config):
+            leaves = frozenset().union(*(items[i].leaves for i in part))
+            by_leaves.setdefault(leaves, set()).update(part)
+    return sorted((sorted(m) for m in by_leaves.values()), key=lambda m: (m[0], len(m), m))
+
+
+def _make_nodes(level: int, groups: list[list[_Item]], *, embed: Embed, summarizer: Summarizer,
+                config: TreeConfig, count_tokens: CountTokens, timings: dict[str, float]
+                ) -> list[Node]:
+    """One node per group: summaries in one batch, their embeddings in one batch."""
+    t0 = time.perf_counter()
+    summaries = summarizer.summarize_many([([it.passage for it in g], config.summary_tokens)
+                                           for g in groups])
+    t1 = time.perf_counter()
+    vectors = np.asarray(embed([s.text for s in summaries]), dtype=np.float32)
+    t2 = time.perf_counter()
+    timings["summarize"] = timings.get("summarize", 0.0) + t1 - t0
+    timings["embed"] = timings.get("embed", 0.0) + t2 - t1
+    nodes = []
+    for group, summary, vector in zip(groups, summaries, vectors):
+        leaves = frozenset().union(*(it.leaves for it in group))
+        nodes.append(Node(node_id(level, leaves), level, tuple(it.uid for it in group), leaves,
+                          summary, count_tokens(summary.text), vector))
+    return nodes
+
+
+def _node_item(node: Node) -> _Item:
+    assert node.vector is not None
+    return _Item(node.uid, node.vector, node.passage, node.tokens, node.leaves)
+
+
+def build_tree(leaves: list[Leaf], *, embed: Embed, summarizer: Summarizer, config: TreeConfig,
+               count_tokens: CountTokens, timings: dict[str, float] | None = None) -> list[Node]:
+    """All nodes of a new tree over ``leaves``, level by level (level 1 first).
+
+    Level 1 is built whenever there are two leaves or more; a further level only
+    while the previous one has more than ``top_size`` nodes, ``max_levels`` is not
+    reached and clustering still shrinks the level (at most ``min_shrink`` of its
+    items). Deterministic for ``config.seed``. ``timings``, when given, receives
+    the seconds spent in ``cluster``, ``summarize`` and ``embed``.
+    """
+    timings = timings if timings is not None else {}
+    items = [_Item(lf.uid, np.asarray(lf.vector, dtype=np.float32), lf.passage, lf.tokens,
+                   frozenset((lf.uid,))) for lf in leaves]
+    nodes: list[Node] = []
+    for level in range(1, config.max_levels + 1):
+        if len(items) < 2 or (level > 1 and len(items) <= config.top_size):
+            break
+        t0 = time.perf_counter()
+        groups = _group(items, config)
+        timings["cluster"] = timings.get("cluster", 0.0) + time.perf_counter() - t0
+        if len(items) > 2 and len(groups) > config.min_shrink * len(items):
+            log.info("raptor level %d: %d clusters of %d items do not shrink; stop",
+                     level, len(groups), len(items))
+            break
+        made = _make_nodes(level, [[items[i] for i in g] for g in groups], embed=embed,
+                           summarizer=summarizer, config=config, count_tokens=count_tokens,
+                           timings=timings)
+        log.info("raptor level %d: %d items -> %d nodes", level, len(items), len(made))
+        nodes.extend(made)
+        items = [_node_item(n) for n in made]
+    return nodes
+
+
+def update_tree(nodes: list[Node], leaf_vectors: Mapping[str, np.ndarray], added: list[Leaf],
+                removed: set[str], *, embed: Embed, summarizer: Summarizer, config: TreeConfig,
+                count_tokens: CountTokens, passages: Mapping[str, Passage]) -> TreeDelta:
+    """The change to ``nodes`` after adding and removing leaves, without a full rebuild.
+
+    ``leaf_vectors`` holds the vector of every leaf the tree covers (removed ones
+    may be missing); ``passages`` the passage of every such leaf (node passages
+    come from the nodes' summaries). Removed leaves leave their level-1 nodes;
+    each added leaf joins the level-1 node with the nearest centroid (mean of its
+    leaf vectors, cosine). Every node whose children changed is re-summarised and
+    re-embedded, and so are its ancestors up to the top; its id changes when its
+    leaf set does. A level-1 node grown past ``cluster_tokens`` is split; emptied
+    nodes retire. With no tree yet, the tree is built from every known leaf.
+    """
+    added = [lf for lf in added if lf.uid not in removed]
+    if not nodes:
+        return _rebuild(leaf_vectors, added, removed, embed=embed, summarizer=summarizer,
+                        config=config, count_tokens=count_tokens, passages=passages)
+    current = {n.uid: n for n in nodes}
+    children = {n.uid: list(n.children) for n in nodes}
+    parents: dict[str, set[str]] = {}
+    for n in nodes:
+        for child in n.children:
+            parents.setdefault(child, set()).add(n.uid)
+    new_leaf = {lf.uid: lf for lf in added}
+    dirty: set[str] = set()
+
+    for uid in removed:
+        for p in parents.pop(uid, set()):
+            children[p].remove(uid)
+            dirty.add(p)
+    level1 = sorted(u for u, n in current.items() if n.level == 1 and children[u])
+    if not level1:  # every leaf removed: whatever was added starts a new tree
+        fresh = _rebuild(leaf_vectors, added, removed, embed=embed, summarizer=summarizer,
+                         config=config, count_tokens=count_tokens, passages=passages)
+        fresh_ids = {n.uid for n in fresh.added}
+        return TreeDelta(fresh.added, sorted(u for u in current if u not in fresh_ids))
+    if added:
+        centroids = _normalize(np.stack([
+            np.mean([leaf_vectors[leaf] for leaf in children[u]], axis=0) for u in level1]))
+        sims = _normalize(np.stack([lf.vector for lf in added])) @ centroids.T
+        for lf, row in zip(added, sims):
+            target = level1[int(np.argmax(row))]
+            children[target].append(lf.uid)
+            parents.setdefault(lf.uid, set()).add(target)
+            dirty.add(target)
+
+    def leaf_item(uid: str) -> _Item:
+        if uid in new_leaf:
+            lf = new_leaf[uid]
+            return _Item(uid, np.asarray(lf.vector, np.float32), lf.passage, lf.tokens,
+                         frozenset((uid,)))
+        passage = passages[uid]
+        return _Item(uid, np.asarray(leaf_vectors[uid], np.float32), passage,
+                     count_tokens(passage.text), frozenset((uid,)))
+
+    delta = TreeDelta()
+    timings: dict[str, float] = {}
+    for level in range(1, max(n.level for n in nodes) + 1):
+        todo = sorted(u for u in dirty if current[u].level == level)
+        jobs: list[tuple[str, list[_Item]]] = []
+        for uid in todo:
+            if level == 1:
+                group = [leaf_item(c) for c in children[uid]]
+                vectors = np.stack([it.vector for it in group]) if group else np.empty((0, 0))
+                tokens = np.array([it.tokens for it in group])
+                parts = _split(list(range(len(group))), vectors, tokens, config) if group else []
+                jobs.extend((uid, [group[i] for i in part]) for part in parts)
+            elif children[uid]:
+                jobs.append((uid, [_node_item(current[c]) for c in children[uid]]))
+        made = _make_nodes(level, [g for _, g in jobs], embed=embed, summarizer=summarizer,
+                           config=config, count_tokens=count_tokens,
+                           timings=timings) if jobs else []
+        replaced: dict[str, list[str]] = {uid: [] for uid in todo}
+        produced: set[str] = set()
+        for (old, _), node in zip(jobs, made):
+            # A node with the same level and leaves as one left alone, or as one just
+            # written, is that node: link to it instead of writing a duplicate.
+            if node.uid not in produced and (node.uid not in current or node.uid in replaced):
+                produced.add(node.uid)
+                current[node.uid] = node
+                children[node.uid] = list(node.children)
+                delta.added.append(node)
+            if node.uid not in replaced[old]:
+                replaced[old].append(node.uid)
+        dirty.difference_update(todo)
+        old_parents = {old: parents.pop(old, set()) for old in todo}
+        for old in todo:
+            if old not in produced:
+                del current[old]
+        for old, new in replaced.items():
+            for u in new:
+                parents.setdefault(u, set()).update(old_parents[old])
+        for p in set().union(*old_parents.values()):
+            kids = [k for c in children[p] for k in replaced.get(c, [c])]
+            children[p] = list(dict.fromkeys(kids))
+            dirty.add(p)
+    delta.retired = sorted(n.uid for n in nodes if n.uid not in current)
+    return delta
+
+
+def _rebuild(leaf_vectors: Mapping[str, np.ndarray], added: list[Leaf], removed: set[str], *,
+             embed: Embed, summarizer: Summarizer, config: TreeConfig,
+             count_tokens: CountTokens, passages: Mapping[str, Passage]) -> TreeDelta:
+    """A tree built from scratch over the known leaves plus ``added``, minus ``removed``."""
+    new = {lf.uid for lf in added}
+    known = [Leaf(uid, np.asarray(vec), passages[uid], count_tokens(passages[uid].text))
+             for uid, vec in sorted(leaf_vectors.items())
+             if uid not in removed and uid not in new and uid in passages]
+    built = build_tree(known + added, embed=embed, summarizer=summarizer, config=config,
+                       count_tokens=count_tokens)
+    return TreeDelta(built, [])
+
+
+def _normalize(x: np.ndarray) -> np.ndarray:
+    norms = np.linalg.norm(x, axis=1, keepdims=True)
+    norms[norms == 0] = 1.0
+    return np.asarray(x / norms)
