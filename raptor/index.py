@@ -134,10 +134,7 @@ class TreeIndex:
             nodes = build_tree([leaf(key) for key in sorted(uid_of, key=_rowid)],
                                embed=timer.embed, summarizer=summarizer, config=self.config,
                                count_tokens=count_tokens)
-            new_uids = {n.uid for n in nodes}
-            live = {n["uid"] for n in stored}
-            add = [n for n in nodes if n.uid not in live]
-            retire = sorted(live - new_uids)
+            add, retire = _changes(stored, nodes, {n["uid"] for n in stored} - {n.uid for n in nodes})
             info = {f"{_KEY}.built_leaves": str(len(uid_of)), f"{_KEY}.churn": "0",
                     f"{_KEY}.identity": self.identity}
         else:
@@ -146,9 +143,7 @@ class TreeIndex:
             delta = update_tree(current, leaf_vectors, [leaf(k) for k in added_keys], removed_keys,
                                 embed=timer.embed, summarizer=summarizer, config=self.config,
                                 count_tokens=count_tokens, passages=passages)
-            live = {n["uid"] for n in stored}
-            add = [n for n in delta.added if n.uid not in live]
-            retire = sorted(set(delta.retired) & live)
+            add, retire = _changes(stored, delta.added, set(delta.retired))
             info = {f"{_KEY}.churn": str(churn)}
         records = [self._record(n, uid_of) for n in add]
         info[f"{_KEY}.version"] = str(base + 1)
@@ -205,6 +200,21 @@ class TreeIndex:
             injection_suspected=screening.suspected, injection_score=screening.score,
             meta={"children": [uid_of.get(c, c) for c in node.children], "spans": spans},
             covers=sorted(_rowid(k) for k in node.leaves if k in uid_of))
+
+
+def _changes(stored: list[dict[str, Any]], written: list[Node], gone: set[str]
+             ) -> tuple[list[Node], list[str]]:
+    """The nodes to write and the live uids to retire: a node whose id is live but whose
+    text or children changed is rewritten under the same id (retired, then added)."""
+    live = {n["uid"]: n for n in stored}
+    add = []
+    for node in written:
+        row = live.get(node.uid)
+        if row is None or row["text"] != node.summary.text or (
+                row["level"] > 1 and tuple(row["umeta"].get("children", [])) != node.children):
+            add.append(node)
+    rewritten = {n.uid for n in add if n.uid in live}
+    return add, sorted((gone & set(live)) | rewritten)
 
 
 def _key(rowid: int) -> str:
