@@ -91,6 +91,11 @@ def stored_kinds() -> tuple[str, ...]:
     return tuple(n for n, k in _KINDS.items() if k.alias_of is None and k.storage != "composed")
 
 
+def derived_kinds() -> tuple[str, ...]:
+    """Names of the stored kinds derived from many documents by a builder."""
+    return tuple(n for n, k in _KINDS.items() if k.alias_of is None and k.derived)
+
+
 def per_document_kinds() -> tuple[str, ...]:
     """Kinds built from each document at ingest (always offered)."""
     return tuple(n for n, k in _KINDS.items() if _KINDS[k.stored].per_document)

@@ -361,3 +361,21 @@ def test_chroma_backed_tree_recall_agrees_with_exact(tree_engine: Engine, tmp_pa
                                      mode="dense")
         assert [h.id for h in ann.hits] == [h.id for h in exact.hits]
     eng.close()
+
+
+def test_filters_at_the_limits_are_answered_for_tree_nodes(tree_engine: Engine) -> None:
+    leaf = {"field": "tenant", "op": "eq", "value": "a"}
+    deep: dict[str, Any] = leaf
+    for _ in range(31):
+        deep = {"and": [leaf] * 15 + [deep]}
+    nots: dict[str, Any] = leaf
+    for _ in range(31):  # 31 nots around "tenant a": tenant b
+        nots = {"not": nots}
+    tenant = {t: {d["id"] for d in corpus() if d["meta"]["tenant"] == t} for t in "ab"}
+    for flt, allowed in ((deep, tenant["a"]), ({"or": [leaf] * 511}, tenant["a"]),
+                         (nots, tenant["b"])):
+        for level in (None, 1):
+            hits = tree_engine.retrieve("bees", k=20, unit="tree-node", level=level,
+                                        filter=flt).hits
+            assert hits and all(set((h.meta or {}).get("doc_ids") or [h.chunk.doc_id])
+                                <= allowed for h in hits if h.unit == "tree-node" or h.chunk)

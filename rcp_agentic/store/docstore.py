@@ -41,6 +41,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import BackendUnavailable, InvalidParams
+from ..units import derived_kinds
 
 SCHEMA_VERSION = "2"  # 2: units may cover many documents (covers, nullable doc_row, umeta)
 # How long a write waits for another process's write transaction before giving up.
@@ -664,17 +665,27 @@ class Docstore:
         derived from an excluded document is returned (filters scope tenants).
         """
         kinds = list(kinds)
-        where_u, kparams = _kinds_clause("u", kinds)
-        where_t, _same = _kinds_clause("t", kinds)
-        rows = self.query(
-            f"SELECT u.rowid FROM units u JOIN documents d ON d.drow = u.doc_row"
-            f" WHERE {where_u} AND {_visible('u')} AND ({sql})"
-            f" UNION ALL SELECT t.rowid FROM units t WHERE {where_t} AND t.doc_row IS NULL"
-            f" AND {_visible('t')} AND EXISTS (SELECT 1 FROM covers c WHERE c.urow = t.rowid)"
-            f" AND NOT EXISTS (SELECT 1 FROM covers c JOIN units u ON u.rowid = c.leaf"
-            f" JOIN documents d ON d.drow = c.drow"
-            f" WHERE c.urow = t.rowid AND NOT COALESCE(({sql}), 0))",
-            (*kparams, version, version, *params, *kparams, version, version, *params))
+        per_doc = [k for k in kinds if k[0] not in derived_kinds()]
+        derived = [k for k in kinds if k[0] in derived_kinds()]
+        rows: list[tuple[Any, ...]] = []
+        if per_doc:
+            where, kparams = _kinds_clause("u", per_doc)
+            rows += self.query(
+                f"SELECT u.rowid FROM units u JOIN documents d ON d.drow = u.doc_row"
+                f" WHERE {where} AND {_visible('u')} AND {sql}",
+                (*kparams, version, version, *params))
+        if derived:
+            # The filter is evaluated once, on the chunks; a derived unit passes when none of
+            # the leaves it covers is outside that set (and it covers at least one).
+            where, kparams = _kinds_clause("t", derived)
+            rows += self.query(
+                f"WITH passing(leaf) AS (SELECT u.rowid FROM units u JOIN documents d"
+                f" ON d.drow = u.doc_row WHERE u.unit = 'chunk' AND {_visible('u')} AND {sql})"
+                f" SELECT t.rowid FROM units t WHERE {where} AND t.doc_row IS NULL"
+                f" AND {_visible('t')} AND EXISTS (SELECT 1 FROM covers c WHERE c.urow = t.rowid)"
+                f" AND NOT EXISTS (SELECT 1 FROM covers c WHERE c.urow = t.rowid"
+                f" AND c.leaf NOT IN passing)",
+                (version, version, *params, *kparams, version, version))
         return np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
 
     def hydrate(self, rowids: list[int]) -> dict[int, dict[str, Any]]:
