@@ -377,5 +377,6 @@ def test_filters_at_the_limits_are_answered_for_tree_nodes(tree_engine: Engine) 
         for level in (None, 1):
             hits = tree_engine.retrieve("bees", k=20, unit="tree-node", level=level,
                                         filter=flt).hits
-            assert hits and all(set((h.meta or {}).get("doc_ids") or [h.chunk.doc_id])
-                                <= allowed for h in hits if h.unit == "tree-node" or h.chunk)
+            assert hits or level == 1  # level 1 may hold only nodes mixing tenants
+            assert all(set((h.meta or {}).get("doc_ids") or [h.chunk.doc_id]) <= allowed
+                       for h in hits if h.unit == "tree-node" or h.chunk)
