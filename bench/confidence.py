@@ -2,6 +2,7 @@
 
     python bench/confidence.py [--engine DIR] [--k 20] [--folds 5] [--rerank-k 20 100]
                                [--plot bench/results/reliability.png] [--write-params]
+                               [--tree-node]
 
 For every judged query, retrieves the top ``k`` hits in each mode (dense, sparse,
 hybrid) and unit (chunk, document) from a built SciFact engine, labels a hit
@@ -14,14 +15,26 @@ writes a reliability diagram; and compares nDCG@10 / MRR@10 of plain RRF with th
 top ``--rerank-k`` hybrid document candidates re-ranked by the held-out
 probability. ``--write-params`` refits on every query and writes the package's
 ``rcp_agentic/data/calibration.json``.
+
+``--tree-node`` (an engine built with ``build_tree=True``) also fits the
+``tree-node`` family on the top ``k`` hits of the collapsed tree (chunks and every
+summary level in one pool): a node is relevant when a document it covers is. The
+signals are recorded exactly as the engine scores them (``RecordingCalibrator``:
+the pooled BM25 ceiling and the hit's rank in the pooled list, which counts the
+hits packing passed over as contained). It prints the held-out ECE / AUROC of the
+tree-node hits and of the pool's chunk hits under the shipped chunk models, and
+with ``--write-params`` writes the tree-node models too (``bench/raptor.py scifact
+--write-params`` adds them to the shipped file without touching the other models).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -30,12 +43,15 @@ if __package__ in (None, ""):
 
 from bench import scifact  # noqa: E402
 from bench.metrics import mrr_at_k, ndcg_at_k  # noqa: E402
+from rcp_agentic import units as unit_kinds  # noqa: E402
 from rcp_agentic import Engine  # noqa: E402
 from rcp_agentic.pipeline import confidence as conf  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 ECE_TARGET, AUROC_TARGET = 0.05, 0.85
 UNITS = ("chunk", "document")
+CALIBRATION = ROOT / "rcp_agentic" / "data" / "calibration.json"
+CONF_K = 20  # hits per query and mode the tree-node models are fitted on
 
 
 def _fmt_row(cols: list[str], widths: list[int]) -> str:
@@ -153,6 +169,139 @@ def rerank_table(engine: Engine, queries: dict[str, str], qrels: dict[str, dict[
     return lines
 
 
+# --- tree-node hits (the collapsed RAPTOR tree) ------------------------------------------
+
+class RecordingCalibrator:
+    """Stands in for the engine's calibrator to record the exact signals it would score.
+
+    The engine calls ``predict`` once per calibration family with that family's hits in
+    list order; each call is kept with its signals (pooled ceiling and pooled ranks
+    included) and answered by the real model when there is one (else 0.5).
+    """
+
+    def __init__(self, inner: conf.Calibrator | None) -> None:
+        self.inner = inner
+        self.calls: list[dict[str, Any]] = []
+
+    def supports(self, mode: str, unit: str) -> bool:
+        return True
+
+    def predict(self, *, mode: str, unit: str, dense: Any, sparse: Any, ceiling: Any,
+                ranks: Any) -> np.ndarray:
+        self.calls.append({"mode": mode, "family": unit, "dense": dense, "sparse": sparse,
+                           "ceiling": ceiling, "ranks": np.asarray(ranks)})
+        if self.inner is not None and self.inner.supports(mode, unit):
+            return self.inner.predict(mode=mode, unit=unit, dense=dense, sparse=sparse,
+                                      ceiling=ceiling, ranks=ranks)
+        return np.full(len(np.asarray(ranks)), 0.5)
+
+
+def collect_pool_samples(engine: Engine, queries: dict[str, str],
+                         qrels: dict[str, dict[str, int]], k: int = CONF_K) -> list[conf.Sample]:
+    """Labelled top-``k`` hits of the collapsed tree in every mode, with the engine's signals.
+
+    A tree-node is relevant when one of the documents it covers is; a chunk when its
+    document is.
+    """
+    shipped = engine.calibrator
+    recorder = RecordingCalibrator(shipped)
+    engine.calibrator = recorder  # type: ignore[assignment]
+    samples: list[conf.Sample] = []
+    try:
+        for qid, text in queries.items():
+            rels = {d for d, g in qrels.get(qid, {}).items() if g > 0}
+            for mode in conf.MODES:
+                recorder.calls.clear()
+                res = engine.retrieve(text, k=k, mode=mode, unit="tree-node", include_text=False)
+                by_family: dict[str, list[Any]] = {}
+                for h in res.hits:
+                    by_family.setdefault(unit_kinds.calibration_family(str(h.unit)), []).append(h)
+                if sum(len(c["ranks"]) for c in recorder.calls) != len(res.hits):
+                    raise RuntimeError("the engine did not score every hit's confidence")
+                for call in recorder.calls:
+                    hits = by_family.get(call["family"], [])
+                    assert len(hits) == len(call["ranks"]), "hits and recorded signals differ"
+                    for j, h in enumerate(hits):
+                        docs = [h.chunk.doc_id] if h.chunk else list(h.meta.get("doc_ids") or [])
+                        samples.append(conf.Sample(
+                            query_id=str(qid), mode=mode, unit=h.unit, rank=int(call["ranks"][j]),
+                            dense=None if call["dense"] is None else float(call["dense"][j]),
+                            sparse=None if call["sparse"] is None else float(call["sparse"][j]),
+                            ceiling=None if call["ceiling"] is None else float(call["ceiling"]),
+                            label=int(any(d in rels for d in docs)),
+                            doc_id=docs[0] if docs else None))
+    finally:
+        engine.calibrator = shipped
+    return samples
+
+
+def fit_tree_node(samples: list[conf.Sample], engine: Engine, folds: int, seed: int,
+                  l2: float, k: int = CONF_K, corpus: str = "all documents",
+                  ) -> tuple[conf.Calibrator, dict[str, Any]]:
+    """Fit the tree-node models (held-out folds by query); score the pool's chunk hits with
+    the shipped chunk models. Returns the tree-node calibrator (all queries) and metrics;
+    ``corpus`` says what the engine indexed (noted in ``fitted_on``)."""
+    tree = [x for x in samples if x.unit == "tree-node"]
+    chunks = [x for x in samples if x.unit != "tree-node"]
+    note = {"dataset": "SciFact (BEIR), train split", "split": "train", "corpus": corpus,
+            "k": k, "units": ["tree-node"],
+            "labels": "relevant iff a document the node covers has qrels grade > 0",
+            "ranks": "0-based position in the collapsed tree's ranked pool (chunks and nodes)",
+            "sparse_ceiling": "over the collapsed tree's pool (chunks and every level)",
+            **conf.engine_note(engine),
+            "tree": {name: getattr(engine.config, name) for name in
+                     ("tree_summary_tokens", "tree_cluster_tokens", "tree_top_size",
+                      "tree_max_levels", "tree_seed")}}
+    calibrator, metrics, oof = conf.calibrate_samples(tree, folds=folds, l2=l2, seed=seed,
+                                                      fitted_on=note)
+    out: dict[str, Any] = {"tree_node_cv": metrics.get("cv"), "tree_node_train": metrics["train"]}
+    shipped = conf.Calibrator.default()
+    if chunks:
+        p = conf.predict_samples(shipped, chunks)
+        out["pool_chunk_shipped"] = conf.evaluate(chunks, p)
+    if oof is not None:
+        y = np.array([x.label for x in tree], dtype=float)
+        rank = np.array([x.rank for x in tree])
+        top10 = rank < 10
+        out["tree_node_cv_rank_lt_10"] = {
+            mode: {"ece": round(conf.ece(oof[m & top10], y[m & top10]), 5),
+                   "auroc": round(conf.auroc(oof[m & top10], y[m & top10]), 5)}
+            for mode in conf.MODES
+            for m in [np.array([x.mode == mode for x in tree])]}
+    return calibrator, out
+
+
+def print_tree_table(metrics: dict[str, Any]) -> None:
+    print(f"{'group (held-out unless noted)':42s} {'hits':>6s} {'base':>6s} {'mean p':>7s} "
+          f"{'ECE':>7s} {'AUROC':>7s}")
+    for key, r in (metrics.get("tree_node_cv") or {}).items():
+        print(f"{'tree-node ' + key:42s} {r['n']:6d} {r['base_rate']:6.3f} {r['mean_p']:7.3f} "
+              f"{r['ece']:7.4f} {r['auroc']:7.4f}")
+    for key, r in (metrics.get("pool_chunk_shipped") or {}).items():
+        print(f"{'pool chunk ' + key + ' (shipped model)':42s} {r['n']:6d} {r['base_rate']:6.3f} "
+              f"{r['mean_p']:7.3f} {r['ece']:7.4f} {r['auroc']:7.4f}")
+
+
+def merge_tree_models(base: conf.Calibrator, tree: conf.Calibrator) -> conf.Calibrator:
+    """``base`` with the ``*/tree-node`` models of ``tree`` added (its own models unchanged);
+    the tree fit's note goes under ``fitted_on["tree-node"]``."""
+    if tree.fitted_on.get("embedder") != base.fitted_on.get("embedder"):
+        raise SystemExit("the tree-node models were fitted with another embedder than the others "
+                         f"({tree.fitted_on.get('embedder')!r} vs "
+                         f"{base.fitted_on.get('embedder')!r})")
+    for key, model in tree.models.items():
+        if key.endswith("/tree-node"):
+            base.models[key] = model
+    base.fitted_on["tree-node"] = {k: v for k, v in tree.fitted_on.items() if k != "embedder"}
+    return base
+
+
+def write_tree_models(tree: conf.Calibrator, path: Path = CALIBRATION) -> None:
+    """Add the ``*/tree-node`` models to the shipped calibration, leaving the rest as it was."""
+    shipped = conf.Calibrator.from_json(json.loads(path.read_text(encoding="utf-8")))
+    merge_tree_models(shipped, tree).save(path)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--engine", type=Path, default=ROOT / "bench" / ".cache" / "engine-scifact")
@@ -164,6 +313,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--plot", type=Path, default=ROOT / "bench" / "results" / "reliability.png")
     ap.add_argument("--write-params", action="store_true",
                     help="refit on every query and write rcp_agentic/data/calibration.json")
+    ap.add_argument("--tree-node", action="store_true",
+                    help="also fit the tree-node family on the collapsed tree's hits")
     args = ap.parse_args(argv)
 
     _corpus, queries, qrels = scifact.load_dataset()
@@ -199,6 +350,19 @@ def main(argv: list[str] | None = None) -> int:
     print("\nRanking quality, 505 queries (held-out probabilities)")
     print("\n".join(rerank_table(engine, queries, qrels, args.rerank_k, args.folds, args.seed,
                                  samples, args.l2)))
+
+    if args.tree_node:
+        if "tree-node" not in engine.derived_status():
+            print(f"no tree in {args.engine}: build the engine with build_tree=True",
+                  file=sys.stderr)
+            return 2
+        start = time.perf_counter()
+        pool = collect_pool_samples(engine, queries, qrels, k=args.k)
+        print(f"\ncollected {len(pool)} labelled hits of the collapsed tree in "
+              f"{time.perf_counter() - start:.1f}s")
+        tree, _tree_metrics = fit_tree_node(pool, engine, args.folds, args.seed, args.l2, args.k)
+        print_tree_table(_tree_metrics)
+        calibrator = merge_tree_models(calibrator, tree)
 
     print("\nModels fitted on all queries (raw-feature weights; P = sigmoid(b + Σ w·f))")
     for key, model in sorted(calibrator.models.items()):

@@ -380,3 +380,14 @@ def test_filters_at_the_limits_are_answered_for_tree_nodes(tree_engine: Engine) 
             assert hits or level == 1  # level 1 may hold only nodes mixing tenants
             assert all(set((h.meta or {}).get("doc_ids") or [h.chunk.doc_id]) <= allowed
                        for h in hits if h.unit == "tree-node" or h.chunk)
+
+
+def test_chunks_score_in_the_collapsed_pool_as_they_do_alone(tree_engine: Engine) -> None:
+    alone = {h.id: h.scores for h in tree_engine.retrieve("honey wax hives", k=48,
+                                                          unit="chunk").hits}
+    pooled = tree_engine.retrieve("honey wax hives", k=100, unit="tree-node").hits
+    chunks = [h for h in pooled if h.unit == "chunk" and h.id in alone]
+    assert len(chunks) >= 10
+    for h in chunks:  # each layer keeps its own BM25 statistics
+        assert h.scores["sparse"] == pytest.approx(alone[h.id]["sparse"])
+        assert h.scores["dense"] == pytest.approx(alone[h.id]["dense"])

@@ -295,8 +295,17 @@ class Retrieval:
 
     def _fuse(self, plan: Plan, lists: dict[str, list[tuple[int, float]]], index: UnitIndex,
               qvec: np.ndarray | None, term_ids: list[int]) -> list[tuple[int, float]]:
+        """The fused ranking; a pool of several kinds (a collapsed tree) is fused layer by
+        layer — each layer's units ranked among themselves, as in an index of their own —
+        and the layers merged by fused score, so the chunks keep the order a chunk-only
+        retrieve gives them."""
         if plan.mode != "hybrid":
             return lists[plan.mode]
+        return self._fuse_lists(plan, lists, index, qvec, term_ids)
+
+    def _fuse_lists(self, plan: Plan, lists: dict[str, list[tuple[int, float]]],
+                    index: UnitIndex, qvec: np.ndarray | None,
+                    term_ids: list[int]) -> list[tuple[int, float]]:
         if plan.fusion == "rrf":
             return fusion.rrf(lists, plan.weights, plan.rrf_k)
         union = sorted({p for ranked in lists.values() for p, _s in ranked})

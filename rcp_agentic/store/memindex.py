@@ -41,6 +41,13 @@ def _top(scores: np.ndarray, k: int, candidates: np.ndarray | None = None) -> Ra
     return Ranked(candidates[picked], pool_scores[picked])
 
 
+def _layers(units: list[str], levels: np.ndarray) -> np.ndarray:
+    """Each row's layer number: one per distinct (unit, level), in order of first appearance."""
+    seen: dict[tuple[str, int], int] = {}
+    return np.fromiter((seen.setdefault((u, int(lv)), len(seen)) for u, lv in zip(units, levels)),
+                       dtype=np.int64, count=len(units))
+
+
 class UnitIndex:
     """Scoring arrays for one pool of units: one (unit, level), or several (a collapsed tree).
 
@@ -68,17 +75,30 @@ class UnitIndex:
         # Another process may have added terms after this process loaded its vocabulary.
         vocab_size = max(vocab_size, int(cols.max()) + 1 if len(cols) else 0)
         tf = arrays.term_tfs
-        df = np.bincount(cols, minlength=vocab_size).astype(np.float64)
-        self.idf = np.log1p((n - df + 0.5) / (df + 0.5)).astype(np.float32)
-        avgdl = float(arrays.lengths.mean()) if n else 1.0
-        norm = k1 * (1.0 - b + b * arrays.lengths / max(avgdl, 1e-9))
-        impact = self.idf[cols] * tf * (k1 + 1.0) / (tf + norm[rows])
+        # Each kind of a pool (chunks, each tree level) keeps its own BM25 statistics, so
+        # a chunk scores as it does in a chunk-only index whatever else shares the pool.
+        layer = self.layer = _layers(self.units, self.levels)
+        impact = np.zeros(len(cols), dtype=np.float64)
+        for k in range(int(layer.max()) + 1 if n else 0):
+            mine = layer == k
+            count = int(mine.sum())
+            at = mine[rows]
+            df = np.bincount(cols[at], minlength=vocab_size).astype(np.float64)
+            idf = np.log1p((count - df + 0.5) / (df + 0.5))
+            avgdl = float(arrays.lengths[mine].mean())
+            norm = k1 * (1.0 - b + b * arrays.lengths / max(avgdl, 1e-9))
+            impact[at] = idf[cols[at]] * tf[at] * (k1 + 1.0) / (tf[at] + norm[rows[at]])
         # CSC layout: postings of term t are rows[indptr[t]:indptr[t+1]].
         order = np.argsort(cols, kind="stable")
         self.post_rows = rows[order]
         self.post_impact = impact[order].astype(np.float32)
         self.indptr = np.zeros(vocab_size + 1, dtype=np.int64)
         np.cumsum(np.bincount(cols, minlength=vocab_size), out=self.indptr[1:])
+
+    @property
+    def layered(self) -> bool:
+        """Whether the pool holds more than one kind (each ranked on its own statistics)."""
+        return bool(self.size) and int(self.layer.max()) > 0
 
     def kind_positions(self, unit: str, level: int) -> np.ndarray:
         """Positions of the rows of one (unit, level) in this pool."""
