@@ -32,7 +32,8 @@ def signals(mode: str, n: int, rng: np.random.Generator) -> dict:
 def test_default_loads_and_is_cached() -> None:
     cal = Calibrator.default()
     assert cal is Calibrator.default()
-    assert set(cal.models) == {f"{m}/{u}" for m in MODES for u in ("chunk", "document")}
+    families = ("chunk", "document", "tree-node")
+    assert set(cal.models) == {f"{m}/{u}" for m in MODES for u in families}
     note = cal.fitted_on
     assert "SciFact" in note["dataset"] and note["split"] == "train" and note["date"]
     assert set(note["features"]) == set(MODES)
