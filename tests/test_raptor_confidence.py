@@ -4,24 +4,15 @@
 from __future__ import annotations
 
 import json
-import sys
 from collections.abc import Iterator
 from importlib import resources
 
 import pytest
-from conftest import REPO
+from test_unit_seam import TOPICS, corpus
 
 from rcp_agentic import Engine
 from rcp_agentic.models.embedder import SentenceTransformerEmbedder
 from rcp_agentic.pipeline.confidence import MODES, Calibrator
-
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
-
-from bench import scifact  # noqa: E402
-
-QUERIES = 12
-DOCS = 60
 
 
 def _shipped() -> dict:
@@ -44,13 +35,11 @@ def test_calibration_ships_tree_node_models() -> None:
 @pytest.fixture(scope="module")
 def tree_engine(tmp_path_factory: pytest.TempPathFactory,
                 embedder: SentenceTransformerEmbedder) -> Iterator[tuple[Engine, list[str]]]:
-    if not (scifact.DATA_DIR / "corpus.jsonl").exists():
-        pytest.skip(f"SciFact is not at {scifact.DATA_DIR}")
-    corpus, queries, _qrels = scifact.load_dataset(limit=DOCS, queries=QUERIES)
     eng = Engine(tmp_path_factory.mktemp("raptor-conf") / "engine", embedder=embedder,
-                 build_tree=True)
-    eng.add_documents([{"id": d, "text": t} for d, t in corpus.items()])
-    yield eng, list(queries.values())
+                 build_tree=True, tree_top_size=2)
+    eng.add_documents(corpus())
+    # One question per sentence of the corpus' topics (the documents are offline test data).
+    yield eng, [line for lines in TOPICS.values() for line in lines]
     eng.close()
 
 

@@ -199,7 +199,8 @@ def test_extractive_summary_respects_budget_and_spans(summarizer) -> None:
     passages = [passage(uid, text) for uid, text in corpus() if uid.startswith("health")]
     for budget in (15, 40, 80):
         summary = summarizer.summarize(passages, budget)
-        assert 1 <= len(summary.sentences) and count_tokens(summary.text) <= budget
+        assert summary.sentences, f"an empty summary at budget {budget}"
+        assert count_tokens(summary.text) <= budget
         for s in summary.sentences:
             assert docs[s.span.doc_id][s.span.start:s.span.end] == s.text
     wide = summarizer.summarize(passages, 80)
