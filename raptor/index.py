@@ -24,7 +24,8 @@ from ..derived import DerivedReport
 from ..models.analyzer import term_counts
 from ..models.tokenizer import count_tokens
 from ..store.docstore import UnitRecord
-from .summarize import ExtractiveSummarizer, LLMSummarizer, Passage, Sentence, Span, Summary
+from .summarize import (ExtractiveSummarizer, LLMSummarizer, Passage, Sentence, Span, Summary,
+                        split_sentences)
 from .tree import Leaf, Node, TreeConfig, build_tree, update_tree
 
 if TYPE_CHECKING:
@@ -46,8 +47,6 @@ class _LeafPassages(Mapping[str, Passage]):
     def __getitem__(self, uid: str) -> Passage:
         passage = self._made.get(uid)
         if passage is None:
-            from .summarize import split_sentences
-
             text, doc_id, start = self._leaves[uid]
             passage = self._made[uid] = Passage(uid, text, split_sentences(text, doc_id, start))
         return passage

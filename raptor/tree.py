@@ -15,7 +15,6 @@ from __future__ import annotations
 import hashlib
 import logging
 import math
-import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -156,17 +155,11 @@ def _group(items: list[_Item], config: TreeConfig) -> list[list[int]]:
 
 
 def _make_nodes(level: int, groups: list[list[_Item]], *, embed: Embed, summarizer: Summarizer,
-                config: TreeConfig, count_tokens: CountTokens, timings: dict[str, float]
-                ) -> list[Node]:
+                config: TreeConfig, count_tokens: CountTokens) -> list[Node]:
     """One node per group: summaries in one batch, their embeddings in one batch."""
-    t0 = time.perf_counter()
     summaries = summarizer.summarize_many([([it.passage for it in g], config.summary_tokens)
                                            for g in groups])
-    t1 = time.perf_counter()
     vectors = np.asarray(embed([s.text for s in summaries]), dtype=np.float32)
-    t2 = time.perf_counter()
-    timings["summarize"] = timings.get("summarize", 0.0) + t1 - t0
-    timings["embed"] = timings.get("embed", 0.0) + t2 - t1
     nodes = []
     for group, summary, vector in zip(groups, summaries, vectors):
         leaves = frozenset().union(*(it.leaves for it in group))
@@ -181,32 +174,27 @@ def _node_item(node: Node) -> _Item:
 
 
 def build_tree(leaves: list[Leaf], *, embed: Embed, summarizer: Summarizer, config: TreeConfig,
-               count_tokens: CountTokens, timings: dict[str, float] | None = None) -> list[Node]:
+               count_tokens: CountTokens) -> list[Node]:
     """All nodes of a new tree over ``leaves``, level by level (level 1 first).
 
     Level 1 is built whenever there are two leaves or more; a further level only
     while the previous one has more than ``top_size`` nodes, ``max_levels`` is not
     reached and clustering still shrinks the level (at most ``min_shrink`` of its
-    items). Deterministic for ``config.seed``. ``timings``, when given, receives
-    the seconds spent in ``cluster``, ``summarize`` and ``embed``.
+    items). Deterministic for ``config.seed``.
     """
-    timings = timings if timings is not None else {}
     items = [_Item(lf.uid, np.asarray(lf.vector, dtype=np.float32), lf.passage, lf.tokens,
                    frozenset((lf.uid,))) for lf in leaves]
     nodes: list[Node] = []
     for level in range(1, config.max_levels + 1):
         if len(items) < 2 or (level > 1 and len(items) <= config.top_size):
             break
-        t0 = time.perf_counter()
         groups = _group(items, config)
-        timings["cluster"] = timings.get("cluster", 0.0) + time.perf_counter() - t0
         if len(items) > 2 and len(groups) > config.min_shrink * len(items):
             log.info("raptor level %d: %d clusters of %d items do not shrink; stop",
                      level, len(groups), len(items))
             break
         made = _make_nodes(level, [[items[i] for i in g] for g in groups], embed=embed,
-                           summarizer=summarizer, config=config, count_tokens=count_tokens,
-                           timings=timings)
+                           summarizer=summarizer, config=config, count_tokens=count_tokens)
         log.info("raptor level %d: %d items -> %d nodes", level, len(items), len(made))
         nodes.extend(made)
         items = [_node_item(n) for n in made]
@@ -270,7 +258,6 @@ def update_tree(nodes: list[Node], leaf_vectors: Mapping[str, np.ndarray], added
                      count_tokens(passage.text), frozenset((uid,)))
 
     delta = TreeDelta()
-    timings: dict[str, float] = {}
     for level in range(1, max(n.level for n in nodes) + 1):
         todo = sorted(u for u in dirty if current[u].level == level)
         jobs: list[tuple[str, list[_Item]]] = []
@@ -284,8 +271,7 @@ def update_tree(nodes: list[Node], leaf_vectors: Mapping[str, np.ndarray], added
             elif children[uid]:
                 jobs.append((uid, [_node_item(current[c]) for c in children[uid]]))
         made = _make_nodes(level, [g for _, g in jobs], embed=embed, summarizer=summarizer,
-                           config=config, count_tokens=count_tokens,
-                           timings=timings) if jobs else []
+                           config=config, count_tokens=count_tokens) if jobs else []
         replaced: dict[str, list[str]] = {uid: [] for uid in todo}
         produced: set[str] = set()
         for (old, _), node in zip(jobs, made):

@@ -309,9 +309,10 @@ class Engine(Retrieval):
 
     def _derived_lag(self, kinds: list[tuple[str, int]], served: int) -> str | None:
         """A usage note when a derived kind in ``kinds`` does not yet reflect the served version."""
-        for unit in sorted({u for u, _lv in kinds if units.get(u).derived}):
+        derived = sorted({u for u, _lv in kinds if units.get(u).derived})
+        data_version = int(self.store.info("data_version") or 0) if derived else 0
+        for unit in derived:
             reflects = int(self.store.info(f"derived.{unit}.version") or 0)
-            data_version = int(self.store.info("data_version") or 0)
             if served >= data_version > reflects:
                 return (f"{unit} units reflect index version v{reflects}; documents written "
                         f"since (up to v{data_version}) are not summarised yet, and units "
