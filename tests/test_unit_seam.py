@@ -391,3 +391,13 @@ def test_chunks_score_in_the_collapsed_pool_as_they_do_alone(tree_engine: Engine
     for h in chunks:  # each layer keeps its own BM25 statistics
         assert h.scores["sparse"] == pytest.approx(alone[h.id]["sparse"])
         assert h.scores["dense"] == pytest.approx(alone[h.id]["dense"])
+
+
+def test_a_malformed_vendor_option_names_itself(tree_engine: Engine) -> None:
+    from rcp_agentic.errors import InvalidParams
+
+    for value in (123, [], "sideways"):
+        with pytest.raises(InvalidParams) as exc:
+            tree_engine.retrieve_params({"query": "bees", "unit": "tree-node",
+                                         "x-rcp-agentic-treeSearch": value})
+        assert exc.value.field == "x-rcp-agentic-treeSearch"

@@ -202,7 +202,8 @@ def parse_params(raw: dict[str, Any]) -> RetrieveParams:
     except ValidationError as exc:
         err = exc.errors()[0]
         loc = [str(p) for p in err["loc"] if not str(p).startswith(("str", "dict", "list", "bool"))]
-        path = ".".join(to_camel(p) if not p.isdigit() else p for p in loc) or "params"
+        path = ".".join(p if p.isdigit() or p.startswith(("x-", "_")) else to_camel(p)
+                        for p in loc) or "params"
         if err["type"] == "missing":
             raise InvalidParams(f"{path} is required", field=path) from None
         raise InvalidParams(f"{path}: {err['msg']}", field=path) from None
