@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import random
 import math
 from typing import Any
 
@@ -352,3 +353,21 @@ def test_property_key_first_in_every_list_is_first(lists: dict[str, list[tuple[i
         assert fused[0][0] == winner, name
         if len(fused) > 1:
             assert fused[0][1] > fused[1][1], name
+
+
+def test_rrf_leaves_keep_their_leaf_only_order_in_a_pool() -> None:
+    """In a pool of leaves and summaries, the leaves are fused as if the summaries were absent."""
+    rng = random.Random(7)  # noqa: S311 - test data
+    moved = 0
+    for _ in range(200):
+        keys = [f"c{i}" for i in range(12)] + [f"s{i}" for i in range(4)]
+        lists = {name: [(k, 0.0) for k in rng.sample(keys, len(keys))]
+                 for name in ("dense", "sparse")}
+        leaf_only = {name: [(k, s) for k, s in ranked if k.startswith("c")]
+                     for name, ranked in lists.items()}
+        expected = [k for k, _s in rrf(leaf_only, {})]
+        pooled = rrf(lists, {}, leaf=lambda k: k.startswith("c"))
+        assert [k for k, _s in pooled if k.startswith("c")] == expected
+        plain = rrf(lists, {})
+        moved += [k for k, _s in plain if k.startswith("c")] != expected
+    assert moved > 0, "the plain pooled fusion should reorder leaves in some draws"

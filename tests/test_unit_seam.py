@@ -105,8 +105,15 @@ def test_levels_and_collapsed_pool(tree_engine: Engine) -> None:
     assert all(h.chunk is None and h.provenance and h.provenance.leaves for h in one)
     zero = tree_engine.retrieve("honey bee hives", k=5, unit="tree-node", level=0).hits
     assert {h.unit for h in zero} == {"chunk"}
-    pooled = tree_engine.retrieve("honey bee hives", k=40, unit="tree-node").hits
+    pooled = tree_engine.retrieve("honey bee hives", k=40, unit="tree-node", mode="dense").hits
     assert {h.unit for h in pooled} == {"chunk", "tree-node"}
+    # Hybrid fusion of a pool: the chunks keep the order a chunk-only retrieve gives them.
+    hybrid = tree_engine.retrieve("honey bee hives", k=60, unit="tree-node",
+                                  candidate_k=60).hits
+    alone = tree_engine.retrieve("honey bee hives", k=60, unit="chunk", candidate_k=60).hits
+    in_pool = [h.id for h in hybrid if h.unit == "chunk"]
+    assert len(in_pool) >= 5
+    assert in_pool == [h.id for h in alone if h.id in set(in_pool)]
     with pytest.raises(OptionUnsupported):
         tree_engine.retrieve("bees", k=3, unit="tree-node", level=42)
 

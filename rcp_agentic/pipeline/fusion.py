@@ -8,7 +8,7 @@ fusion is deterministic.
 from __future__ import annotations
 
 import math
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import TypeVar
 
 K = TypeVar("K", bound=Hashable)
@@ -24,12 +24,21 @@ def _sorted(parts: dict[K, list[float]]) -> list[tuple[K, float]]:
 
 
 def rrf(lists: Mapping[str, Sequence[tuple[K, float]]], weights: Mapping[str, float],
-        rrf_k: int = 60) -> list[tuple[K, float]]:
-    """Reciprocal Rank Fusion (Cormack et al. 2009): Σ w / (rrf_k + rank), rank 1-based."""
+        rrf_k: int = 60, *, leaf: Callable[[K], bool] | None = None) -> list[tuple[K, float]]:
+    """Reciprocal Rank Fusion (Cormack et al. 2009): Σ w / (rrf_k + rank), rank 1-based.
+
+    In a pool of leaves and the summaries above them, ``leaf`` marks the leaves: a
+    leaf's rank counts only the leaves above it, so the leaves keep the order a
+    leaf-only fusion gives them, while a summary's rank counts everything above it.
+    """
     parts: dict[K, list[float]] = {}
     for name, ranked in lists.items():
         w = weights.get(name, 1.0)
+        leaves = 0
         for rank, (key, _score) in enumerate(ranked, start=1):
+            if leaf is not None and leaf(key):
+                leaves += 1
+                rank = leaves
             parts.setdefault(key, []).append(w / (rrf_k + rank))
     return _sorted(parts)
 

@@ -12,12 +12,21 @@ one result never holds a unit together with a unit it contains: given ``leaves``
 (the leaf chunks of the i-th candidate, None when not judged), a candidate whose
 leaves contain or lie within those of one already taken is passed over and counted
 in ``contained``.
+
+Taking a coarse unit (a summary) shuts out the finer units it contains that rank
+below it. Given ``keeps`` (``keeps(i, j)``: does candidate ``i`` keep, for this
+query, the evidence of candidate ``j`` it contains), a coarse candidate is taken
+only when it keeps the evidence of every finer unit it would displace — those that
+packing would otherwise take from there on (the same rules, budget and ``k``, that
+candidate left out). One that would not is passed over and counted in ``withheld``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+
+Leaves = Callable[[int], "frozenset[str] | None"]
 
 
 @dataclass(frozen=True)
@@ -32,16 +41,48 @@ class Packed:
     next_exclude: frozenset[int] = field(default_factory=frozenset)
     more: bool = False
     contained: int = 0
+    withheld: int = 0
+
+
+def _clashes(mine: frozenset[str] | None, taken: list[frozenset[str]]) -> bool:
+    """Whether a unit with leaves ``mine`` contains or lies within one already taken."""
+    if not mine:
+        return False
+    return any(mine <= other or other <= mine for other in taken)
 
 
 def pack(tokens: list[int], k: int, budget: int | None, *, start: int = 0,
-         exclude: frozenset[int] = frozenset(),
-         leaves: Callable[[int], frozenset[str] | None] | None = None) -> Packed:
+         exclude: frozenset[int] = frozenset(), leaves: Leaves | None = None,
+         keeps: Callable[[int, int], bool] | None = None) -> Packed:
     """Pack ``tokens`` (token counts of the ranked candidates, best first) from ``start``."""
     taken: list[int] = []
     taken_leaves: list[frozenset[str]] = []
-    used = skipped = oversized = contained = 0
+    used = skipped = oversized = contained = withheld = 0
     pending: int | None = None
+
+    def rest(i: int) -> list[int]:
+        """What plain packing would take below ``i`` if ``i`` were passed over."""
+        out: list[int] = []
+        held, spent, count = list(taken_leaves), used, len(taken)
+        for j in range(i + 1, len(tokens)):
+            if count >= k or (budget is not None and spent >= budget):
+                break
+            theirs = leaves(j) if leaves is not None and j not in exclude else None
+            if j in exclude or _clashes(theirs, held) or (
+                    budget is not None and spent + tokens[j] > budget):
+                continue
+            out.append(j)
+            spent += tokens[j]
+            count += 1
+            if theirs:
+                held.append(theirs)
+        return out
+
+    def displaced(i: int, mine: frozenset[str]) -> list[int]:
+        """The finer units inside ``mine`` that packing would take below ``i`` without it."""
+        assert leaves is not None
+        return [j for j in rest(i) if (leaves(j) or mine) < mine]
+
     i = start
     while i < len(tokens) and len(taken) < k:
         if budget is not None and used >= budget:
@@ -50,7 +91,7 @@ def pack(tokens: list[int], k: int, budget: int | None, *, start: int = 0,
         mine = leaves(i) if leaves is not None and i not in exclude else None
         if i in exclude:
             pass
-        elif mine and any(mine <= other or other <= mine for other in taken_leaves):
+        elif _clashes(mine, taken_leaves):
             contained += 1
         elif budget is not None and n > budget:
             oversized += 1
@@ -58,6 +99,9 @@ def pack(tokens: list[int], k: int, budget: int | None, *, start: int = 0,
             skipped += 1
             if pending is None:
                 pending = i
+        elif (keeps is not None and mine and len(mine) > 1
+              and not all(keeps(i, j) for j in displaced(i, mine))):
+            withheld += 1
         else:
             taken.append(i)
             used += n
@@ -67,4 +111,5 @@ def pack(tokens: list[int], k: int, budget: int | None, *, start: int = 0,
     next_start = i if pending is None else pending
     next_exclude = frozenset(x for x in (exclude | set(taken)) if x >= next_start)
     more = any(j not in next_exclude for j in range(next_start, len(tokens)))
-    return Packed(taken, used, skipped, oversized, next_start, next_exclude, more, contained)
+    return Packed(taken, used, skipped, oversized, next_start, next_exclude, more, contained,
+                  withheld)
