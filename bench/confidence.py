@@ -1,36 +1,53 @@
-"""Calibrated hit confidence on SciFact train: held-out calibration and learned re-ranking.
+"""Calibrated hit confidence that transfers: SciFact train + the multi-hop dev sets.
 
-    python bench/confidence.py [--engine DIR] [--k 20] [--folds 5] [--rerank-k 20 100]
-                               [--plot bench/results/reliability.png] [--write-params]
-                               [--tree-node]
+    python bench/confidence.py [--sets scifact hotpotqa 2wikimultihopqa] [--k 20] [--folds 5]
+                               [--rerank-k 20 100] [--plot bench/results/reliability.png]
+                               [--write-params] [--tree-node] [--reuse-samples]
 
-For every judged query, retrieves the top ``k`` hits in each mode (dense, sparse,
-hybrid) and unit (chunk, document) from a built SciFact engine, labels a hit
-relevant iff its document is in the query's qrels, fits the confidence model
-(``rcp_agentic.pipeline.confidence``) on 4/5 of the queries and scores the other
-fifth (5 folds by query). Prints, per mode and unit, ECE (10 equal-width bins)
-and AUROC of the held-out probabilities on the top ``k`` and the top 10 (the
-engine's default ``k``), plus ECE among hits with p ≥ 0.1 (where thresholds sit);
-writes a reliability diagram; and compares nDCG@10 / MRR@10 of plain RRF with the
-top ``--rerank-k`` hybrid document candidates re-ranked by the held-out
-probability. ``--write-params`` refits on every query and writes the package's
-``rcp_agentic/data/calibration.json``.
+For every judged query of every set, retrieves the top ``k`` hits in each mode (dense,
+sparse, hybrid) and unit (chunk, document) from the set's engine, and the query's
+recall lists (dense and sparse, ``candidate_k`` deep, as ``retrieve`` recalls them),
+and labels a hit relevant iff its document is relevant: SciFact train by its qrels,
+HotpotQA / 2WikiMultiHopQA dev (``../shared/data/multihop``) when it is one of the
+question's supporting passages. ``--off-domain N`` more questions from another domain
+run against each corpus (SciFact claims on a multi-hop corpus, multi-hop questions on
+SciFact's) with no relevant hit, so the fit sees queries the corpus cannot answer
+(without them the best hit of any query looks relevant: the features are relative).
+Then, per mode and unit (tables over the sets' own queries, then with the off-domain ones):
 
-``--tree-node`` (an engine built with ``build_tree=True``) also fits the
+* **leave one data set out** — fit on the other sets, score the held-out one: ECE (10
+  equal-width bins) and AUROC of the held-out set's hits (the transfer test; targets
+  ECE ≤ 0.05, AUROC ≥ 0.85 on each set);
+* **in domain** — fit on all sets with 5 folds by query, score each set's held-out fold;
+* a reliability diagram of the in-domain probabilities, and on SciFact the nDCG@10 /
+  MRR@10 of plain RRF against the top ``--rerank-k`` hybrid documents re-ranked by the
+  held-out probability (``--rerank-k 0`` skips it).
+
+``--write-params`` refits on every query of every set (each set weighted equally) and
+writes the package's ``rcp_agentic/data/calibration.json``; the ``tree-node`` models
+are kept from the shipped file unless ``--tree-node`` refits them.
+
+``--tree-node`` (a SciFact engine built with ``build_tree=True``) also fits the
 ``tree-node`` family on the top ``k`` hits of the collapsed tree (chunks and every
 summary level in one pool): a node is relevant when a document it covers is. The
 signals are recorded exactly as the engine scores them (``RecordingCalibrator``:
 the pooled BM25 ceiling and the hit's rank in the pooled list, which counts the
-hits packing passed over as contained). It prints the held-out ECE / AUROC of the
-tree-node hits and of the pool's chunk hits under the shipped chunk models, and
-with ``--write-params`` writes the tree-node models too (``bench/raptor.py scifact
---write-params`` adds them to the shipped file without touching the other models).
+hits packing passed over as contained). Tree-node models use the hit-only features
+(``TREE_FEATURES``). It prints the held-out ECE / AUROC of the tree-node hits and of
+the pool's chunk hits under the shipped chunk models (``bench/raptor.py scifact
+--write-params`` adds tree-node models to the shipped file without touching the others).
+
+Engines live in ``bench/.cache/engine-<set>`` (SciFact: ``bench/scifact_engine.py
+--engine bench/.cache/engine-scifact``; the multi-hop ones are built on first use, as
+``bench/corrective.py`` builds them); ``--reuse-samples`` reads the labelled hits of a
+previous run from ``bench/.cache/confidence-<set>.pkl``.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import pickle
 import sys
 import time
 from pathlib import Path
@@ -42,47 +59,100 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import scifact  # noqa: E402
+from bench.data import data_path  # noqa: E402
 from bench.metrics import mrr_at_k, ndcg_at_k  # noqa: E402
 from rcp_agentic import units as unit_kinds  # noqa: E402
 from rcp_agentic import Engine  # noqa: E402
 from rcp_agentic.pipeline import confidence as conf  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
+CACHE = ROOT / "bench" / ".cache"
 ECE_TARGET, AUROC_TARGET = 0.05, 0.85
 UNITS = ("chunk", "document")
+SETS = ("scifact", "hotpotqa", "2wikimultihopqa")
 CALIBRATION = ROOT / "rcp_agentic" / "data" / "calibration.json"
 CONF_K = 20  # hits per query and mode the tree-node models are fitted on
+# The collapsed tree's hits are scored from their own signals (format-1 features).
+TREE_FEATURES = conf.HIT_FEATURES
+
+
+def load_set(name: str) -> tuple[list[dict[str, Any]], dict[str, str], dict[str, dict[str, int]]]:
+    """Corpus documents (empty for SciFact: its engine is built by scifact_engine.py),
+    ``{query_id: text}`` and ``{query_id: {doc_id: 1}}`` of the relevant documents."""
+    if name == "scifact":
+        _corpus, queries, qrels = scifact.load_dataset()
+        return [], queries, qrels
+    root = data_path("multihop", name)
+    docs = [json.loads(line) for line in (root / "corpus.jsonl").open(encoding="utf-8")]
+    questions = [json.loads(line) for line in (root / "questions.jsonl").open(encoding="utf-8")]
+    corpus = [{"id": d["_id"], "title": d["title"], "text": f"{d['title']}\n\n{d['text']}"}
+              for d in docs]
+    return (corpus, {q["_id"]: q["question"] for q in questions},
+            {q["_id"]: {d: 1 for d in q["supporting_ids"]} for q in questions})
+
+
+def engine_for(name: str, corpus: list[dict[str, Any]]) -> Engine | None:
+    """The set's cached engine (a multi-hop one is built on first use); None if missing."""
+    path = CACHE / f"engine-{name}"
+    if not (path / "engine.db").exists():
+        if not corpus:
+            return None
+        eng = Engine(path)
+        t0 = time.perf_counter()
+        eng.add_documents(corpus)
+        print(f"  indexed {len(corpus)} passages of {name} in {time.perf_counter() - t0:.0f} s")
+        return eng
+    return Engine(path)
+
+
+def off_domain(name: str, n: int) -> dict[str, str]:
+    """``n`` questions of another domain for the set's corpus, ids prefixed ``off:``: SciFact
+    claims for a multi-hop corpus, multi-hop questions (half each) for SciFact's."""
+    if name == "scifact":
+        picks = [(s, n // 2 if s == "hotpotqa" else n - n // 2)
+                 for s in ("hotpotqa", "2wikimultihopqa")]
+    else:
+        picks = [("scifact", n)]
+    out: dict[str, str] = {}
+    for other, m in picks:
+        _c, queries, _q = load_set(other)
+        out.update({f"off:{qid}": text for qid, text in list(queries.items())[:m]})
+    return out
+
+
+def set_samples(name: str, k: int, reuse: bool,
+                n_off: int = 100) -> tuple[list[conf.Sample], dict[str, Any]]:
+    """The set's labelled hits (collected, or read back with ``reuse``) and its fit note:
+    its own judged queries plus ``n_off`` off-domain ones, every hit of which is irrelevant
+    (a query may have no answer in the corpus; the calibration must see that happen)."""
+    cache = CACHE / f"confidence-{name}.pkl"
+    if reuse and cache.exists():
+        with cache.open("rb") as fh:
+            got: tuple[list[conf.Sample], dict[str, Any]] = pickle.load(fh)
+        return got
+    corpus, queries, qrels = load_set(name)
+    off = off_domain(name, n_off)
+    queries = {**queries, **off}
+    qrels = {**qrels, **{qid: {} for qid in off}}
+    engine = engine_for(name, corpus)
+    if engine is None:
+        raise SystemExit(f"no engine at {CACHE / ('engine-' + name)}: build it with "
+                         "bench/scifact_engine.py --engine DIR")
+    start = time.perf_counter()
+    samples = conf.collect_samples(engine, queries, qrels, units=UNITS, k=k, source=name)
+    print(f"  {name}: {len(queries)} queries, {len(samples)} labelled hits in "
+          f"{time.perf_counter() - start:.0f} s", flush=True)
+    note = {"queries": len({x.query_id for x in samples}), "off_domain": len(off),
+            **conf.engine_note(engine)}
+    engine.close()
+    CACHE.mkdir(parents=True, exist_ok=True)
+    with cache.open("wb") as fh:
+        pickle.dump((samples, note), fh)
+    return samples, note
 
 
 def _fmt_row(cols: list[str], widths: list[int]) -> str:
     return "  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(cols, widths)))
-
-
-def calibration_table(samples: list[conf.Sample], probs: np.ndarray, k_top: int) -> list[str]:
-    y = np.array([x.label for x in samples], dtype=float)
-    rank = np.array([x.rank for x in samples])
-    groups: dict[str, np.ndarray] = {}
-    for mode in conf.MODES:
-        for unit in UNITS:
-            groups[f"{mode}/{unit}"] = np.array([x.mode == mode and x.unit == unit
-                                                 for x in samples])
-    groups["all (pooled)"] = np.ones(len(samples), bool)
-    head = ["mode/unit", "hits", "base", "mean p", f"ECE@{k_top}", f"AUROC@{k_top}", "ECE@10",
-            "AUROC@10", "ECE p≥.1", "target"]
-    widths = [16, 6, 6, 6, 8, 8, 7, 8, 8, 6]
-    lines = [_fmt_row(head, widths), "-" * (sum(widths) + 2 * (len(widths) - 1))]
-    for name, m in groups.items():
-        p, t = probs[m], y[m]
-        top10 = rank[m] < 10
-        hi = p >= 0.1
-        e, a = conf.ece(p, t), conf.auroc(p, t)
-        ok = e <= ECE_TARGET and a >= AUROC_TARGET
-        lines.append(_fmt_row([name, str(len(t)), f"{t.mean():.3f}", f"{p.mean():.3f}",
-                               f"{e:.4f}", f"{a:.4f}", f"{conf.ece(p[top10], t[top10]):.4f}",
-                               f"{conf.auroc(p[top10], t[top10]):.4f}",
-                               f"{conf.ece(p[hi], t[hi]):.4f}", "ok" if ok else "MISS"],
-                              widths))
-    return lines
 
 
 def reliability_plot(samples: list[conf.Sample], probs: np.ndarray, path: Path,
@@ -121,7 +191,8 @@ def reliability_plot(samples: list[conf.Sample], probs: np.ndarray, path: Path,
         hax.set_yscale("log")
         hax.set_xlabel("predicted confidence")
         hax.set_ylabel("hits")
-    fig.suptitle("rcp-agentic hit confidence — SciFact train, top-20 hits")
+    fig.suptitle("rcp-agentic hit confidence — SciFact train + HotpotQA + 2Wiki dev, "
+                 "top-20 hits")
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
@@ -130,15 +201,18 @@ def reliability_plot(samples: list[conf.Sample], probs: np.ndarray, path: Path,
 
 def rerank_table(engine: Engine, queries: dict[str, str], qrels: dict[str, dict[str, int]],
                  depths: list[int], folds: int, seed: int, train: list[conf.Sample],
-                 l2: float) -> list[str]:
-    """nDCG@10 / MRR@10 of RRF vs re-ranking the top-K hybrid documents by held-out P."""
+                 l2: float, source: str = "scifact") -> list[str]:
+    """nDCG@10 / MRR@10 of RRF vs re-ranking the top-K hybrid documents by held-out P
+    (each fold's queries scored by a model fitted on the other folds and the other sets)."""
     kmax = max(depths)
     cands = conf.collect_samples(engine, queries, qrels, modes=("hybrid",), units=("document",),
-                                 k=kmax)
-    fold_of = conf.query_folds((x.query_id for x in train), folds, seed)
+                                 k=kmax, source=source)
+    fold_of = conf.query_folds((x.query_id for x in cands), folds, seed)
+    train = [x for x in train if x.mode == "hybrid" and x.unit == "document"]
     probs = np.full(len(cands), np.nan)
     for f in range(folds):
-        model = conf.fit([x for x in train if fold_of[x.query_id] != f], l2=l2)
+        model = conf.fit([x for x in train
+                          if x.source != source or fold_of.get(x.query_id) != f], l2=l2)
         ix = [i for i, x in enumerate(cands) if fold_of.get(x.query_id) == f]
         probs[ix] = conf.predict_samples(model, [cands[i] for i in ix])
     by_q: dict[str, list[tuple[int, float, str]]] = {}
@@ -187,12 +261,12 @@ class RecordingCalibrator:
         return True
 
     def predict(self, *, mode: str, unit: str, dense: Any, sparse: Any, ceiling: Any,
-                ranks: Any) -> np.ndarray:
+                ranks: Any, pool: Any = None) -> np.ndarray:
         self.calls.append({"mode": mode, "family": unit, "dense": dense, "sparse": sparse,
-                           "ceiling": ceiling, "ranks": np.asarray(ranks)})
+                           "ceiling": ceiling, "ranks": np.asarray(ranks), "pool": pool})
         if self.inner is not None and self.inner.supports(mode, unit):
             return self.inner.predict(mode=mode, unit=unit, dense=dense, sparse=sparse,
-                                      ceiling=ceiling, ranks=ranks)
+                                      ceiling=ceiling, ranks=ranks, pool=pool)
         return np.full(len(np.asarray(ranks)), 0.5)
 
 
@@ -229,7 +303,7 @@ def collect_pool_samples(engine: Engine, queries: dict[str, str],
                             sparse=None if call["sparse"] is None else float(call["sparse"][j]),
                             ceiling=None if call["ceiling"] is None else float(call["ceiling"]),
                             label=int(any(d in rels for d in docs)),
-                            doc_id=docs[0] if docs else None))
+                            doc_id=docs[0] if docs else None, source="scifact"))
     finally:
         engine.calibrator = shipped
     return samples
@@ -253,7 +327,7 @@ def fit_tree_node(samples: list[conf.Sample], engine: Engine, folds: int, seed: 
                      ("tree_summary_tokens", "tree_cluster_tokens", "tree_top_size",
                       "tree_max_levels", "tree_seed")}}
     calibrator, metrics, oof = conf.calibrate_samples(tree, folds=folds, l2=l2, seed=seed,
-                                                      fitted_on=note)
+                                                      fitted_on=note, features=TREE_FEATURES)
     out: dict[str, Any] = {"tree_node_cv": metrics.get("cv"), "tree_node_train": metrics["train"]}
     shipped = conf.Calibrator.default()
     if chunks:
@@ -302,9 +376,57 @@ def write_tree_models(tree: conf.Calibrator, path: Path = CALIBRATION) -> None:
     merge_tree_models(shipped, tree).save(path)
 
 
+def transfer_table(samples: list[conf.Sample], probs: np.ndarray) -> tuple[list[str], dict]:
+    """ECE / AUROC per mode/unit and data set (rows) of the given probabilities."""
+    y = np.array([x.label for x in samples], dtype=float)
+    head = ["mode/unit", "data set", "hits", "base", "mean p", "ECE", "AUROC", "target"]
+    widths = [16, 16, 6, 6, 6, 7, 7, 6]
+    lines = [_fmt_row(head, widths), "-" * (sum(widths) + 2 * (len(widths) - 1))]
+    out: dict[str, dict[str, Any]] = {}
+    sources = sorted({x.source for x in samples})
+    for mode in conf.MODES:
+        for unit in UNITS:
+            for src in sources:
+                m = np.array([x.mode == mode and x.unit == unit and x.source == src
+                              for x in samples])
+                if not m.any():
+                    continue
+                p, t = probs[m], y[m]
+                e, a = conf.ece(p, t), conf.auroc(p, t)
+                ok = e <= ECE_TARGET and a >= AUROC_TARGET
+                out.setdefault(f"{mode}/{unit}", {})[src] = {
+                    "n": int(m.sum()), "base_rate": round(float(t.mean()), 5),
+                    "mean_p": round(float(p.mean()), 5), "ece": round(e, 5), "auroc": round(a, 5)}
+                lines.append(_fmt_row([f"{mode}/{unit}", src, str(len(t)), f"{t.mean():.3f}",
+                                       f"{p.mean():.3f}", f"{e:.4f}", f"{a:.4f}",
+                                       "ok" if ok else "MISS"], widths))
+    return lines, out
+
+
+def _off(x: conf.Sample) -> bool:
+    return x.query_id.startswith("off:")
+
+
+def first_step(samples: list[conf.Sample], probs: np.ndarray, upper: float = 0.6,
+               ) -> dict[str, dict[str, int]]:
+    """Per set: how many questions' first hybrid chunk hit (the corrective loop's first step)
+    reaches ``upper``, and how many of those first hits are relevant."""
+    out: dict[str, dict[str, int]] = {}
+    for x, p in zip(samples, probs):
+        if x.mode == "hybrid" and x.unit == "chunk" and x.rank == 0:
+            key = x.source + (" off-domain" if _off(x) else "")
+            row = out.setdefault(key, {"questions": 0, "clear_upper": 0, "relevant": 0,
+                                       "clear_and_relevant": 0})
+            row["questions"] += 1
+            row["clear_upper"] += int(p >= upper)
+            row["relevant"] += int(x.label > 0)
+            row["clear_and_relevant"] += int(p >= upper and x.label > 0)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--engine", type=Path, default=ROOT / "bench" / ".cache" / "engine-scifact")
+    ap.add_argument("--sets", nargs="+", default=list(SETS), choices=SETS)
     ap.add_argument("--k", type=int, default=20, help="hits per query, mode and unit to fit on")
     ap.add_argument("--folds", type=int, default=5)
     ap.add_argument("--seed", type=int, default=0)
@@ -314,66 +436,124 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--write-params", action="store_true",
                     help="refit on every query and write rcp_agentic/data/calibration.json")
     ap.add_argument("--tree-node", action="store_true",
-                    help="also fit the tree-node family on the collapsed tree's hits")
+                    help="also fit the tree-node family on the SciFact engine's collapsed tree")
+    ap.add_argument("--off-domain", type=int, default=100,
+                    help="questions of another domain run against each set's corpus")
+    ap.add_argument("--reuse-samples", action="store_true",
+                    help="read the labelled hits of a previous run from bench/.cache")
+    ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "confidence.json")
     args = ap.parse_args(argv)
 
-    _corpus, queries, qrels = scifact.load_dataset()
-    if not (args.engine / "engine.db").exists():
-        print(f"no engine at {args.engine}: build it with bench/scifact_engine.py --engine DIR",
-              file=sys.stderr)
-        return 2
-    engine = Engine(args.engine)
-    print(f"SciFact train: {len(queries)} queries with qrels; engine {args.engine}")
+    print(f"collecting the top {args.k} hits per query, mode and unit of "
+          f"{', '.join(args.sets)}")
+    samples: list[conf.Sample] = []
+    notes: dict[str, Any] = {}
+    for name in args.sets:
+        got, notes[name] = set_samples(name, args.k, args.reuse_samples, args.off_domain)
+        samples += got
+    embedders = {n.get("embedder") for n in notes.values()}
+    if len(embedders) != 1:
+        raise SystemExit(f"the sets' engines use different embedders: {embedders}")
+    results: dict[str, Any] = {"k": args.k, "sets": {n: v["queries"] for n, v in notes.items()}}
 
-    start = time.perf_counter()
-    samples = conf.collect_samples(engine, queries, qrels, units=UNITS, k=args.k)
-    print(f"collected {len(samples)} labelled hits in {time.perf_counter() - start:.1f}s")
-    start = time.perf_counter()
-    note = {"dataset": "SciFact (BEIR), train split",
-            "files": "corpus.jsonl, train_queries.jsonl, train_qrels.tsv", "split": "train",
-            "k": args.k, "units": list(UNITS),
-            "labels": "relevant iff the hit's document has qrels grade > 0 (chunks inherit)",
+    if len(args.sets) > 1:
+        start = time.perf_counter()
+        loo = conf.leave_one_out(samples, l2=args.l2)
+        print(f"\nLeave one data set out: fit on the others, score the held-out set "
+              f"({time.perf_counter() - start:.1f} s; targets ECE ≤ {ECE_TARGET}, "
+              f"AUROC ≥ {AUROC_TARGET})")
+        on = np.array([not _off(x) for x in samples])
+        lines, results["leave_one_out"] = transfer_table(
+            [x for x in samples if not _off(x)], loo[on])
+        print("\n".join(["the sets' own queries:", *lines]))
+        lines, results["leave_one_out_with_off_domain"] = transfer_table(samples, loo)
+        print("\n".join(["", "with the off-domain queries (every hit irrelevant):", *lines]))
+        results["leave_one_out_first_step"] = first_step(samples, loo)
+
+    note = {"dataset": "SciFact (BEIR) train split + HotpotQA and 2WikiMultiHopQA dev "
+                       "(../shared/data/multihop), each set weighted equally",
+            "sets": {n: v["queries"] for n, v in notes.items()},
+            "split": "train (SciFact), dev (multi-hop)", "k": args.k, "units": list(UNITS),
+            "labels": "relevant iff the hit's document has SciFact qrels grade > 0 or is one "
+                      "of the multi-hop question's supporting passages (chunks inherit); "
+                      "off-domain questions (SciFact claims on a multi-hop corpus, multi-hop "
+                      "questions on SciFact's) have no relevant hit",
+            "off_domain": {n: v.get("off_domain", 0) for n, v in notes.items()},
             "ranks": "0-based position in the returned list; hybrid = RRF order",
-            **conf.engine_note(engine)}
+            "pool": "the query's dense and sparse recall lists, candidate_k deep",
+            **{k: v for k, v in next(iter(notes.values())).items()
+               if k not in ("queries", "corpus")}}
+    corpora = {k: v for n in notes.values() for k, v in (n.get("corpus") or {}).items()}
+    if corpora:
+        note["corpus"] = corpora
+    start = time.perf_counter()
     calibrator, _metrics, oof = conf.calibrate_samples(samples, folds=args.folds, l2=args.l2,
                                                        seed=args.seed, fitted_on=note)
     assert oof is not None
-    print(f"fitted {args.folds} folds + the full model in {time.perf_counter() - start:.1f}s\n")
-
-    print(f"Held-out calibration ({args.folds} folds by query; targets ECE ≤ {ECE_TARGET}, "
-          f"AUROC ≥ {AUROC_TARGET})")
-    print("\n".join(calibration_table(samples, oof, args.k)))
-
+    print(f"\nIn domain: fitted on all sets, {args.folds} folds by query "
+          f"({time.perf_counter() - start:.1f} s)")
+    on = np.array([not _off(x) for x in samples])
+    lines, results["in_domain"] = transfer_table([x for x in samples if not _off(x)], oof[on])
+    print("\n".join(["the sets' own queries:", *lines]))
+    lines, results["in_domain_with_off_domain"] = transfer_table(samples, oof)
+    print("\n".join(["", "with the off-domain queries:", *lines]))
+    results["in_domain_first_step"] = first_step(samples, oof)
+    print("\nCorrective loop's first step (hybrid chunk, rank 0) against upper = 0.6:")
+    for label, key in (("leave-one-out", "leave_one_out_first_step"),
+                       ("in domain", "in_domain_first_step")):
+        for src, row in (results.get(key) or {}).items():
+            print(f"  {label:14s} {src:16s} {row['clear_upper']:4d} of {row['questions']} clear "
+                  f"it; {row['relevant']} first hits relevant, "
+                  f"{row['clear_and_relevant']} of those that clear it")
     reliability_plot(samples, oof, args.plot)
     print(f"\nreliability diagram: {args.plot}")
 
-    print("\nRanking quality, 505 queries (held-out probabilities)")
-    print("\n".join(rerank_table(engine, queries, qrels, args.rerank_k, args.folds, args.seed,
-                                 samples, args.l2)))
+    if "scifact" in args.sets and max(args.rerank_k) > 0:
+        _corpus, queries, qrels = load_set("scifact")
+        engine = Engine(CACHE / "engine-scifact")
+        print("\nRanking quality on SciFact, held-out probabilities")
+        print("\n".join(rerank_table(engine, queries, qrels, args.rerank_k, args.folds,
+                                     args.seed, samples, args.l2)))
+        engine.close()
 
     if args.tree_node:
+        engine = Engine(CACHE / "engine-scifact")
         if "tree-node" not in engine.derived_status():
-            print(f"no tree in {args.engine}: build the engine with build_tree=True",
+            print(f"no tree in {CACHE / 'engine-scifact'}: build it with build_tree=True",
                   file=sys.stderr)
             return 2
+        _corpus, queries, qrels = load_set("scifact")
         start = time.perf_counter()
         pool = collect_pool_samples(engine, queries, qrels, k=args.k)
         print(f"\ncollected {len(pool)} labelled hits of the collapsed tree in "
               f"{time.perf_counter() - start:.1f}s")
-        tree, _tree_metrics = fit_tree_node(pool, engine, args.folds, args.seed, args.l2, args.k)
-        print_tree_table(_tree_metrics)
+        tree, tree_metrics = fit_tree_node(pool, engine, args.folds, args.seed, args.l2, args.k)
+        print_tree_table(tree_metrics)
+        results["tree_node"] = tree_metrics
         calibrator = merge_tree_models(calibrator, tree)
+        engine.close()
+    else:  # keep the shipped tree-node models
+        shipped = conf.Calibrator.from_json(json.loads(CALIBRATION.read_text(encoding="utf-8")))
+        calibrator.models.update({k: m for k, m in shipped.models.items()
+                                  if k.endswith("/tree-node")})
+        if "tree-node" in shipped.fitted_on:
+            calibrator.fitted_on["tree-node"] = shipped.fitted_on["tree-node"]
 
+    if "leave_one_out" in results:
+        for name in ("leave_one_out", "leave_one_out_with_off_domain"):
+            calibrator.fitted_on[name] = {
+                key: {src: {m: r[m] for m in ("ece", "auroc")} for src, r in rows.items()}
+                for key, rows in results[name].items()}
     print("\nModels fitted on all queries (raw-feature weights; P = sigmoid(b + Σ w·f))")
     for key, model in sorted(calibrator.models.items()):
         terms = ", ".join(f"{f} {w:+.3f}" for f, w in zip(model.features, model.coef))
         print(f"  {key:16s} b {model.intercept:+.3f}, {terms}")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(results, indent=2) + "\n")
+    print(f"\nnumbers: {args.out}")
     if args.write_params:
-        out = ROOT / "rcp_agentic" / "data" / "calibration.json"
-        out.parent.mkdir(parents=True, exist_ok=True)
-        calibrator.save(out)
-        print(f"\nwrote {out}")
-    engine.close()
+        calibrator.save(CALIBRATION)
+        print(f"wrote {CALIBRATION}")
     return 0
 
 

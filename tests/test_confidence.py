@@ -5,25 +5,31 @@ from __future__ import annotations
 import json
 import math
 from types import SimpleNamespace
+from typing import Any
 
 import numpy as np
 import pytest
 
-from rcp_agentic.pipeline.confidence import (FEATURES, Calibrator, LogisticModel, Sample, auroc,
-                                             calibrate_engine, cross_validate, ece, evaluate, fit,
+from rcp_agentic.pipeline.confidence import (ABSENT_RANK, FEATURES, HIT_FEATURES, POOL_FEATURES,
+                                             Calibrator,
+                                             LogisticModel, Sample, auroc, calibrate_engine,
+                                             cross_validate, ece, evaluate, fit, leave_one_out,
                                              predict_samples)
 
 MODES = ("dense", "sparse", "hybrid")
 UNITS = ("chunk", "passage", "page", "document")
+HIT = HIT_FEATURES
 
 
-def signals(mode: str, n: int, rng: np.random.Generator) -> dict:
+def signals(mode: str, n: int, rng: np.random.Generator) -> dict[str, Any]:
     ceiling = float(rng.uniform(1.0, 40.0))
     return {
         "dense": rng.uniform(-0.2, 0.95, n) if mode != "sparse" else None,
         "sparse": rng.uniform(0.0, ceiling, n) if mode != "dense" else None,
         "ceiling": ceiling if mode != "dense" else None,
         "ranks": np.arange(n),
+        # The query's recall lists: every hit's score is in them, and better ones besides.
+        "pool": {"dense": rng.uniform(-0.2, 0.97, 100), "sparse": rng.uniform(0, ceiling, 100)},
     }
 
 
@@ -35,8 +41,12 @@ def test_default_loads_and_is_cached() -> None:
     families = ("chunk", "document", "tree-node")
     assert set(cal.models) == {f"{m}/{u}" for m in MODES for u in families}
     note = cal.fitted_on
-    assert "SciFact" in note["dataset"] and note["split"] == "train" and note["date"]
+    assert set(note["sets"]) == {"scifact", "hotpotqa", "2wikimultihopqa"} and note["date"]
     assert set(note["features"]) == set(MODES)
+    # The chunk and document models read a hit against its query's recall lists.
+    for mode in MODES:
+        for family in ("chunk", "document"):
+            assert cal.models[f"{mode}/{family}"].uses_pool, (mode, family)
     for unit in UNITS:
         for mode in MODES:
             assert cal.supports(mode, unit)
@@ -52,21 +62,43 @@ def test_predict_in_range_and_finite(mode: str, unit: str) -> None:
     assert np.isfinite(p).all() and (p >= 0).all() and (p <= 1).all()
     # Extreme and broken inputs still give finite probabilities.
     n = 6
-    bad = {
+    bad: dict[str, Any] = {
         "dense": np.array([np.nan, np.inf, -np.inf, 5.0, -5.0, 1.0]) if mode != "sparse" else None,
         "sparse": np.array([np.nan, np.inf, -1.0, 1e300, 0.0, 3.0]) if mode != "dense" else None,
         "ceiling": 0.0 if mode != "dense" else None,
         "ranks": np.array([0, -3, 10**9, 5, 1, 2]),
     }
-    p = Calibrator.default().predict(mode=mode, unit=unit, **bad)
-    assert p.shape == (n,) and np.isfinite(p).all() and (p >= 0).all() and (p <= 1).all()
+    for pool in (None, {}, {"dense": [np.nan, np.inf, 2.0], "sparse": [-np.inf, np.nan, 7.0]}):
+        p = Calibrator.default().predict(mode=mode, unit=unit, pool=pool, **bad)
+        assert p.shape == (n,) and np.isfinite(p).all() and (p >= 0).all() and (p <= 1).all()
 
 
 def test_top_hit_is_confident_and_tail_is_not() -> None:
     cal = Calibrator.default()
+    pool = {"dense": np.linspace(0.8, 0.05, 100), "sparse": np.linspace(30.0, 0.5, 100)}
     strong = cal.predict(mode="hybrid", unit="document", dense=np.array([0.8, 0.1]),
-                         sparse=np.array([30.0, 1.0]), ceiling=35.0, ranks=np.array([0, 19]))
-    assert strong[0] > 0.8 and strong[1] < 0.05
+                         sparse=np.array([30.0, 1.0]), ceiling=35.0, ranks=np.array([0, 19]),
+                         pool=pool)
+    assert strong[0] > 0.7 and strong[1] < 0.05
+
+
+def test_the_same_scores_mean_less_when_the_query_has_better_matches() -> None:
+    # Scale-free: a hit well below its query's best is less likely relevant than the same
+    # scores at the top of a weaker query's recall lists.
+    cal = Calibrator.default()
+    one: dict[str, Any] = {"dense": np.array([0.45]), "sparse": np.array([12.0]),
+                           "ceiling": 30.0, "ranks": np.array([0])}
+    alone = {"dense": np.array([0.45, 0.3]), "sparse": np.array([12.0, 8.0])}
+    beaten = {"dense": np.array([0.8, 0.75, 0.7, 0.45]), "sparse": np.array([28.0, 25, 20, 12])}
+    # (Sparse mode reads BM25 against the ceiling; the pool's best BM25 there says how well
+    # the query matches at all, which the fit found to raise every hit a little.)
+    for mode in ("dense", "hybrid"):
+        sig: dict[str, Any] = {**one, "dense": one["dense"] if mode != "sparse" else None,
+               "sparse": one["sparse"] if mode != "dense" else None,
+               "ceiling": one["ceiling"] if mode != "dense" else None}
+        top = cal.predict(mode=mode, unit="chunk", pool=alone, **sig)
+        low = cal.predict(mode=mode, unit="chunk", pool=beaten, **sig)
+        assert top[0] > low[0], mode
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -78,18 +110,22 @@ def test_predict_monotone_where_the_model_says_so(mode: str, unit: str) -> None:
     if mode != "sparse":
         assert says["dense"] == 1
     if mode != "dense":
-        assert says["sparse"] == 1 and says["ceiling"] == -1
+        # The ceiling may carry no weight once the pool's best BM25 is known.
+        assert says["sparse"] == 1 and says["ceiling"] in (0, -1)
     assert says["rank"] == -1
     base = {"dense": 0.5, "sparse": 10.0, "ceiling": 20.0, "rank": 3}
     grids = {"dense": np.linspace(-1, 1, 101), "sparse": np.linspace(0, 25, 101),
              "ceiling": np.linspace(1, 60, 101), "rank": np.arange(101)}
+
+    pool = {"dense": np.linspace(1.0, -1.0, 100), "sparse": np.linspace(25.0, 0.0, 100)}
 
     def p_at(signal: str, value: float) -> float:
         v = {**base, signal: value}
         return float(cal.predict(
             mode=mode, unit=unit, dense=np.array([v["dense"]]) if mode != "sparse" else None,
             sparse=np.array([v["sparse"]]) if mode != "dense" else None,
-            ceiling=v["ceiling"] if mode != "dense" else None, ranks=np.array([v["rank"]]))[0])
+            ceiling=v["ceiling"] if mode != "dense" else None, ranks=np.array([v["rank"]]),
+            pool=pool)[0])
 
     for signal, direction in says.items():
         if direction == 0:
@@ -99,16 +135,20 @@ def test_predict_monotone_where_the_model_says_so(mode: str, unit: str) -> None:
         assert p[-1] != p[0], (mode, unit, signal)
 
 
-def test_predict_depends_only_on_each_hit() -> None:
+def test_predict_depends_only_on_each_hit_and_its_query() -> None:
     cal = Calibrator.default()
     rng = np.random.default_rng(2)
     sig = signals("hybrid", 20, rng)
     full = cal.predict(mode="hybrid", unit="chunk", **sig)
     again = cal.predict(mode="hybrid", unit="chunk", **sig)
     part = cal.predict(mode="hybrid", unit="chunk", dense=sig["dense"][5:9],
-                       sparse=sig["sparse"][5:9], ceiling=sig["ceiling"], ranks=sig["ranks"][5:9])
+                       sparse=sig["sparse"][5:9], ceiling=sig["ceiling"], ranks=sig["ranks"][5:9],
+                       pool=sig["pool"])
     np.testing.assert_array_equal(full, again)
     np.testing.assert_allclose(part, full[5:9], rtol=0, atol=1e-15)
+    # Without a pool the hits given stand in for it: then the rest of the list matters.
+    alone = cal.predict(mode="hybrid", unit="chunk", **{**sig, "pool": None})
+    assert alone.shape == full.shape and np.isfinite(alone).all()
     # passage is scored as a chunk; page borrows the chunk model
     for unit in ("passage", "page"):
         np.testing.assert_array_equal(cal.predict(mode="hybrid", unit=unit, **sig), full)
@@ -142,7 +182,7 @@ def test_save_load_round_trip(tmp_path) -> None:
     cal.save(path)
     back = Calibrator.load(path)
     assert back.to_json() == cal.to_json()
-    assert json.loads(path.read_text())["format"] == "rcp-agentic-calibration/1"
+    assert json.loads(path.read_text())["format"] == "rcp-agentic-calibration/2"
     rng = np.random.default_rng(3)
     for mode in MODES:
         sig = signals(mode, 50, rng)
@@ -150,10 +190,27 @@ def test_save_load_round_trip(tmp_path) -> None:
                                    cal.predict(mode=mode, unit="document", **sig), atol=1e-12)
 
 
+def test_format_1_files_still_load_and_predict_as_before(tmp_path) -> None:
+    # A format-1 model: hit-only features, as rcp-agentic calibrate wrote them before.
+    old = {"format": "rcp-agentic-calibration/1", "fitted_on": {}, "fallbacks": {"page": "chunk"},
+           "models": {"dense/chunk": {"features": ["dense", "log1p_rank", "inv_rank"],
+                                      "coef": [6.5, -1.3, 0.0], "intercept": -3.3}}}
+    path = tmp_path / "old.json"
+    path.write_text(json.dumps(old))
+    cal = Calibrator.load(path)
+    assert not cal.models["dense/chunk"].uses_pool
+    d, r = np.array([0.7, 0.2]), np.array([0, 7])
+    want = 1 / (1 + np.exp(-(-3.3 + 6.5 * d - 1.3 * np.log1p(r))))
+    for pool in (None, {"dense": np.array([0.99, 0.9])}):  # a hit-only model ignores the pool
+        got = cal.predict(mode="dense", unit="chunk", dense=d, sparse=None, ceiling=None,
+                          ranks=r, pool=pool)
+        np.testing.assert_allclose(got, want, atol=1e-12)
+
+
 def test_load_rejects_other_formats(tmp_path) -> None:
     path = tmp_path / "x.json"
     path.write_text(json.dumps({"format": "something-else", "models": {}}))
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="rcp-agentic-calibration/2"):
         Calibrator.load(path)
     with pytest.raises(ValueError):
         LogisticModel(("dense", "no_such_feature"), np.zeros(2), 0.0)
@@ -201,7 +258,7 @@ def synthetic(n_queries: int, per_query: int, rng: np.random.Generator, *,
 def test_fit_recovers_a_known_relation() -> None:
     rng = np.random.default_rng(4)
     samples = synthetic(1500, 20, rng)
-    cal = fit(samples, l2=1e-3)
+    cal = fit(samples, l2=1e-3, features=HIT)
     model = cal.models["dense/document"]
     assert model.features == ("dense", "log1p_rank", "inv_rank")
     np.testing.assert_allclose(model.coef, [6.0, -1.0, 0.5], atol=0.6)
@@ -218,7 +275,7 @@ def test_fit_recovers_a_known_relation() -> None:
 def test_fit_enforces_the_sign_constraints() -> None:
     # relevance falls with the dense score here: the monotone model can only flatten it
     rng = np.random.default_rng(5)
-    model = fit(synthetic(200, 20, rng, w_dense=-5.0)).models["dense/document"]
+    model = fit(synthetic(200, 20, rng, w_dense=-5.0), features=HIT).models["dense/document"]
     assert model.coef[0] == pytest.approx(0.0, abs=1e-9)
     assert model.monotone()["dense"] in (0, 1)
 
@@ -226,13 +283,13 @@ def test_fit_enforces_the_sign_constraints() -> None:
 def test_cross_validation_is_calibrated_on_synthetic_data() -> None:
     rng = np.random.default_rng(6)
     samples = synthetic(400, 20, rng)
-    oof = cross_validate(samples, folds=5)
+    oof = cross_validate(samples, folds=5, features=HIT)
     assert np.isfinite(oof).all()
     report = evaluate(samples, oof)
     assert report["dense/document"]["ece"] < 0.03
     assert report["all"]["auroc"] > 0.8
-    np.testing.assert_allclose(predict_samples(fit(samples), samples)[:3],
-                               fit(samples).predict(mode="dense", unit="document",
+    np.testing.assert_allclose(predict_samples(fit(samples, features=HIT), samples)[:3],
+                               fit(samples, features=HIT).predict(mode="dense", unit="document",
                                                     dense=np.array([s.dense for s in samples[:3]]),
                                                     sparse=None, ceiling=None,
                                                     ranks=np.arange(3)))
@@ -242,10 +299,10 @@ def test_fit_skips_groups_without_both_classes() -> None:
     rng = np.random.default_rng(7)
     good = synthetic(100, 10, rng)
     only_negatives = [Sample("q0", "sparse", "chunk", 0, None, 1.0, 2.0, 0)]
-    cal = fit(good + only_negatives)
+    cal = fit(good + only_negatives, features=HIT)
     assert "sparse/chunk" not in cal.models and cal.fitted_on["skipped"] == ["sparse/chunk"]
     with pytest.raises(ValueError):
-        fit(only_negatives)
+        fit(only_negatives, features=HIT)
     with pytest.raises(ValueError, match="dense score"):
         fit([Sample("q", "dense", "chunk", 0, None, None, None, 1),
              Sample("q", "dense", "chunk", 1, 0.1, None, None, 0)])
@@ -254,6 +311,63 @@ def test_fit_skips_groups_without_both_classes() -> None:
 def test_features_declare_directions() -> None:
     for name, feat in FEATURES.items():
         assert feat.sign in (1, -1) and feat.moves, name
+
+
+def synthetic_pool(n_queries: int, rng: np.random.Generator, *, offset: float,
+                   source: str, per_query: int = 20) -> list[Sample]:
+    """Relevance set by a hit's gap to its query's best cosine; ``offset`` shifts every
+    cosine of the data set (another corpus, another scale)."""
+    out = []
+    for q in range(n_queries):
+        pool = np.sort(rng.uniform(0.0, 0.4, 100) + rng.uniform(0.0, 0.2))[::-1] + offset
+        gap = pool[0] - pool[:per_query]
+        labels = rng.random(per_query) < 1 / (1 + np.exp(-(1.0 - 25.0 * gap)))
+        for r, (d, y) in enumerate(zip(pool[:per_query], labels)):
+            out.append(Sample(f"{source}{q}", "dense", "chunk", r, float(d), None, None, int(y),
+                              source=source, **Sample.pool_stats({"dense": pool}, float(d), None)))
+    return out
+
+
+def test_pool_features_transfer_across_score_scales_and_raw_scores_do_not() -> None:
+    rng = np.random.default_rng(8)
+    samples = (synthetic_pool(300, rng, offset=0.0, source="a") +
+               synthetic_pool(300, rng, offset=0.35, source="b"))
+    y = np.array([x.label for x in samples])
+    raw = leave_one_out(samples, features={"dense": ("dense", "log1p_rank", "inv_rank")})
+    pooled = leave_one_out(samples, features={"dense": ("dense_gap", "log1p_rank", "inv_rank")})
+    for src in ("a", "b"):
+        m = np.array([x.source == src for x in samples])
+        assert ece(pooled[m], y[m]) < 0.03, src
+        # The raw cosine carries the other set's scale.
+        assert ece(raw[m], y[m]) > max(0.05, 3 * ece(pooled[m], y[m])), src
+    with pytest.raises(ValueError, match="two data sets"):
+        leave_one_out([x for x in samples if x.source == "a"])
+
+
+def test_pool_statistics_of_samples_match_predict_with_a_pool() -> None:
+    rng = np.random.default_rng(9)
+    pool = {"dense": rng.uniform(0, 0.8, 50), "sparse": rng.uniform(0, 20, 50)}
+    stats = Sample.pool_stats(pool, float(pool["dense"][7]), 100.0)
+    assert stats["top_dense"] == pytest.approx(pool["dense"].max())
+    assert stats["rank_dense"] == (pool["dense"] > pool["dense"][7]).sum()
+    assert stats["top_sparse"] == 100.0 and stats["rank_sparse"] == 0  # above the whole list
+    assert Sample.pool_stats(pool, None, None)["rank_dense"] is None
+    # Missing from a list (below its end, or no BM25 match): ranked at the recall depth.
+    absent = Sample.pool_stats(pool, -0.5, 0.0)
+    assert absent["rank_dense"] == absent["rank_sparse"] == ABSENT_RANK
+    samples = [Sample("q", "hybrid", "chunk", r, float(d), float(s), 25.0, 0,
+                      **Sample.pool_stats(pool, float(d), float(s)))
+               for r, (d, s) in enumerate(zip(pool["dense"][:10], pool["sparse"][:10]))]
+    cal = Calibrator.default()
+    want = cal.predict(mode="hybrid", unit="chunk", dense=pool["dense"][:10],
+                       sparse=pool["sparse"][:10], ceiling=25.0, ranks=np.arange(10), pool=pool)
+    np.testing.assert_allclose(predict_samples(cal, samples), want, atol=1e-12)
+    # Pool features cannot be fitted from samples that lack the pool statistics.
+    bare = [Sample("q", "dense", "chunk", r, 0.5 - r / 10, None, None, int(r < 2))
+            for r in range(6)]
+    with pytest.raises(ValueError, match="top_dense"):
+        fit(bare, features={"dense": ("dense_gap",)})
+    assert POOL_FEATURES <= set(FEATURES)
 
 
 # --- calibrate_engine on a stub engine ----------------------------------------------------

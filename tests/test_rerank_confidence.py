@@ -54,7 +54,8 @@ def test_retrieve_reranks_with_llm_judge(judged: Engine) -> None:
 def test_rerank_funnel_and_method(judged: Engine, rerank: Any, exc: type, where: str) -> None:
     with pytest.raises(exc) as err:
         judged.retrieve("fusion", k=3, rerank=rerank)
-    assert err.value.data["option" if exc is OptionUnsupported else "field"] == where
+    data = err.value.data  # type: ignore[attr-defined]
+    assert data["option" if exc is OptionUnsupported else "field"] == where
 
 
 def test_rerank_method(judged: Engine) -> None:
@@ -102,6 +103,20 @@ def test_confidence_on_every_hit(filled_engine: Engine, mode: str, unit: str) ->
     assert conf == sorted(conf, reverse=True)  # type: ignore[type-var]
     assert res.hits[0].id.startswith("doc:d1") and conf[0] > 0.5  # type: ignore[operator]
     assert all(c < 0.5 for c in conf[1:])  # type: ignore[operator]
+
+
+@pytest.mark.parametrize("mode", ["dense", "hybrid"])
+@pytest.mark.parametrize("unit", ["chunk", "document"])
+def test_a_query_the_corpus_cannot_answer_gets_no_confidence(filled_engine: Engine, mode: str,
+                                                              unit: str) -> None:
+    # The features read a hit against its own query's candidates, so the best hit of any
+    # query is "the best": the calibration must still see that nothing here is relevant.
+    off = filled_engine.retrieve("quantum gravity near black hole horizons", k=3, mode=mode,
+                                 unit=unit)
+    on = filled_engine.retrieve("vitamin D and multiple sclerosis risk", k=3, mode=mode,
+                                unit=unit)
+    assert off.hits and all((h.confidence or 0.0) < 0.05 for h in off.hits)
+    assert (on.hits[0].confidence or 0.0) > 0.5
 
 
 def test_confidence_needs_a_calibration_for_other_embedders(tmp_path: Path) -> None:
@@ -214,8 +229,8 @@ def test_rerank_over_the_protocol(judged: Engine) -> None:
         out = rpc.handle({"jsonrpc": "2.0", "id": 1, "method": "rerank",
                           "params": {"query": "fusion", name: ["pears", "rank fusion"],
                                      "topN": 1}})
-        assert out["result"] == {"scores": [0.2, 0.9], "order": [1],  # type: ignore[index]
-                                 "results": [{"index": 1, "score": 0.9}]}
+        assert out["result"] == {  # type: ignore[index,call-overload]
+            "scores": [0.2, 0.9], "order": [1], "results": [{"index": 1, "score": 0.9}]}
 
 
 def test_fused_score_survives_rerank(judged: Engine) -> None:

@@ -1,24 +1,32 @@
 """Calibrated hit confidence (RCP §7.7.2): retrieval signals → P(the hit is relevant).
 
-A hit's ``confidence`` is the output of a small logistic regression over the
-hit's own signals, one model per signal set (``dense`` / ``sparse`` / ``hybrid``
-mode) and unit family (``chunk`` / ``document``)::
+A hit's ``confidence`` is the output of a small logistic regression, one model per
+signal set (``dense`` / ``sparse`` / ``hybrid`` mode) and unit family (``chunk`` /
+``document`` / ``tree-node``)::
 
     P(relevant) = sigmoid(b + Σ w_f · f(hit))
 
-with these features, each computed from the hit alone (never from the other
-hits of the list, so a hit's confidence does not change with ``k``, paging or
-the rest of the list):
+Raw scores do not transfer between corpora (a cosine of 0.5 is a strong match in one
+and a weak one in another; BM25 grows with the corpus and the query), so the
+features of format 2 read a hit against its own query: against the query's recall
+lists (its *pool*: the dense and sparse candidates ``retrieve`` recalled, before
+fusion and packing) and against the BM25 ceiling. They depend on the hit and its
+query, never on ``k``, paging or the other hits returned:
 
-=================  ===========================================  ======  =========
-feature            definition                                   sign    modes
-=================  ===========================================  ======  =========
-``dense``          cosine(query, unit), clipped to [-1, 1]      w ≥ 0   dense, hybrid
-``sparse_ratio``   BM25 ÷ ``engine.sparse_ceiling`` in [0, 1]   w ≥ 0   sparse, hybrid
-``log1p_sparse``   log(1 + BM25)                                w ≥ 0   sparse, hybrid
-``log1p_rank``     log(1 + rank), rank 0-based in the list      w ≤ 0   all
-``inv_rank``       1 / (1 + rank)                               w ≥ 0   all
-=================  ===========================================  ======  =========
+=======================  ==============================================  ======  ============
+feature                  definition                                      sign    modes
+=======================  ==============================================  ======  ============
+``dense``                cosine(query, unit), clipped to [-1, 1]         w ≥ 0   dense, hybrid
+``dense_gap``            the pool's best cosine − the hit's              w ≤ 0   dense, hybrid
+``log1p_dense_rank``     log(1 + the hit's rank in the dense pool)       w ≤ 0   hybrid
+``sparse_ratio``         BM25 ÷ ``engine.sparse_ceiling`` in [0, 1]      w ≥ 0   sparse, hybrid
+``sparse_rel``           BM25 ÷ the pool's best BM25 in [0, 1]           w ≥ 0   sparse, hybrid
+``top_sparse_ratio``     the pool's best BM25 ÷ the ceiling              w ≥ 0   sparse
+``log1p_sparse_rank``    log(1 + the hit's rank in the sparse pool)      w ≤ 0   hybrid
+``log1p_sparse``         log(1 + BM25) (format 1; scale-bound)           w ≥ 0   —
+``log1p_rank``           log(1 + rank), rank 0-based in the list         w ≤ 0   all
+``inv_rank``             1 / (1 + rank)                                  w ≥ 0   all
+=======================  ==============================================  ======  ============
 
 The signs are constraints of the fit, so every model is by construction
 non-decreasing in ``dense`` and ``sparse`` and non-increasing in ``ceiling`` and
@@ -27,9 +35,11 @@ event (the hit's document is judged relevant), the probabilities are comparable
 across queries, modes and units — that is the §7.7.2 contract.
 
 The shipped parameters (``rcp_agentic/data/calibration.json``) were fitted on
-SciFact's training split with the engine's default embedder and BM25 settings
-(see its ``fitted_on``); ``calibrate_engine`` refits them for another corpus
-from BEIR-style queries and qrels. Only numpy and scipy are needed.
+SciFact's training split and the HotpotQA and 2WikiMultiHopQA dev sets together, each
+set weighted equally, with the engine's default embedder and BM25 settings (see its
+``fitted_on``); ``bench/confidence.py`` measures their transfer by leaving one set
+out. ``calibrate_engine`` refits them for another corpus from BEIR-style queries and
+qrels. Files of format 1 (hit-only features) still load. Only numpy and scipy are needed.
 """
 
 from __future__ import annotations
@@ -51,63 +61,149 @@ from scipy.stats import rankdata
 
 from ..units import calibration_family
 
-FORMAT = "rcp-agentic-calibration/1"
+FORMAT = "rcp-agentic-calibration/2"
+# Format 1 files (hit-only features) read unchanged: every format-1 feature still exists.
+READABLE_FORMATS = ("rcp-agentic-calibration/1", FORMAT)
 MODES = ("dense", "sparse", "hybrid")
 # A unit without a fitted model of its own borrows this one's (pages are parts of a
 # document, like chunks; SciFact has no pages to fit on).
 DEFAULT_FALLBACKS = {"page": "chunk"}
-DEFAULT_FEATURES: dict[str, tuple[str, ...]] = {
+# Format 1: each feature from the hit alone (kept for the tree-node family and old files).
+HIT_FEATURES: dict[str, tuple[str, ...]] = {
     "dense": ("dense", "log1p_rank", "inv_rank"),
     "sparse": ("sparse_ratio", "log1p_sparse", "log1p_rank", "inv_rank"),
     "hybrid": ("dense", "sparse_ratio", "log1p_sparse", "log1p_rank", "inv_rank"),
+}
+# Format 2: read against the query's recall lists (see the module docstring).
+DEFAULT_FEATURES: dict[str, tuple[str, ...]] = {
+    "dense": ("dense", "dense_gap", "log1p_rank", "inv_rank"),
+    "sparse": ("sparse_ratio", "sparse_rel", "top_sparse_ratio", "log1p_rank", "inv_rank"),
+    "hybrid": ("dense", "dense_gap", "sparse_ratio", "sparse_rel", "log1p_dense_rank",
+               "log1p_sparse_rank", "log1p_rank", "inv_rank"),
 }
 
 
 # --- features --------------------------------------------------------------------------
 
 @dataclass(frozen=True)
+class Signals:
+    """What the features of one list of hits are computed from (float arrays of equal length).
+
+    ``d``/``s``: the hits' cosine and BM25; ``c``: the BM25 ceiling; ``r``: the hits' ranks in
+    the returned list; ``top_d``/``top_s``: the best cosine / BM25 of the query's recall list;
+    ``rank_d``/``rank_s``: each hit's 0-based rank in that recall list (its length when absent).
+    """
+
+    d: np.ndarray
+    s: np.ndarray
+    c: np.ndarray
+    r: np.ndarray
+    top_d: np.ndarray
+    top_s: np.ndarray
+    rank_d: np.ndarray
+    rank_s: np.ndarray
+
+
+@dataclass(frozen=True)
 class _Feature:
     needs: str  # "dense" | "sparse" | "rank"
     sign: int  # constraint on the weight: +1 (w ≥ 0), -1 (w ≤ 0)
-    fn: Callable[[np.ndarray, np.ndarray, np.ndarray, np.ndarray], np.ndarray]
+    fn: Callable[[Signals], np.ndarray]
     moves: dict[str, int]  # how the feature moves with each raw signal (+1 up, -1 down)
 
 
-def _ratio(d: np.ndarray, s: np.ndarray, c: np.ndarray, r: np.ndarray) -> np.ndarray:
+def _div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     with np.errstate(divide="ignore", invalid="ignore"):
-        out = np.where(c > 0, s / np.where(c > 0, c, 1.0), 0.0)
-    return np.clip(out, 0.0, 1.0)
+        return np.clip(np.where(b > 0, a / np.where(b > 0, b, 1.0), 0.0), 0.0, 1.0)
 
 
 FEATURES: dict[str, _Feature] = {
-    "dense": _Feature("dense", +1, lambda d, s, c, r: d, {"dense": +1}),
-    "sparse_ratio": _Feature("sparse", +1, _ratio, {"sparse": +1, "ceiling": -1}),
-    "log1p_sparse": _Feature("sparse", +1, lambda d, s, c, r: np.log1p(s), {"sparse": +1}),
-    "log1p_rank": _Feature("rank", -1, lambda d, s, c, r: np.log1p(r), {"rank": +1}),
-    "inv_rank": _Feature("rank", +1, lambda d, s, c, r: 1.0 / (1.0 + r), {"rank": -1}),
+    # Format 1: each from the hit alone.
+    "dense": _Feature("dense", +1, lambda x: x.d, {"dense": +1}),
+    "sparse_ratio": _Feature("sparse", +1, lambda x: _div(x.s, x.c),
+                             {"sparse": +1, "ceiling": -1}),
+    "log1p_sparse": _Feature("sparse", +1, lambda x: np.log1p(x.s), {"sparse": +1}),
+    "log1p_rank": _Feature("rank", -1, lambda x: np.log1p(x.r), {"rank": +1}),
+    "inv_rank": _Feature("rank", +1, lambda x: 1.0 / (1.0 + x.r), {"rank": -1}),
+    # Format 2: relative to the query's recall list (its pool), so free of a corpus' scale.
+    "dense_gap": _Feature("dense", -1, lambda x: x.top_d - x.d, {"dense": -1}),
+    "sparse_rel": _Feature("sparse", +1, lambda x: _div(x.s, x.top_s), {"sparse": +1}),
+    "top_sparse_ratio": _Feature("sparse", +1, lambda x: _div(x.top_s, x.c), {"ceiling": -1}),
+    "log1p_dense_rank": _Feature("dense", -1, lambda x: np.log1p(x.rank_d), {"dense": -1}),
+    "log1p_sparse_rank": _Feature("sparse", -1, lambda x: np.log1p(x.rank_s), {"sparse": -1}),
 }
+POOL_FEATURES = frozenset({"dense_gap", "sparse_rel", "top_sparse_ratio", "log1p_dense_rank",
+                           "log1p_sparse_rank"})
 
 
-def _clean(dense: Any, sparse: Any, ceiling: Any, ranks: Any,
-           n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Signals as float arrays of length n, sanitised (missing/NaN → the worst value)."""
-    def arr(x: Any, worst: float, lo: float, hi: float) -> np.ndarray:
-        if x is None:
-            return np.full(n, worst)
-        a = np.broadcast_to(np.asarray(x, dtype=np.float64), (n,))
-        return np.clip(np.nan_to_num(a, nan=worst, posinf=hi, neginf=lo), lo, hi)
-
-    d = arr(dense, -1.0, -1.0, 1.0)
-    s = arr(sparse, 0.0, 0.0, np.finfo(np.float64).max / 4)
-    c = arr(ceiling, 0.0, 0.0, np.finfo(np.float64).max / 4)
-    r = arr(ranks, 0.0, 0.0, 1e12)
-    return d, s, c, r
+def _arr(x: Any, n: int, worst: float, lo: float, hi: float) -> np.ndarray:
+    if x is None:
+        return np.full(n, worst)
+    a = np.broadcast_to(np.asarray(x, dtype=np.float64), (n,))
+    return np.clip(np.nan_to_num(a, nan=worst, posinf=hi, neginf=lo), lo, hi)
 
 
-def _design(names: Sequence[str], d: np.ndarray, s: np.ndarray, c: np.ndarray,
-            r: np.ndarray) -> np.ndarray:
-    return np.column_stack([FEATURES[f].fn(d, s, c, r) for f in names]) if names else \
-        np.zeros((len(d), 0))
+_BIG = np.finfo(np.float64).max / 4
+
+
+def _pool_of(values: Any) -> np.ndarray:
+    """A recall list's scores, finite, best first."""
+    a = np.asarray(values if values is not None else [], dtype=np.float64).reshape(-1)
+    return -np.sort(-a[np.isfinite(a)])
+
+
+# A hit missing from a recall list (below its last entry, or no BM25 match at all) ranks
+# here or at the list's end, whichever is deeper: the engine's default recall depth.
+ABSENT_RANK = 100.0
+
+
+def _in_pool(x: np.ndarray, pool: np.ndarray,
+             matched: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """The pool's best score (at least the hit's own) and each hit's rank in the pool."""
+    top = np.maximum(pool[0], x) if len(pool) else x
+    # Ties count in the hit's favour (its rank is the number of strictly better scores).
+    rank = len(pool) - np.searchsorted(pool[::-1], x, side="right").astype(np.float64)
+    absent = rank >= len(pool)
+    if len(pool):
+        absent &= x < pool[-1]
+    if matched is not None:
+        absent |= ~matched
+    return top, np.where(absent, max(float(len(pool)), ABSENT_RANK), np.maximum(rank, 0.0))
+
+
+def signals(dense: Any, sparse: Any, ceiling: Any, ranks: Any, n: int, *,
+            pool: Mapping[str, Any] | None = None, top_dense: Any = None, top_sparse: Any = None,
+            rank_dense: Any = None, rank_sparse: Any = None) -> Signals:
+    """Sanitised signals (missing/NaN → the worst value of each).
+
+    The pool statistics come from ``pool`` (the query's recall lists: ``{"dense": cosines,
+    "sparse": BM25 scores}``), else from ``top_*``/``rank_*`` given per hit, else from the
+    hits themselves (their best score, their rank among themselves — exact when they are
+    the head of each recall list).
+    """
+    d = _arr(dense, n, -1.0, -1.0, 1.0)
+    s = _arr(sparse, n, 0.0, 0.0, _BIG)
+    c = _arr(ceiling, n, 0.0, 0.0, _BIG)
+    r = _arr(ranks, n, 0.0, 0.0, 1e12)
+    stats = {}
+    for name, x, top, rank in (("dense", d, top_dense, rank_dense),
+                               ("sparse", s, top_sparse, rank_sparse)):
+        if pool is not None and name in pool:
+            # BM25 recall keeps only units that match a query term (score > 0).
+            stats[name] = _in_pool(x, _pool_of(pool[name]), x > 0 if name == "sparse" else None)
+        elif top is not None and rank is not None:
+            stats[name] = (np.maximum(_arr(top, n, -1.0 if name == "dense" else 0.0, -1.0, _BIG),
+                                      x), _arr(rank, n, 0.0, 0.0, 1e12))
+        else:
+            stats[name] = _in_pool(x, _pool_of(x), x > 0 if name == "sparse" else None)
+    # Cosines are clipped to [-1, 1] like the hit's own, so the gap is never negative.
+    return Signals(d, s, c, r, np.clip(stats["dense"][0], -1.0, 1.0), stats["sparse"][0],
+                   stats["dense"][1], stats["sparse"][1])
+
+
+def _design(names: Sequence[str], x: Signals) -> np.ndarray:
+    return np.column_stack([FEATURES[f].fn(x) for f in names]) if names else \
+        np.zeros((len(x.d), 0))
 
 
 # --- the model ---------------------------------------------------------------------------
@@ -136,8 +232,12 @@ class LogisticModel:
     def needs(self) -> set[str]:
         return {FEATURES[f].needs for f in self.features}
 
-    def logit(self, d: np.ndarray, s: np.ndarray, c: np.ndarray, r: np.ndarray) -> np.ndarray:
-        return self.intercept + _design(self.features, d, s, c, r) @ self.coef
+    @property
+    def uses_pool(self) -> bool:
+        return bool(POOL_FEATURES.intersection(self.features))
+
+    def logit(self, x: Signals) -> np.ndarray:
+        return self.intercept + _design(self.features, x) @ self.coef
 
     def monotone(self) -> dict[str, int | None]:
         """Direction of P in each raw signal: +1 non-decreasing, -1 non-increasing, 0 unused,
@@ -207,8 +307,9 @@ class Calibrator:
 
     @classmethod
     def from_json(cls, obj: Mapping[str, Any]) -> "Calibrator":
-        if obj.get("format") != FORMAT:
-            raise ValueError(f"not a calibration file of format {FORMAT!r}")
+        if obj.get("format") not in READABLE_FORMATS:
+            raise ValueError(f"not a calibration file of format {' or '.join(READABLE_FORMATS)} "
+                             f"(got {obj.get('format')!r})")
         models = {k: LogisticModel.from_json(v) for k, v in obj["models"].items()}
         return cls(models, fallbacks=obj.get("fallbacks"), fitted_on=obj.get("fitted_on"))
 
@@ -233,14 +334,19 @@ class Calibrator:
 
     def predict(self, *, mode: str, unit: str, dense: np.ndarray | None,
                 sparse: np.ndarray | None, ceiling: float | None,
-                ranks: np.ndarray) -> np.ndarray:
+                ranks: np.ndarray, pool: Mapping[str, Any] | None = None) -> np.ndarray:
         """One probability per hit, in [0, 1] and finite.
 
         ``dense``: cosine similarities (required in dense/hybrid mode); ``sparse``: BM25
         scores and ``ceiling`` = ``engine.sparse_ceiling(query, unit)`` (both required in
-        sparse/hybrid mode); ``ranks``: 0-based positions in the returned list. Signals a
-        mode does not use are ignored; NaN is read as the worst value of its signal.
-        Raises ValueError for an unknown mode/unit, a missing signal or mismatched lengths.
+        sparse/hybrid mode); ``ranks``: 0-based positions in the returned list. ``pool``:
+        the query's recall lists as recalled, before fusion and packing (``{"dense":
+        cosines, "sparse": BM25 scores}``, any order); models of format 2 read a hit's
+        score relative to them (gap to the best, rank in each list). Without it the hits
+        given stand in for the pool, which is exact only when they are the head of each
+        recall list. Signals a mode does not use are ignored; NaN is read as the worst
+        value of its signal. Raises ValueError for an unknown mode/unit, a missing signal
+        or mismatched lengths.
         """
         model = self.model_for(mode, unit)
         if model is None:
@@ -255,10 +361,11 @@ class Calibrator:
         for name, x in (("dense", dense), ("sparse", sparse)):
             if x is not None and np.ndim(x) and np.shape(x)[0] != n:
                 raise ValueError(f"{name} has {np.shape(x)[0]} values for {n} ranks")
+        if pool is not None and not isinstance(pool, Mapping):
+            raise ValueError("pool must map a retriever name ('dense', 'sparse') to its scores")
         if n == 0:
             return np.zeros(0)
-        d, s, c, rr = _clean(dense, sparse, ceiling, r, n)
-        p = expit(model.logit(d, s, c, rr))
+        p = expit(model.logit(signals(dense, sparse, ceiling, r, n, pool=pool)))
         return np.clip(np.nan_to_num(p, nan=0.0), 0.0, 1.0)
 
     def monotone(self, mode: str, unit: str) -> dict[str, int | None]:
@@ -284,15 +391,61 @@ class Sample:
     ceiling: float | None
     label: int
     doc_id: str | None = None
+    # The query's recall lists (format-2 features): each list's best score and the hit's
+    # 0-based rank in it (the list's length when the hit is not in it).
+    top_dense: float | None = None
+    rank_dense: float | None = None
+    top_sparse: float | None = None
+    rank_sparse: float | None = None
+    source: str = ""  # the data set, for leave-one-out and per-set weights
+
+    @staticmethod
+    def pool_stats(pool: Mapping[str, Any], dense: float | None,
+                   sparse: float | None) -> dict[str, Any]:
+        """``top_*``/``rank_*`` of a hit with these scores against the query's recall lists
+        (floats, None for a score not given), as keyword arguments of ``Sample``."""
+        out: dict[str, Any] = {}
+        for name, x in (("dense", dense), ("sparse", sparse)):
+            if x is None or name not in pool:
+                out[f"top_{name}"] = out[f"rank_{name}"] = None
+                continue
+            top, rank = _in_pool(np.array([float(x)]), _pool_of(pool[name]),
+                                 np.array([float(x) > 0]) if name == "sparse" else None)
+            out[f"top_{name}"], out[f"rank_{name}"] = float(top[0]), float(rank[0])
+        return out
 
 
-def _arrays(samples: Sequence[Sample]) -> tuple[np.ndarray, ...]:
-    def col(name: str) -> np.ndarray:
-        return np.array([np.nan if getattr(x, name) is None else getattr(x, name)
-                         for x in samples], dtype=np.float64)
+def _col(samples: Sequence[Sample], name: str) -> np.ndarray:
+    return np.array([np.nan if getattr(x, name) is None else getattr(x, name) for x in samples],
+                    dtype=np.float64)
 
-    y = np.array([1.0 if x.label > 0 else 0.0 for x in samples])
-    return col("dense"), col("sparse"), col("ceiling"), col("rank"), y
+
+def _labels(samples: Sequence[Sample]) -> np.ndarray:
+    return np.array([1.0 if x.label > 0 else 0.0 for x in samples])
+
+
+def _sample_signals(samples: Sequence[Sample], model_features: Sequence[str],
+                    key: str) -> Signals:
+    """The Signals of a batch of samples of one group (pool statistics as recorded)."""
+    names = set(model_features)
+    needs = {FEATURES[f].needs for f in names}
+    d, s, c = _col(samples, "dense"), _col(samples, "sparse"), _col(samples, "ceiling")
+    if "dense" in needs and np.isnan(d).any():
+        raise ValueError(f"{key}: every sample needs a dense score")
+    if "sparse" in needs and (np.isnan(s).any() or np.isnan(c).any()):
+        raise ValueError(f"{key}: every sample needs a sparse score and ceiling")
+    pool_needs = {FEATURES[f].needs for f in names & POOL_FEATURES}
+    pooled = {}
+    for name in ("dense", "sparse"):
+        top, rank = _col(samples, f"top_{name}"), _col(samples, f"rank_{name}")
+        if name in pool_needs and (np.isnan(top).any() or np.isnan(rank).any()):
+            raise ValueError(f"{key}: pool features need every sample's top_{name} and "
+                             f"rank_{name} (collect them with the query's recall lists)")
+        pooled[name] = (np.nan_to_num(top, nan=-1.0 if name == "dense" else 0.0),
+                        np.nan_to_num(rank, nan=0.0))
+    return signals(d, s, c, _col(samples, "rank"), len(samples),
+                   top_dense=pooled["dense"][0], rank_dense=pooled["dense"][1],
+                   top_sparse=pooled["sparse"][0], rank_sparse=pooled["sparse"][1])
 
 
 def _group(samples: Iterable[Sample]) -> dict[str, list[int]]:
@@ -305,12 +458,13 @@ def _group(samples: Iterable[Sample]) -> dict[str, list[int]]:
 
 
 def _fit_logistic(X: np.ndarray, y: np.ndarray, signs: Sequence[int],
-                  l2: float) -> tuple[np.ndarray, float]:
+                  l2: float, weights: np.ndarray | None = None) -> tuple[np.ndarray, float]:
     """L2-penalised logistic regression with sign-constrained weights (L-BFGS-B).
 
-    Minimises Σ log-loss + ½·l2·‖w‖² on standardised features (intercept not
+    Minimises Σ weight·log-loss + ½·l2·‖w‖² on standardised features (intercept not
     penalised) and returns the weights on the raw features.
     """
+    sw = np.ones(len(y)) if weights is None else np.asarray(weights, dtype=np.float64)
     mu = X.mean(axis=0)
     sd = X.std(axis=0)
     sd[sd < 1e-12] = 1.0
@@ -320,11 +474,11 @@ def _fit_logistic(X: np.ndarray, y: np.ndarray, signs: Sequence[int],
     def loss(theta: np.ndarray) -> tuple[float, np.ndarray]:
         w, b = theta[:m], theta[m]
         z = Z @ w + b
-        value = float(np.sum(np.logaddexp(0.0, z) - y * z) + 0.5 * l2 * (w @ w))
-        g = expit(z) - y
+        value = float(np.sum(sw * (np.logaddexp(0.0, z) - y * z)) + 0.5 * l2 * (w @ w))
+        g = sw * (expit(z) - y)
         return value, np.concatenate([Z.T @ g + l2 * w, [g.sum()]])
 
-    prior = min(max(y.mean(), 1e-6), 1 - 1e-6)
+    prior = min(max(float(np.average(y, weights=sw)), 1e-6), 1 - 1e-6)
     theta0 = np.concatenate([np.zeros(m), [math.log(prior / (1 - prior))]])
     bounds = [(0.0, None) if s > 0 else (None, 0.0) for s in signs] + [(None, None)]
     res = minimize(loss, theta0, jac=True, method="L-BFGS-B", bounds=bounds,
@@ -334,18 +488,28 @@ def _fit_logistic(X: np.ndarray, y: np.ndarray, signs: Sequence[int],
     return coef, b_std - float(coef @ mu)
 
 
+def _source_weights(samples: Sequence[Sample]) -> np.ndarray:
+    """Per-sample weights giving every data set (``Sample.source``) the same total weight."""
+    counts: dict[str, int] = {}
+    for x in samples:
+        counts[x.source] = counts.get(x.source, 0) + 1
+    return np.array([len(samples) / (len(counts) * counts[x.source]) for x in samples])
+
+
 def fit(samples: Sequence[Sample], *, features: Mapping[str, Sequence[str]] | None = None,
         l2: float = 1.0, fitted_on: Mapping[str, Any] | None = None,
-        fallbacks: Mapping[str, str] | None = None) -> Calibrator:
+        fallbacks: Mapping[str, str] | None = None, balance: bool = True) -> Calibrator:
     """Fit one model per (mode, unit family) present in ``samples``.
 
     ``features`` maps a mode to its feature names (default ``DEFAULT_FEATURES``).
-    A group without both relevant and non-relevant samples cannot be fitted and is
-    skipped (named in ``fitted_on["skipped"]``); ValueError if nothing could be fitted.
+    ``balance`` weighs each data set (``Sample.source``) equally within a group, so the
+    largest one does not set the base rate. A group without both relevant and
+    non-relevant samples cannot be fitted and is skipped (named in
+    ``fitted_on["skipped"]``); ValueError if nothing could be fitted.
     """
     feats = {**DEFAULT_FEATURES, **(features or {})}
     samples = list(samples)
-    d, s, c, r, y = _arrays(samples)
+    y = _labels(samples)
     models: dict[str, LogisticModel] = {}
     skipped: list[str] = []
     for key, idx in sorted(_group(samples).items()):
@@ -356,41 +520,39 @@ def fit(samples: Sequence[Sample], *, features: Mapping[str, Sequence[str]] | No
         if yy.min() == yy.max():
             skipped.append(key)
             continue
-        needs = {FEATURES[f].needs for f in names}
-        if "dense" in needs and np.isnan(d[ix]).any():
-            raise ValueError(f"{key}: every {mode} sample needs a dense score")
-        if "sparse" in needs and (np.isnan(s[ix]).any() or np.isnan(c[ix]).any()):
-            raise ValueError(f"{key}: every {mode} sample needs a sparse score and ceiling")
-        dd, ss, cc, rr = _clean(d[ix], s[ix], c[ix], r[ix], len(ix))
-        X = _design(names, dd, ss, cc, rr)
-        coef, b = _fit_logistic(X, yy, [FEATURES[f].sign for f in names], l2)
-        models[key] = LogisticModel(names, coef, b,
-                                    {"n": int(len(ix)), "positives": int(yy.sum())})
+        group = [samples[i] for i in idx]
+        X = _design(names, _sample_signals(group, names, key))
+        weights = _source_weights(group) if balance else None
+        coef, b = _fit_logistic(X, yy, [FEATURES[f].sign for f in names], l2, weights)
+        info: dict[str, Any] = {"n": int(len(ix)), "positives": int(yy.sum())}
+        sources = sorted({x.source for x in group if x.source})
+        if sources:
+            info["sources"] = sources
+        models[key] = LogisticModel(names, coef, b, info)
     if not models:
         raise ValueError("no (mode, unit) group has both relevant and non-relevant hits")
     note = dict(fitted_on or {})
     note.setdefault("date", _dt.date.today().isoformat())
     note.setdefault("features", {m: list(feats[m]) for m in MODES})
     note.setdefault("model", "logistic regression per (mode, unit), L2 "
-                             f"{l2:g} on standardised features, sign-constrained weights")
+                             f"{l2:g} on standardised features, sign-constrained weights"
+                             + (", each data set weighted equally" if balance else ""))
     if skipped:
         note["skipped"] = skipped
     return Calibrator(models, fallbacks=fallbacks, fitted_on=note)
 
 
 def predict_samples(calibrator: Calibrator, samples: Sequence[Sample]) -> np.ndarray:
-    """``predict`` for a batch of mixed samples (each with its own ceiling), in input order."""
+    """``predict`` for a batch of mixed samples (each with its own signals), in input order."""
     samples = list(samples)
-    d, s, c, r, _y = _arrays(samples)
     out = np.full(len(samples), np.nan)
     for key, idx in _group(samples).items():
         mode, unit = key.split("/", 1)
         model = calibrator.model_for(mode, unit)
         if model is None:
             continue
-        ix = np.asarray(idx)
-        out[ix] = np.clip(expit(model.logit(*_clean(d[ix], s[ix], c[ix], r[ix], len(ix)))),
-                          0.0, 1.0)
+        x = _sample_signals([samples[i] for i in idx], model.features, key)
+        out[np.asarray(idx)] = np.clip(expit(model.logit(x)), 0.0, 1.0)
     return out
 
 
@@ -401,12 +563,17 @@ def query_folds(query_ids: Iterable[str], folds: int, seed: int = 0) -> dict[str
     return {qids[j]: i % folds for i, j in enumerate(order)}
 
 
+def _query_key(x: Sample) -> str:
+    # Query ids of different data sets may collide.
+    return f"{x.source}\x00{x.query_id}" if x.source else x.query_id
+
+
 def cross_validate(samples: Sequence[Sample], *, folds: int = 5, seed: int = 0,
                    **fit_kw: Any) -> np.ndarray:
     """Out-of-fold probabilities (folds by query), aligned with ``samples``."""
     samples = list(samples)
-    fold_of = query_folds((x.query_id for x in samples), folds, seed)
-    f = np.array([fold_of[x.query_id] for x in samples])
+    fold_of = query_folds((_query_key(x) for x in samples), folds, seed)
+    f = np.array([fold_of[_query_key(x)] for x in samples])
     out = np.full(len(samples), np.nan)
     for k in range(folds):
         test = np.flatnonzero(f == k)
@@ -414,6 +581,22 @@ def cross_validate(samples: Sequence[Sample], *, folds: int = 5, seed: int = 0,
             continue
         model = fit([samples[i] for i in np.flatnonzero(f != k)], **fit_kw)
         out[test] = predict_samples(model, [samples[i] for i in test])
+    return out
+
+
+def leave_one_out(samples: Sequence[Sample], **fit_kw: Any) -> np.ndarray:
+    """Probabilities of each data set's samples (``Sample.source``) from a model fitted on
+    the other data sets only — transfer to a corpus the fit never saw; aligned with
+    ``samples`` (NaN where a group could not be fitted without the held-out set)."""
+    samples = list(samples)
+    out = np.full(len(samples), np.nan)
+    sources = sorted({x.source for x in samples})
+    if len(sources) < 2:
+        raise ValueError("leave-one-out needs samples of at least two data sets (Sample.source)")
+    for held in sources:
+        train = [x for x in samples if x.source != held]
+        test = [i for i, x in enumerate(samples) if x.source == held]
+        out[np.asarray(test)] = predict_samples(fit(train, **fit_kw), [samples[i] for i in test])
     return out
 
 
@@ -470,16 +653,30 @@ def evaluate(samples: Sequence[Sample], probs: np.ndarray) -> dict[str, dict[str
 
 # --- from a live engine ----------------------------------------------------------------
 
+def recall_pool(engine: Any, query: str, unit: str, depth: int) -> dict[str, np.ndarray]:
+    """The query's dense and sparse recall lists (their scores), ``depth`` deep, as the
+    engine recalls them for ``retrieve`` (what the engine passes to ``predict`` as ``pool``)."""
+    out = {}
+    for mode in ("dense", "sparse"):
+        res = engine.retrieve(query, k=depth, mode=mode, unit=unit, include_text=False)
+        out[mode] = np.array([float((h.scores or {}).get(mode, np.nan)) for h in res.hits])
+    return out
+
+
 def collect_samples(engine: Any, queries: Mapping[str, str],
                     qrels: Mapping[str, Mapping[str, int]], *,
                     modes: Sequence[str] = MODES, units: Sequence[str] = ("chunk", "document"),
-                    k: int = 20) -> list[Sample]:
+                    k: int = 20, source: str = "", pool_depth: int | None = None) -> list[Sample]:
     """Labelled top-``k`` hits of every judged query in every mode and unit.
 
     A hit is relevant iff its document has grade > 0 in the query's qrels (a chunk
     or page inherits its document's judgement). Queries absent from ``qrels`` are
     skipped (unjudged); judged queries without a relevant document count as negatives.
+    Each hit carries its place in the query's recall lists (``pool_depth`` deep; the
+    engine's ``candidate_k`` by default, as ``retrieve`` recalls) and ``source``.
     """
+    depth = pool_depth or max(k, int(getattr(getattr(engine, "config", None), "candidate_k",
+                                             100)))
     out: list[Sample] = []
     for qid, text in queries.items():
         rels = qrels.get(qid)
@@ -487,17 +684,19 @@ def collect_samples(engine: Any, queries: Mapping[str, str],
             continue
         for unit in units:
             ceiling = float(engine.sparse_ceiling(text, calibration_family(unit)))
+            pool = recall_pool(engine, text, unit, depth)
             for mode in modes:
                 res = engine.retrieve(text, k=k, mode=mode, unit=unit, include_text=False)
                 for rank, h in enumerate(res.hits):
                     doc_id = h.chunk.doc_id if h.chunk else (h.meta or {}).get("doc_id")
                     scores = h.scores or {}
+                    dense = scores.get("dense") if mode != "sparse" else None
+                    sparse = scores.get("sparse") if mode != "dense" else None
                     out.append(Sample(
-                        query_id=str(qid), mode=mode, unit=unit, rank=rank,
-                        dense=scores.get("dense") if mode != "sparse" else None,
-                        sparse=scores.get("sparse") if mode != "dense" else None,
-                        ceiling=ceiling if mode != "dense" else None,
-                        label=int(rels.get(str(doc_id), 0) > 0), doc_id=doc_id))
+                        query_id=str(qid), mode=mode, unit=unit, rank=rank, dense=dense,
+                        sparse=sparse, ceiling=ceiling if mode != "dense" else None,
+                        label=int(rels.get(str(doc_id), 0) > 0), doc_id=doc_id, source=source,
+                        **Sample.pool_stats(pool, dense, sparse)))
     return out
 
 
@@ -514,6 +713,7 @@ def engine_note(engine: Any) -> dict[str, Any]:
 
 def calibrate_samples(samples: Sequence[Sample], *, folds: int = 5, l2: float = 1.0,
                       seed: int = 0, fitted_on: Mapping[str, Any] | None = None,
+                      features: Mapping[str, Sequence[str]] | None = None,
                       ) -> tuple[Calibrator, dict[str, Any], np.ndarray | None]:
     """Fit on every sample; measure on held-out folds by query.
 
@@ -522,14 +722,14 @@ def calibrate_samples(samples: Sequence[Sample], *, folds: int = 5, l2: float = 
     given at least ``folds`` ≥ 2 queries, on held-out folds (``"cv"``).
     """
     samples = list(samples)
-    judged = sorted({x.query_id for x in samples})
+    judged = sorted({_query_key(x) for x in samples})
     note = {"queries": len(judged), **(fitted_on or {})}
-    calibrator = fit(samples, l2=l2, fitted_on=note)
+    calibrator = fit(samples, l2=l2, fitted_on=note, features=features)
     metrics: dict[str, Any] = {"queries": len(judged), "samples": len(samples),
                                "train": evaluate(samples, predict_samples(calibrator, samples))}
     oof = None
     if folds >= 2 and len(judged) >= folds:
-        oof = cross_validate(samples, folds=folds, seed=seed, l2=l2)
+        oof = cross_validate(samples, folds=folds, seed=seed, l2=l2, features=features)
         metrics["folds"] = folds
         metrics["cv"] = evaluate(samples, oof)
         for key, model in calibrator.models.items():
