@@ -1,5 +1,22 @@
-"""Knowledge-graph index builder, installed as ``rcp_agentic.graph``.
+"""Knowledge graph over the committed chunks, installed as ``rcp_agentic.graph``.
 
-Concepts/entities, relations, Leiden communities and their summaries are built
-here (see DESIGN.md, "Flows"); the engine core does not depend on it yet.
+Extraction (:mod:`.extract`: title lexicon + builtin rules, spaCy, or an LLM),
+resolution (:mod:`.resolve`), the build into :class:`GraphData` (:mod:`.build`,
+incremental through :class:`GraphCache`) and HippoRAG-style personalised-PageRank
+recall with neighbourhoods and paths (:mod:`.ppr`). The engine core does not
+depend on it.
 """
+
+from .build import BuildStats, GraphCache, GraphConfig, build_graph, update_graph
+from .extract import (BuiltinExtractor, ChunkExtraction, Extractor, Lexicon, LLMExtractor,
+                      RawMention, RawRelation, SpacyExtractor, parse_llm_reply)
+from .model import ChunkText, Entity, GraphData, Mention, Relation, Span, Synonym
+from .ppr import GraphView, PPRWeights, Subgraph
+from .resolve import entity_key, synonym_edges
+
+__all__ = [
+    "BuildStats", "BuiltinExtractor", "ChunkExtraction", "ChunkText", "Entity", "Extractor",
+    "GraphCache", "GraphConfig", "GraphData", "GraphView", "LLMExtractor", "Lexicon", "Mention",
+    "PPRWeights", "RawMention", "RawRelation", "Relation", "Span", "SpacyExtractor", "Subgraph",
+    "Synonym", "build_graph", "entity_key", "parse_llm_reply", "synonym_edges", "update_graph",
+]

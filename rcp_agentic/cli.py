@@ -1,4 +1,5 @@
-"""The ``rcp-agentic`` command: ``index`` files and folders, ``query`` an engine, show its ``tree``.
+"""The ``rcp-agentic`` command: ``index`` files and folders, ``query`` an engine, show its ``tree``
+and its knowledge ``graph``.
 
 ``--engine`` defaults to ``$RCP_AGENTIC_ENGINE`` or ``./.rcp-agentic``. Errors are
 printed as ``error: <message> [RCP <code>]`` on stderr with exit status 2.
@@ -44,12 +45,15 @@ def cmd_index(args: argparse.Namespace) -> int:
         if not os.path.lexists(p):
             raise InvalidParams(f"no such file or folder: {p}", field="paths")
     if args.tree:
-        _enable_tree(_engine_dir(args.engine))
-    engine = _open(args, create=True, build_tree=args.tree or None)
+        _enable(_engine_dir(args.engine), "build_tree")
+    if args.graph:
+        _enable(_engine_dir(args.engine), "build_graph")
+    engine = _open(args, create=True, build_tree=args.tree or None,
+                   build_graph=args.graph or None)
     with tqdm(desc="indexing", unit="doc", disable=args.quiet or None, file=sys.stderr) as bar:
         result = engine.index_paths(args.paths, on_document=lambda _id: bar.update(1),
                                     follow_symlinks=args.follow_symlinks)
-    if args.tree and not result.derived:
+    if (args.tree or args.graph) and not result.derived:
         result.derived = engine.update_derived()  # nothing new was written: build over what is there
     stats = engine.stats()
     print(f"Indexed {result.documents} documents ({result.chunks} chunks, {result.pages} pages) "
@@ -66,9 +70,10 @@ def cmd_index(args: argparse.Namespace) -> int:
     return 0
 
 
-def _enable_tree(path: Path) -> None:
-    """Turn ``build_tree`` on in an existing engine's ``config.json`` (a new engine saves it
-    when it is created), so later opens keep the tree up to date."""
+def _enable(path: Path, switch: str) -> None:
+    """Turn a builder's switch (``build_tree``, ``build_graph``) on in an existing engine's
+    ``config.json`` (a new engine saves it when it is created), so later opens keep its
+    units up to date."""
     from pydantic import ValidationError
 
     from .config import CONFIG_FILE, EngineConfig
@@ -78,15 +83,17 @@ def _enable_tree(path: Path) -> None:
         return
     try:
         stored = json.loads(file.read_text("utf-8"))
-        if stored.get("build_tree") is True:
+        if stored.get(switch) is True:
             return
-        EngineConfig.model_validate({**stored, "build_tree": True}).save(path)
+        EngineConfig.model_validate({**stored, switch: True}).save(path)
     except (OSError, ValueError, ValidationError) as exc:
-        raise InvalidParams(f"cannot turn the tree on in {file}: {exc}", field="engine") from None
+        raise InvalidParams(f"cannot turn {switch} on in {file}: {exc}", field="engine") from None
 
 
 def _derived_line(report: Any) -> str:
     """One line saying what a derived-unit builder run did (a ``DerivedReport``)."""
+    if report.unit == "node":
+        return _graph_line(report)
     if report.mode == "none":
         return f"Tree ({report.unit}): up to date, {report.kept} nodes on {report.levels} " \
                f"level(s){f' ({report.reason})' if report.reason != 'up to date' else ''}"
@@ -96,6 +103,21 @@ def _derived_line(report: Any) -> str:
             f"{report.retired} retired, {report.kept} kept; {report.levels} level(s) in "
             f"{report.seconds:.1f}s ({report.seconds_summarising:.1f}s summarising, "
             f"{report.seconds_embedding:.1f}s embedding{why})")
+
+
+def _graph_line(report: Any) -> str:
+    """What a run of the graph builder did."""
+    if report.mode == "none":
+        return f"Graph (node, triplet): {report.reason or 'up to date'}, {report.kept} units"
+    c = report.counts
+    why = f"; {report.reason}" if report.reason else ""
+    what = "full build" if report.mode == "full" else f"{report.mode} update"
+    return (f"Graph (node, triplet): {what}, {c.get('nodes', 0)} nodes, "
+            f"{c.get('triplets', 0)} triplets, {c.get('synonyms', 0)} synonym edges over "
+            f"{c.get('chunks', 0)} chunks; {report.added} units written, {report.retired} "
+            f"retired, {report.kept} kept in {report.seconds:.1f}s ({c.get('extracted', 0)} "
+            f"chunks extracted in {report.seconds_extracting:.1f}s, {c.get('embedded', 0)} "
+            f"texts embedded in {report.seconds_embedding:.1f}s{why})")
 
 
 def _tree_engine(args: argparse.Namespace) -> Any:
@@ -115,7 +137,7 @@ def cmd_tree(args: argparse.Namespace) -> int:
     engine = _tree_engine(args)
     try:
         if args.action == "rebuild":
-            for report in engine.update_derived(full=True):
+            for report in engine.update_derived(full=True, only="tree-node"):
                 print(_derived_line(report))
             print(f"Index version {engine.index_version}")
         else:
@@ -123,6 +145,77 @@ def cmd_tree(args: argparse.Namespace) -> int:
     finally:
         engine.close()
     return 0
+
+
+def cmd_graph(args: argparse.Namespace) -> int:
+    engine = _open(args, create=False)
+    try:
+        if args.action == "rebuild":
+            if "node" not in engine.builders:
+                raise CapabilityMissing(
+                    f"the engine at {engine.path} builds no knowledge graph: turn it on with "
+                    f"`rcp-agentic index PATH... --graph --engine {engine.path}`",
+                    field="build_graph")
+            for report in engine.update_derived(full=True, only="node"):
+                print(_derived_line(report))
+            print(f"Index version {engine.index_version}")
+            return 0
+        if not args.entity:
+            raise InvalidParams("`graph show` needs an ENTITY", field="entity")
+        print(_neighbourhood(engine, " ".join(args.entity), neighbours=args.neighbours,
+                             chunks=args.chunks))
+    finally:
+        engine.close()
+    return 0
+
+
+def _neighbourhood(engine: Any, name: str, *, neighbours: int, chunks: int) -> str:
+    """An entity's neighbourhood as text: what it is, its strongest relations with their
+    evidence, its synonyms, and the chunks that mention it."""
+    from .graph.index import find_entity, node_uid
+
+    graph = engine.graph_data()
+    if graph is None:
+        raise CapabilityMissing(f"the engine at {engine.path} holds no knowledge graph: build "
+                                f"one with `rcp-agentic index PATH... --graph --engine "
+                                f"{engine.path}`", field="build_graph")
+    key = find_entity(graph, name)
+    lines = []
+    if key is None:  # no entity of that name: the node nearest to it
+        key = find_entity(graph, name, lambda q: [h.id for h in engine.retrieve(
+            q, k=1, unit="node").hits])
+        if key is None:
+            raise InvalidParams(f"no entity named {name!r} in the graph", field="entity")
+        lines.append(f"(no entity is named {name!r}; the nearest node:)")
+    e = graph.entities[key]
+    lines.append(f"{e.name}  [{e.kind}]  {node_uid(key)}")
+    if e.aliases:
+        lines.append(f"also: {', '.join(e.aliases)}")
+    if e.description:
+        lines += textwrap.wrap(e.description, 96, initial_indent="  ", subsequent_indent="  ")
+    edges = sorted((r for r in graph.relations if key in (r.subject, r.object)),
+                   key=lambda r: (-r.weight, r.subject, r.object))
+    lines.append(f"Neighbours ({len(edges)} relations, strongest first):")
+    for r in edges[:neighbours]:
+        other = graph.entities[r.object if r.subject == key else r.subject]
+        lines.append(f"  {r.weight:6.3f}  {other.name:<28.28}  {_snippet(r.relation, 40)}")
+        lines.append(f"          {_snippet(r.evidence, 88)}")
+    synonyms = [(y.b if y.a == key else y.a, y.similarity) for y in graph.synonyms
+                if key in (y.a, y.b)]
+    if synonyms:
+        lines.append("Synonyms: " + ", ".join(f"{graph.entities[k].name} ({s:.2f})"
+                                              for k, s in synonyms))
+    rows = sorted({int(c[1:]) for c in (*e.mentions, *e.about)})
+    hydrated = engine.store.hydrate(rows[:chunks])
+    lines.append(f"Mentioned in {len(rows)} chunk(s):")
+    for r in rows[:chunks]:
+        row = hydrated.get(r)
+        if row is None:
+            continue
+        weight = e.mentions.get(f"r{r}")
+        tag = "about" if f"r{r}" in e.about else f"weight {weight:.2f}" if weight else ""
+        lines.append(f"  {row['uid']:<36}  {(row['title'] or ''):<24.24}  {tag}")
+    return "\n".join(lines)
 
 
 def _snippet(text: str | None, width: int) -> str:
@@ -327,6 +420,9 @@ def build_parser() -> argparse.ArgumentParser:
     idx.add_argument("--tree", action="store_true",
                      help="build a RAPTOR tree (tree-node units) over the chunks, and keep it up "
                      "to date on every later write (saved in the engine's config)")
+    idx.add_argument("--graph", action="store_true",
+                     help="build a knowledge graph (node and triplet units) over the chunks, and "
+                     "keep it up to date on every later write (saved in the engine's config)")
     idx.set_defaults(func=cmd_index)
 
     q = sub.add_parser("query", help="retrieve hits for a query")
@@ -356,6 +452,20 @@ def build_parser() -> argparse.ArgumentParser:
     tree.add_argument("--samples", type=_at_least_zero, default=2, metavar="N",
                       help="summaries shown per level (%(default)s)")
     tree.set_defaults(func=cmd_tree)
+
+    graph = sub.add_parser("graph", help="the knowledge graph of an engine built with --graph")
+    graph.add_argument("action", choices=["show", "rebuild"],
+                       help="show ENTITY: its description, strongest relations with evidence, "
+                       "synonyms and the chunks that mention it; rebuild: build the whole graph "
+                       "again now")
+    graph.add_argument("entity", nargs="*", metavar="ENTITY", help="(show) an entity's name")
+    graph.add_argument("--engine", metavar="DIR")
+    graph.add_argument("--chroma-url", metavar="URL")
+    graph.add_argument("--neighbours", type=_at_least_zero, default=10, metavar="N",
+                       help="relations shown (%(default)s)")
+    graph.add_argument("--chunks", type=_at_least_zero, default=10, metavar="N",
+                       help="mentioning chunks shown (%(default)s)")
+    graph.set_defaults(func=cmd_graph)
 
     cal = sub.add_parser("calibrate", help="refit hit confidence on your own relevance labels")
     cal.add_argument("queries", metavar="QUERIES", help="BEIR queries.jsonl")

@@ -96,6 +96,33 @@ class EngineConfig(BaseModel):
     tree_rebuild_drift: float = Field(
         0.25, gt=0, description="rebuild the whole tree when leaves added + removed since the "
         "last full build exceed this share of the leaves it was built on")
+    # --- the knowledge graph (node and triplet units; path and subgraph composed from them) -----
+    build_graph: bool = Field(False, description="build the knowledge graph (node and triplet "
+                              "units) over the chunks and keep it up to date on every write")
+    graph_extractor: str = Field(
+        "builtin", description="entity extractor: 'builtin' (rules, no dependencies), "
+        "'spacy:<pipeline>' (an installed spaCy pipeline, never downloaded) or 'llm' (the "
+        "LLM given to the Engine as llm=; opened without one, the engine serves the graph it "
+        "has and updates it only once an LLM is given)")
+    graph_description_tokens: int = Field(
+        120, ge=16, le=4096, description="tokens of an entity's description (offline: its most "
+        "informative mention sentences)")
+    graph_relations_per_entity: int = Field(
+        24, ge=1, description="an entity keeps at most this many co-occurrence relations "
+        "(strongest first)")
+    graph_synonym_threshold: float = Field(
+        0.9, gt=0, le=1, description="name-embedding cosine at which two entities are joined "
+        "by a synonym edge (never merged)")
+    graph_unit_vectors: Literal["text", "sources"] = Field(
+        "sources", description="vectors of node and triplet units: 'sources' (default) embeds "
+        "nothing and takes the mean vector of the chunks a unit comes from (measured on "
+        "SciFact: ~0.2x the leaves' embedding time for the whole graph build); 'text' embeds a "
+        "node's text and a triplet's evidence sentence, one per sentence (sharper dense recall "
+        "of graph units, ~1.8x the leaves' embedding time)")
+    graph_weight_tolerance: float = Field(
+        0.05, ge=0, description="an incremental update rewrites a unit whose text and sources "
+        "did not change only when one of its weights moved by more than this share (a full "
+        "build writes exact weights)")
     torch_threads: int | None = Field(None, ge=1, description="None = torch's default")
     blas_threads: int | None = Field(
         1, ge=1, description="numpy BLAS threads for query-time math (None = leave as is)")
@@ -107,6 +134,13 @@ class EngineConfig(BaseModel):
         if v >= size:
             raise ValueError("chunk_overlap must be smaller than chunk_size")
         return v
+
+    @field_validator("graph_extractor")
+    @classmethod
+    def _known_extractor(cls, v: str) -> str:
+        if v in ("builtin", "llm") or (v.startswith("spacy:") and len(v) > len("spacy:")):
+            return v
+        raise ValueError("graph_extractor must be 'builtin', 'llm' or 'spacy:<pipeline name>'")
 
     @classmethod
     def resolve(cls, engine_dir: Path | None = None, **overrides: Any) -> "EngineConfig":

@@ -2,7 +2,10 @@
 
 A builder reads the committed chunks from the store, decides what changed since
 its units were last written, and writes its units in one commit through
-``Docstore.write_derived`` (each new unit with the leaf chunks it covers). Until
+``Docstore.write_derived`` (each new unit with the leaf chunks it covers; a builder
+of several kinds, the graph's nodes and triplets, writes them all in that commit).
+It records ``derived.<kind>.version`` (the index version its units reflect) for
+each kind it writes. Until
 it has run, units covering a replaced or deleted chunk are invisible (see
 ``Docstore.unit_arrays``) and retrieve notes the lag; a pinned ``indexVersion``
 sees the derived units of its own snapshot.
@@ -10,7 +13,7 @@ sees the derived units of its own snapshot.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 
@@ -28,15 +31,26 @@ class DerivedReport:
     seconds_clustering: float = 0.0
     seconds_summarising: float = 0.0
     seconds_embedding: float = 0.0
+    seconds_extracting: float = 0.0  # the graph: entity extraction of chunks not seen before
     version: int | None = None  # the index version committed (None: nothing written)
     reason: str = ""
+    # What the build holds, by name (the graph: nodes, triplets, synonyms, chunks read,
+    # chunks extracted this run, unit texts embedded this run).
+    counts: dict[str, int] = field(default_factory=dict)
 
 
 class DerivedBuilder(Protocol):
-    """Builds and updates the stored units of one derived kind."""
+    """Builds and updates the stored units of one derived kind (``unit``). A builder of
+    several kinds written in one commit names them all in a ``kinds`` attribute too (the
+    graph: node and triplet); see :func:`builder_kinds`."""
 
     unit: str
 
     def update(self, *, full: bool = False) -> DerivedReport:
         """Fold every committed change of the chunks into the derived units (one commit)."""
         ...
+
+
+def builder_kinds(builder: DerivedBuilder) -> tuple[str, ...]:
+    """Every unit kind a builder writes."""
+    return tuple(getattr(builder, "kinds", (builder.unit,)))

@@ -17,10 +17,11 @@ import secrets
 import threading
 import time
 import uuid
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -47,7 +48,13 @@ from .store.feedback import FeedbackLog
 from .sessions import SessionStore
 from .store.memindex import UnitIndex
 from .wire import RerankResult
-from .derived import DerivedBuilder, DerivedReport
+from .derived import DerivedBuilder, DerivedReport, builder_kinds
+
+if TYPE_CHECKING:
+    from .graph.model import GraphData
+    from .graph.ops import GraphOps
+    from .graph.ppr import GraphView
+    from .wire import GraphResult, MemoryBuildResult, MemoryRecallResult
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +62,8 @@ DEFAULT_ENGINE_DIR = ".rcp-agentic"
 CALIBRATION_FILE = "calibration.json"
 # Scoring indexes kept in memory: the current version of a few unit kinds, plus pinned ones.
 _INDEX_CACHE = 6
+# Graphs (and their PageRank matrices) kept in memory: the current version plus a pinned one.
+_GRAPH_CACHE = 2
 ENGINE_ENV = "RCP_AGENTIC_ENGINE"
 # An index version token as this engine hands it out: "v" and the version, no leading zero.
 _VERSION_TOKEN = re.compile(r"v(0|[1-9][0-9]{0,17})")
@@ -132,7 +141,8 @@ class Engine(Retrieval):
         self._write_lock = threading.Lock()
         self._index_lock = threading.Lock()
         self._indexes: dict[tuple[tuple[tuple[str, int], ...], int], UnitIndex] = {}
-        self._offered_cache: tuple[int, dict[str, tuple[int, ...]]] | None = None
+        self._offered_cache: tuple[tuple[int, tuple[str, ...]],
+                                   dict[str, tuple[int, ...]]] | None = None
         self.sessions = SessionStore(ttl_seconds=self.config.session_ttl_seconds,
                                      max_sessions=self.config.max_sessions,
                                      max_items=self.config.session_max_items,
@@ -164,6 +174,20 @@ class Engine(Retrieval):
                 from .raptor.index import TreeIndex
 
                 self.builders["tree-node"] = TreeIndex(self, llm=llm)
+            if self.config.build_graph:
+                from .graph.index import GraphIndex
+
+                self.builders["node"] = GraphIndex(self, llm=llm)
+            # Composers of the composed kinds (path, subgraph): name -> callable, set by the
+            # module that composes them at query time. A composed kind is offered only while
+            # its composer is set here and the served version holds a graph.
+            self.composers: dict[str, Callable[..., Any]] = {}
+            self._graph_lock = threading.Lock()
+            self._graphs: OrderedDict[int, GraphData | None] = OrderedDict()
+            self._graph_views: OrderedDict[int, GraphView] = OrderedDict()
+            self._graph_ops: GraphOps | None = None
+            if self.config.build_graph:
+                self.graph_ops  # registers the path/subgraph composers
         except BaseException:
             self.store.close()
             raise
@@ -234,8 +258,10 @@ class Engine(Retrieval):
     def capabilities(self) -> dict[str, Any]:
         """What this engine offers, as RCP/1 capability objects (§6); only what really works.
 
-        Derived kinds (tree-node) are advertised only once built, with their levels;
-        ``x-rcp-agentic.units`` says which index version each derived kind reflects.
+        Derived kinds (tree-node, node, triplet) are advertised only once built, with their
+        levels; composed kinds (path, subgraph) only while a graph exists and their
+        composer is set (``composers``); ``x-rcp-agentic.units`` says which index version
+        each derived or composed kind reflects.
         """
         offered = self._offered()
         names = [n for n in units.known() if units.get(n).stored in offered]
@@ -269,6 +295,11 @@ class Engine(Retrieval):
         derived = self.derived_status()
         if derived:
             caps["x-rcp-agentic"] = {"units": derived}
+        if "node" in offered:
+            caps["graph"] = {"ops": self.graph_ops.ops()}
+            if "node" in self.builders:  # memory/build updates the graph: it needs the builder
+                caps["memory"] = {"scopes": ["global", "session"], "clues": True}
+            caps.setdefault("x-rcp-agentic", {})["graphRecall"] = True
         return caps
 
     def derived_status(self) -> dict[str, dict[str, Any]]:
@@ -288,14 +319,20 @@ class Engine(Retrieval):
             if name == "tree-node":
                 entry["treeSearch"] = list(TREE_SEARCHES)
             out[name] = entry
+        if "node" in out:  # composed from the graph: they reflect what the nodes reflect
+            for name in units.composed_kinds():
+                if name in self.composers:
+                    out[name] = {"composed": True, "reflects": out["node"]["reflects"],
+                                 "current": out["node"]["current"]}
         return out
 
     def _offered(self) -> dict[str, tuple[int, ...]]:
         """Stored kinds offered now → their levels: the per-document kinds always (flat), and
         each built derived kind with the levels it holds."""
         version = self._current_version()
+        composers = tuple(sorted(self.composers))
         cached = self._offered_cache
-        if cached is not None and cached[0] == version:
+        if cached is not None and cached[0] == (version, composers):
             return cached[1]
         offered: dict[str, tuple[int, ...]] = {
             units.get(n).stored: (0,) for n in units.per_document_kinds()}
@@ -304,7 +341,9 @@ class Engine(Retrieval):
             if unit in units.known() and units.get(unit).derived:
                 levels.setdefault(unit, set()).add(level)
         offered.update({u: tuple(sorted(lv)) for u, lv in levels.items()})
-        self._offered_cache = (version, offered)
+        if "node" in offered:
+            offered.update({n: (0,) for n in units.composed_kinds() if n in composers})
+        self._offered_cache = ((version, composers), offered)
         return offered
 
     def _derived_lag(self, kinds: list[tuple[str, int]], served: int) -> str | None:
@@ -315,21 +354,26 @@ class Engine(Retrieval):
             reflects = int(self.store.info(f"derived.{unit}.version") or 0)
             if served >= data_version > reflects:
                 return (f"{unit} units reflect index version v{reflects}; documents written "
-                        f"since (up to v{data_version}) are not summarised yet, and units "
+                        f"since (up to v{data_version}) are not folded in yet, and units "
                         "covering changed chunks are left out until the update")
         return None
 
     # --- derived units ---------------------------------------------------------------
 
-    def update_derived(self, *, full: bool = False) -> list[DerivedReport]:
-        """Bring every derived kind (the tree) up to date with the committed chunks.
+    def update_derived(self, *, full: bool = False,
+                       only: str | None = None) -> list[DerivedReport]:
+        """Bring every derived kind (the tree, the graph) up to date with the committed chunks.
 
         Runs after each ``add_documents`` / ``index_paths`` / ``delete_documents``;
-        incremental unless ``full`` or the drift since the last full build passes
-        ``tree_rebuild_drift``. Each builder's result is one commit (a new index version).
+        incremental unless ``full`` or (the tree) the drift since the last full build
+        passes ``tree_rebuild_drift``. Each builder's result is one commit (a new index
+        version; the graph's nodes and triplets share it). ``only``: the builder of that
+        kind alone (``"tree-node"``; ``"node"`` or ``"triplet"`` for the graph).
         """
         reports = []
         for builder in self.builders.values():
+            if only is not None and only not in builder_kinds(builder):
+                continue
             with self._write_lock:
                 report = builder.update(full=full)
                 self._invalidate()
@@ -337,6 +381,77 @@ class Engine(Retrieval):
             if report.version is not None:
                 self._sync_chroma()
         return reports
+
+    # --- the knowledge graph ---------------------------------------------------------
+
+    def graph_data(self, version: int | None = None) -> GraphData | None:
+        """The knowledge graph (``rcp_agentic.graph.model.GraphData``) as stored and visible at
+        ``version`` (default: the current one), or None when that version holds no graph.
+        Cached per version (a committed version never changes)."""
+        v = self._current_version() if version is None else version
+        with self._graph_lock:
+            if v in self._graphs:
+                self._graphs.move_to_end(v)
+                return self._graphs[v]
+        from .graph.index import load_graph
+
+        graph = load_graph(self.store, v)
+        with self._graph_lock:
+            self._graphs[v] = graph
+            while len(self._graphs) > _GRAPH_CACHE:
+                self._graphs.popitem(last=False)
+        return graph
+
+    def graph_view(self, version: int | None = None) -> GraphView | None:
+        """The PageRank view (``rcp_agentic.graph.ppr.GraphView``) of the graph at ``version``
+        (default: the current one), or None without a graph; cached per version."""
+        v = self._current_version() if version is None else version
+        with self._graph_lock:
+            if v in self._graph_views:
+                self._graph_views.move_to_end(v)
+                return self._graph_views[v]
+        graph = self.graph_data(v)
+        if graph is None:
+            return None
+        from .graph.ppr import GraphView
+
+        view = GraphView(graph)
+        with self._graph_lock:
+            self._graph_views[v] = view
+            while len(self._graph_views) > _GRAPH_CACHE:
+                self._graph_views.popitem(last=False)
+        return view
+
+    @property
+    def graph_ops(self) -> GraphOps:
+        """``graph`` and memory ops (``rcp_agentic.graph.ops.GraphOps``), made on first use."""
+        if self._graph_ops is None:
+            from .graph.ops import GraphOps
+
+            self._graph_ops = GraphOps(self)
+        return self._graph_ops
+
+    def graph(self, op: str, *, query: Any = None, k: int | None = None,
+              seed_ids: list[str] | None = None, hops: int | None = None,
+              level: int | None = None, session_id: str | None = None) -> GraphResult:
+        """RCP ``graph`` (§7.9): ops ``local`` (entity-anchored, PageRank-expanded hits) and
+        ``neighbors`` (``seed_ids`` within ``hops``: nodes and weighted edges)."""
+        return self.graph_ops.graph(op, query=query, k=k, seed_ids=seed_ids, hops=hops,
+                                    level=level, session_id=session_id)
+
+    def memory_build(self, documents: list[dict[str, Any]] | None = None, *,
+                     memory_id: str | None = None, scope: str = "global",
+                     session_id: str | None = None) -> MemoryBuildResult:
+        """RCP ``memory/build`` (§7.17): the knowledge graph is the memory."""
+        return self.graph_ops.memory_build(documents, memory_id=memory_id, scope=scope,
+                                           session_id=session_id)
+
+    def memory_recall(self, query: Any, *, memory_id: str | None = None,
+                      session_id: str | None = None, n: int = 5) -> MemoryRecallResult:
+        """RCP ``memory/recall`` (§7.17): clues (seed node ids, surrogate queries) and draft
+        hits."""
+        return self.graph_ops.memory_recall(query, memory_id=memory_id,
+                                            session_id=session_id, n=n)
 
     def stats(self) -> dict[str, int]:
         """Counts of documents and of each unit."""

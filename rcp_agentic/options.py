@@ -40,6 +40,8 @@ class RetrieveOption:
     field: bool = False
     # The values a string option may take, when this vocabulary fixes them (vendor options).
     choices: tuple[str, ...] | None = None
+    # A true/false switch (a vendor option without string choices).
+    boolean: bool = False
 
     @property
     def vendor(self) -> bool:
@@ -95,6 +97,9 @@ OPTIONS: tuple[RetrieveOption, ...] = (
     RetrieveOption("tree_search", f"{VENDOR}-treeSearch", "How unit='tree-node' searches: "
                    "'collapsed' (every level in one pool, default) or 'traversal' (top-down).",
                    choices=TREE_SEARCHES),
+    RetrieveOption("graph_recall", f"{VENDOR}-graphRecall", "True adds the knowledge graph's "
+                   "personalised-PageRank list to recall, fused with dense/sparse (needs a "
+                   "graph; falls back to them when the query names no entity).", boolean=True),
 )
 
 BY_NAME: Mapping[str, RetrieveOption] = {o.name: o for o in OPTIONS}

@@ -48,6 +48,10 @@ class UnitKind:
     hit_fields: frozenset[str] = field(default_factory=frozenset)
     # The configuration switch that builds it (None: always built).
     enabled_by: str | None = None
+    # Whether its text holds what its leaves say (a summary of them: a session that returned it
+    # has seen them). False for a unit merely derived from its leaves — an entity or a fact
+    # attested in many chunks holds a sentence or two of them, not the chunks.
+    contains_leaves: bool = True
 
     @property
     def stored(self) -> str:
@@ -61,6 +65,10 @@ class UnitKind:
     @property
     def derived(self) -> bool:
         return self.storage == "derived"
+
+    @property
+    def composed(self) -> bool:
+        return self.storage == "composed"
 
 
 _KINDS: dict[str, UnitKind] = {}
@@ -131,6 +139,32 @@ register(UnitKind("tree-node", "derived",
                   "a RAPTOR summary of a cluster of chunks (level >= 1; level 0: the chunks)",
                   levelled=True, level_zero="chunk", escalation=3, calibration="tree-node",
                   hit_fields=_DERIVED_FIELDS, enabled_by="build_tree"))
+# The knowledge graph. The loop's ladder widens context: graph units come after the tree-node
+# (existing ladders keep their order, and a graph step costs more than a stored summary);
+# ``node`` first (stored, one entity), then ``path`` and ``subgraph`` (composed, chains and
+# neighbourhoods of facts across documents). A ``triplet`` (one sentence) is narrower than the
+# chunk it comes from, so the loop never escalates to it; it is offered when asked for.
+register(UnitKind("node", "derived",
+                  "an entity of the knowledge graph: its name, aliases and description",
+                  escalation=4, calibration="node", hit_fields=_DERIVED_FIELDS,
+                  enabled_by="build_graph", contains_leaves=False))
+register(UnitKind("triplet", "derived",
+                  "subject, relation and object, with the sentence that attests them",
+                  calibration="triplet", hit_fields=_DERIVED_FIELDS, enabled_by="build_graph",
+                  contains_leaves=False))
+register(UnitKind("path", "composed",
+                  "a chain of facts between the query's entities, hop by hop with evidence",
+                  escalation=5, calibration="path",
+                  hit_fields=_DERIVED_FIELDS, enabled_by="build_graph", contains_leaves=False))
+register(UnitKind("subgraph", "composed",
+                  "the personalised-PageRank neighbourhood of the query's entities, as triplets",
+                  escalation=6, calibration="subgraph",
+                  hit_fields=_DERIVED_FIELDS, enabled_by="build_graph", contains_leaves=False))
+
+
+def composed_kinds() -> tuple[str, ...]:
+    """Names of the kinds composed at query time (never stored)."""
+    return tuple(n for n, k in _KINDS.items() if k.composed)
 
 
 def calibration_family(name: str) -> str:

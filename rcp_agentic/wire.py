@@ -54,12 +54,21 @@ class Trust(WireModel):
     sanitized: bool | None = None
 
 
+class GraphEdge(WireModel):
+    """A weighted edge between two graph nodes (unit ids), §7.7 provenance and §7.9."""
+
+    src: str
+    dst: str
+    weight: float | None = None
+
+
 class Provenance(WireModel):
-    """Graph/tree lineage of a hit."""
+    """Graph/tree lineage of a hit: the entity ``path`` in order, the ``nodes`` and ``edges``
+    traversed, and the ``leaves`` (chunk ids) whose text it shows or summarises."""
 
     path: list[str] | None = None
     nodes: list[str] | None = None
-    edges: list[dict[str, str]] | None = None
+    edges: list[GraphEdge] | None = None
     leaves: list[str] | None = None
 
 
@@ -106,3 +115,44 @@ class RerankResult(WireModel):
 
     scores: list[float]
     order: list[int] | None = None
+
+
+class GraphNode(WireModel):
+    """A node of a ``graph`` neighbours result (§7.9): a ``node`` unit id and its score."""
+
+    id: str
+    score: float | None = None
+    name: str | None = None
+
+
+class GraphResult(WireModel):
+    """The result of ``graph`` (§7.9); which fields are set depends on the op."""
+
+    hits: list[Hit] | None = None
+    nodes: list[GraphNode] | None = None
+    edges: list[GraphEdge] | None = None
+    index_version: str | None = None
+    usage: Usage | None = None
+
+
+class MemoryBuildResult(WireModel):
+    """The result of ``memory/build`` (§7.17)."""
+
+    memory_id: str
+    tokens: int | None = None
+
+
+class MemoryClue(WireModel):
+    """One clue of ``memory/recall``: a surrogate query, seed node ids, and their weight."""
+
+    query: str | None = None
+    seed_ids: list[str] | None = None
+    weight: float | None = None
+
+
+class MemoryRecallResult(WireModel):
+    """The result of ``memory/recall`` (§7.17): clues, and optional draft hits."""
+
+    clues: list[MemoryClue] = Field(default_factory=list)
+    hits: list[Hit] | None = None
+    usage: Usage | None = None

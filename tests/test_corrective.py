@@ -200,3 +200,88 @@ def test_llamaindex_retriever(paged: Engine) -> None:
         "confidence"]
     anodes = asyncio.run(CorrectiveLlamaRetriever(loop).aretrieve("vitamin D and sclerosis"))
     assert anodes[0].node.node_id == "doc:d1#c0" and anodes[0].node.metadata["step"] == 1
+
+
+# --- escalation to the knowledge graph ----------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def multihop(tmp_path_factory: pytest.TempPathFactory, embedder: Any) -> Any:
+    """A graph engine over test_graph_recall's corpus: the second hop of its question lies in
+    a passage that shares no word with it."""
+    from rcp_agentic.graph.compose import install
+    from test_graph_recall import corpus
+
+    eng = Engine(tmp_path_factory.mktemp("corrective-graph") / "e", embedder=embedder,
+                 build_graph=True)
+    eng.add_documents(corpus())
+    install(eng)  # path and subgraph are composed at query time
+    yield eng
+    eng.close()
+
+
+def test_loop_escalates_to_graph_recall(multihop: Engine) -> None:
+    from test_graph_recall import BRIDGE, QUESTION
+
+    loop = CorrectiveRetriever(multihop, k=2, max_steps=3, min_evidence=2)
+    assert loop.ladder(0) == ["chunk", "page", "document", "node", "path", "subgraph"]
+    res = loop.run(QUESTION)
+    first, second = res.trace[0], res.trace[1]
+    assert (first.action, first.graph) == ("retrieve", False)
+    assert f"doc:{BRIDGE}#c0" not in first.hit_ids  # hybrid alone misses the second hop
+    assert (second.action, second.unit, second.graph) == ("graph", "chunk", True)
+    assert "recall through the knowledge graph" in second.reason
+    assert f"doc:{BRIDGE}#c0" in second.hit_ids  # the graph reaches it
+    assert all(s.graph for s in res.trace[1:])  # once on, it stays on
+    seen = [i for s in res.trace for i in s.hit_ids]
+    assert len(seen) == len(set(seen))  # one session across the switch
+
+
+def test_graph_false_keeps_the_loop_off_the_graph(multihop: Engine) -> None:
+    from test_graph_recall import BRIDGE, QUESTION
+
+    loop = CorrectiveRetriever(multihop, k=2, max_steps=4, min_evidence=2, graph=False)
+    assert loop.ladder(0) == ["chunk", "page", "document"]
+    res = loop.run(QUESTION)
+    assert not any(s.graph or s.action == "graph" for s in res.trace)
+    assert f"doc:{BRIDGE}#c0" not in [i for s in res.trace for i in s.hit_ids]
+
+
+def test_graph_recall_from_the_first_step(multihop: Engine) -> None:
+    from test_graph_recall import BRIDGE, QUESTION
+
+    res = CorrectiveRetriever(multihop, k=2, max_steps=2, min_evidence=2,
+                              options={"graph_recall": True}).run(QUESTION)
+    assert res.trace[0].graph and f"doc:{BRIDGE}#c0" in res.trace[0].hit_ids
+    assert "graph" not in [s.action for s in res.trace]
+
+
+def test_llm_requery_keeps_graph_recall_on(multihop: Engine) -> None:
+    from test_graph_recall import QUESTION
+
+    llm = FakeListChatModel(responses=["1. Velvet Lanterns drummer\n- Bergen founding"])
+    loop = CorrectiveRetriever(multihop, k=2, llm=llm, max_steps=4,
+                               evaluator=ConfidenceEvaluator(1.0, 0.0))
+    res = loop.run(QUESTION)
+    assert [(s.action, s.graph) for s in res.trace] == [
+        ("retrieve", False), ("graph", True), ("decompose", True), ("decompose", True)]
+    assert [s.query for s in res.trace[2:]] == ["Velvet Lanterns drummer", "Bergen founding"]
+    ares = asyncio.run(loop.arun(QUESTION))
+    assert [(s.action, s.graph) for s in ares.trace] == [(s.action, s.graph) for s in res.trace]
+
+
+def test_graph_units_never_stand_in_for_their_chunks(multihop: Engine) -> None:
+    from rcp_agentic.agentic.loop import _contains
+
+    question = "Velvet Lanterns Bergen"
+    chunks = multihop.retrieve(question, k=3).to_wire()["hits"]
+    for unit in ("node", "triplet", "path", "subgraph"):
+        for hit in multihop.retrieve(question, k=2, unit=unit).to_wire()["hits"]:
+            leaves = set(hit["provenance"]["leaves"])
+            inside = [c for c in chunks if c["id"] in leaves]
+            assert inside or unit != "node", unit  # the entity's own chunks are its leaves
+            # An entity, a fact or a path is attested by its chunks, not made of them: it
+            # never replaces them in the evidence, and they never hide it.
+            assert not any(_contains(hit, c) or _contains(c, hit) for c in chunks), unit
+    document = multihop.retrieve(question, k=1, unit="document").to_wire()["hits"][0]
+    node = multihop.retrieve(question, k=1, unit="node").to_wire()["hits"][0]
+    assert not _contains(document, node)

@@ -548,3 +548,53 @@ def test_unit_field_is_the_wire_literal(filled_engine: Engine) -> None:
     RCPRetriever(source=filled_engine, unit="tree-node", level=1)
     with pytest.raises(ValidationError):
         RCPRetriever(source=filled_engine, unit="sentence")  # type: ignore[arg-type]
+
+
+# --- the knowledge graph's units and graph recall ----------------------------------------------
+
+@pytest.fixture(scope="module")
+def graph_engine(tmp_path_factory: pytest.TempPathFactory, embedder: Any) -> Iterator[Engine]:
+    from rcp_agentic.graph.compose import install
+    from test_graph_index import corpus
+
+    with Engine(tmp_path_factory.mktemp("lc-graph") / "e", embedder=embedder,
+                build_graph=True) as eng:
+        eng.add_documents(corpus())
+        install(eng)  # path and subgraph are composed at query time
+        yield eng
+
+
+GRAPH_QUESTION = "Where was the drummer of Toto born?"
+
+
+def test_graph_units_become_documents_with_their_provenance(graph_engine: Engine) -> None:
+    with RCPRetriever.from_engine(graph_engine, k=2, unit="path") as retriever:
+        docs = retriever.invoke(GRAPH_QUESTION)
+        assert docs and all(d.metadata["unit"] == "path" for d in docs)
+        prov = docs[0].metadata["provenance"]
+        assert len(prov["path"]) >= 2 and all(n.startswith("node:") for n in prov["path"])
+        assert [e["src"] for e in prov["edges"]] == prov["path"][:-1]  # hop by hop
+        assert all(e["weight"] > 0 for e in prov["edges"]) and prov["leaves"]
+        assert docs[0].page_content.count("→") == len(prov["edges"])
+        # Per call: another graph unit, and the node's name leads its text.
+        nodes = retriever.invoke(GRAPH_QUESTION, unit="node", k=1)
+        assert nodes[0].metadata["unit"] == "node" and nodes[0].id.startswith("node:")
+        assert nodes[0].metadata["provenance"]["leaves"]
+
+
+def test_graph_recall_per_call_in_both_invoke_and_ainvoke(graph_engine: Engine) -> None:
+    with RCPRetriever.from_engine(graph_engine, k=3) as retriever:
+        plain = retriever.invoke(GRAPH_QUESTION)
+        graph = retriever.invoke(GRAPH_QUESTION, graph_recall=True)
+        agraph = asyncio.run(retriever.ainvoke(GRAPH_QUESTION, graph_recall=True))
+        assert all("graph" not in d.metadata["scores"] for d in plain)
+        assert all("graph" in d.metadata["scores"] for d in graph)
+        assert [d.id for d in agraph] == [d.id for d in graph]
+        assert "jeff-porcaro" in {d.metadata["doc_id"] for d in graph}
+
+
+def test_graph_recall_is_refused_where_not_advertised(filled_engine: Engine) -> None:
+    with RCPRetriever.from_engine(filled_engine, k=2) as retriever:
+        with pytest.raises(OptionUnsupported) as err:
+            retriever.invoke("vitamin D", graph_recall=True)
+        assert err.value.option == "x-rcp-agentic-graphRecall"

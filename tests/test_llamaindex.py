@@ -657,3 +657,52 @@ def test_leaf_chunk_in_a_tree_query_has_its_tree_parent(unit: str) -> None:
     plain = hit_to_node({**hit, "meta": {"doc_id": "a", "page_range_start": 4,
                                          "page_range_end": 4}}).node
     assert rel(plain, NodeRelationship.PARENT).node_id == "doc:a#p4"
+
+
+# --- the knowledge graph's units -----------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def graph_engine(tmp_path_factory: pytest.TempPathFactory, embedder: Any) -> Iterator[Engine]:
+    from rcp_agentic.graph.compose import install
+    from test_graph_index import corpus
+
+    with Engine(tmp_path_factory.mktemp("li-graph") / "e", embedder=embedder,
+                build_graph=True) as eng:
+        eng.add_documents(corpus())
+        install(eng)  # path and subgraph are composed at query time
+        yield eng
+
+
+def test_graph_units_as_nodes(graph_engine: Engine) -> None:
+    from llama_index.core.schema import MetadataMode
+
+    question = "Where was the drummer of Toto born?"
+    with RCPRetriever.from_engine(graph_engine, k=3) as retriever:
+        for unit in ("node", "triplet", "path", "subgraph"):
+            found = retriever.retrieve_with(question, unit=unit)
+            assert found, unit
+            for scored in found:
+                node = scored.node
+                md = node.metadata
+                assert md["unit"] == unit and node.node_id.startswith(f"{unit}:")
+                assert md["provenance"]["leaves"]
+                # Attested by chunks, not made of them: no parent/child links invented.
+                assert NodeRelationship.PARENT not in node.relationships
+                assert NodeRelationship.CHILD not in node.relationships
+                docs = md.get("doc_ids") or []
+                source = node.relationships.get(NodeRelationship.SOURCE)
+                if source is not None:  # only when all its evidence is one document's
+                    assert isinstance(source, RelatedNodeInfo)
+                    assert len(docs) == 1 and source.node_id == f"doc:{docs[0]}"
+                # Provenance and citations stay out of what the LLM reads.
+                llm_text = node.get_content(metadata_mode=MetadataMode.LLM)
+                assert "provenance" not in llm_text and "citations" not in llm_text
+        paths = retriever.retrieve_with(question, unit="path")
+        prov = paths[0].node.metadata["provenance"]
+        assert len(prov["path"]) >= 2 and len(prov["edges"]) == len(prov["path"]) - 1
+        # Graph recall per call: the same chunks retrieve_with gives, scored by the graph too.
+        chunks = retriever.retrieve_with(question, graph_recall=True)
+        assert all("graph" in s.node.metadata["scores"] for s in chunks)
+        assert "jeff-porcaro" in {s.node.metadata["doc_id"] for s in chunks}
+        triplets = asyncio.run(retriever.aretrieve_with(question, unit="triplet", k=1))
+        assert triplets[0].node.metadata["unit"] == "triplet"

@@ -19,6 +19,8 @@ EXPECTED = {
     "03_llamaindex.ipynb": ["source: doc:docs/chunking.txt"],
     "04_corrective_loop.ipynb": ["| question | step | action |", "escalate", "evidence tokens"],
     "05_raptor.ipynb": ["RAPTOR tree over 24 chunks", "level 2:", "collapsed tree:", "covers:"],
+    "06_graph.ipynb": ["knowledge graph:", "Neighbours (", "drawn:", "the bridge passage:",
+                       "path: Midnight Harbor -> Velvet Lanterns", "seeds:"],
 }
 
 
@@ -49,7 +51,7 @@ def test_notebook_runs(path: Path) -> None:
     text, kinds = outputs(book)
     for expected in EXPECTED[path.name]:
         assert expected in text, expected
-    if path.name in ("04_corrective_loop.ipynb", "05_raptor.ipynb"):
+    if path.name in ("04_corrective_loop.ipynb", "05_raptor.ipynb", "06_graph.ipynb"):
         assert "image/png" in kinds  # the plot
     if path.name == "04_corrective_loop.ipynb":
         assert "text/markdown" in kinds  # the trace table

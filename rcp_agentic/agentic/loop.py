@@ -5,12 +5,18 @@ incorrect), confident-enough hits join the evidence, and the next action is
 chosen from what was found:
 
 * **correct** — keep the refined hits and stop;
-* **ambiguous** — re-query: the LLM's rewrite or decomposition when one is given,
-  otherwise the question expanded with words from the confident evidence;
-* **incorrect**, or a step that found nothing new — escalate granularity along the
-  unit registry's ladder (:func:`rcp_agentic.units.ladder`: chunk → page → document
-  → tree-node, over the units the engine advertises), then fall back to the next
-  engine, then re-query.
+* **ambiguous** — recall through the knowledge graph when the engine offers it (the
+  same query and unit with ``x-rcp-agentic-graphRecall``: a multi-hop question's second
+  passage shares no words with it); then re-query: the LLM's rewrite or decomposition
+  when one is given, otherwise the question expanded with words from the confident
+  evidence;
+* **incorrect**, or a step that found nothing new — graph recall as above, then
+  escalate granularity along the unit registry's ladder (:func:`rcp_agentic.units.ladder`:
+  chunk → page → document → tree-node → node → path → subgraph, over the units the
+  engine advertises), then fall back to the next engine, then re-query.
+
+Graph recall, once on, stays on for the rest of that engine's trajectory; ``graph=False``
+keeps the loop off the graph (no graph recall, no graph units).
 
 One ``session_id`` threads every call, so each step only sees evidence the
 trajectory has not seen yet (§7.7.3). Steps and evidence tokens are bounded. The
@@ -29,13 +35,18 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from .. import units
+from ..client.gating import switch_offered
 from ..errors import RCPError
+from ..options import BY_NAME
 from ..integrations.common import HitSource
 from ..models.llm import ChatLLM
 from ..models.tokenizer import count_tokens
 from .evaluator import ConfidenceEvaluator, Verdict
 from .rewrite import expand_query, llm_queries
 
+# The retrieve option (Python name) and capability flag (its wire name) of graph recall.
+GRAPH_RECALL = "graph_recall"
+GRAPH_RECALL_WIRE = BY_NAME[GRAPH_RECALL].wire
 
 
 @dataclass
@@ -56,6 +67,7 @@ class Step:
     latency_ms: float = 0.0
     error: str | None = None
     hit_ids: list[str] = field(default_factory=list)
+    graph: bool = False  # whether graph recall was on
 
 
 @dataclass
@@ -83,6 +95,11 @@ class _Call:
     unit: str
     action: str
     reason: str
+    graph: bool = False
+
+    @property
+    def key(self) -> tuple[int, str, str, bool]:
+        return self.engine, self.unit, self.query, self.graph
 
 
 @dataclass
@@ -95,28 +112,31 @@ class _Run:
     queue: deque[_Call] = field(default_factory=deque)
     evidence: dict[str, dict[str, Any]] = field(default_factory=dict)
     trace: list[Step] = field(default_factory=list)
-    tried: set[tuple[int, str, str]] = field(default_factory=set)
+    tried: set[tuple[int, str, str, bool]] = field(default_factory=set)
     tokens: int = 0
     verdict: Verdict | None = None
     stop_reason: str = ""
 
     def start(self) -> None:
         unit = self.loop.ladder(0)[0]
-        self.queue.append(_Call(self.query, 0, unit, "retrieve", "initial retrieval"))
+        self.queue.append(_Call(self.query, 0, unit, "retrieve", "initial retrieval",
+                                self.loop.graph_from_start))
 
     def next_call(self) -> _Call | None:
         if self.stop_reason:
             return None
         while self.queue:
             call = self.queue.popleft()
-            if (call.engine, call.unit, call.query) not in self.tried:
-                self.tried.add((call.engine, call.unit, call.query))
+            if call.key not in self.tried:
+                self.tried.add(call.key)
                 return call
         self.stop_reason = self.stop_reason or "nothing left to try"
         return None
 
     def options(self, call: _Call) -> dict[str, Any]:
         opts = {**self.loop.options, "unit": call.unit, "session_id": self.session_id}
+        if call.graph:
+            opts[GRAPH_RECALL] = True
         if self.loop.supports(call.engine, "tokenBudget"):
             opts["token_budget"] = max(1, self.loop.max_tokens - self.tokens)
         return opts
@@ -124,11 +144,13 @@ class _Run:
     def failed(self, call: _Call, error: RCPError, latency_ms: float) -> None:
         self.trace.append(Step(len(self.trace) + 1, call.action, call.reason, call.query,
                                self.loop.engine_name(call.engine), call.unit,
-                               latency_ms=latency_ms, error=f"{type(error).__name__}: {error}"))
+                               latency_ms=latency_ms, error=f"{type(error).__name__}: {error}",
+                               graph=call.graph))
         if call.engine + 1 < len(self.loop.sources):
             nxt = call.engine + 1
             self.queue.appendleft(_Call(self.query, nxt, self.loop.ladder(nxt)[0], "fallback",
-                                        f"engine {self.loop.engine_name(call.engine)} failed"))
+                                        f"engine {self.loop.engine_name(call.engine)} failed",
+                                        self.loop.graph_from_start))
         elif not self.evidence:
             raise error
         else:
@@ -162,7 +184,8 @@ class _Run:
         self.trace.append(Step(len(self.trace) + 1, call.action, call.reason, call.query,
                                loop.engine_name(call.engine), call.unit, assessment.verdict,
                                assessment.max_confidence, len(hits), kept, new_tokens,
-                               round(latency_ms, 3), hit_ids=[h["id"] for h in hits]))
+                               round(latency_ms, 3), hit_ids=[h["id"] for h in hits],
+                               graph=call.graph))
         self._plan(call, assessment.verdict, assessment.reason, found_new=bool(hits))
 
     def _keep(self, hit: dict[str, Any], inside: list[str]) -> None:
@@ -198,9 +221,26 @@ class _Run:
             return
         if verdict == "incorrect" or not found_new:
             reason = why if found_new else "no new hits"
-            if self._escalate(call, reason) or self._fall_back(call, reason):
+            if self._graph(call, reason) or self._escalate(call, reason) \
+                    or self._fall_back(call, reason):
                 return
+        elif self._graph(call, why):
+            return
         self._requery(call, why)
+
+    def _graph(self, call: _Call, why: str) -> bool:
+        """The same query and unit again, recalling through the knowledge graph (once per
+        engine trajectory, when the engine offers it and the unit is not composed from the
+        graph anyway)."""
+        if call.graph or not self.loop.graph_recall_offered(call.engine) \
+                or _composed(call.unit):
+            return False
+        again = _Call(call.query, call.engine, call.unit, "graph",
+                      f"{why}: recall through the knowledge graph", graph=True)
+        if again.key in self.tried:
+            return False
+        self.queue.append(again)
+        return True
 
     def _escalate(self, call: _Call, why: str) -> bool:
         ladder = self.loop.ladder(call.engine)
@@ -208,7 +248,7 @@ class _Run:
         if at + 1 >= len(ladder):
             return False
         self.queue.append(_Call(self.query, call.engine, ladder[at + 1], "escalate",
-                                f"{why}: {call.unit} → {ladder[at + 1]}"))
+                                f"{why}: {call.unit} → {ladder[at + 1]}", call.graph))
         return True
 
     def _fall_back(self, call: _Call, why: str) -> bool:
@@ -216,7 +256,8 @@ class _Run:
         if nxt >= len(self.loop.sources):
             return False
         self.queue.append(_Call(self.query, nxt, self.loop.ladder(nxt)[0], "fallback",
-                                f"{why}: trying engine {self.loop.engine_name(nxt)}"))
+                                f"{why}: trying engine {self.loop.engine_name(nxt)}",
+                                self.loop.graph_from_start))
         return True
 
     def _requery(self, call: _Call, why: str) -> None:
@@ -227,14 +268,15 @@ class _Run:
         else:
             queries = [expand_query(self.query, ranked[:3])]
             action = "expand"
-        fresh = [q for q in queries if (call.engine, call.unit, q) not in self.tried]
+        fresh = [q for q in queries
+                 if (call.engine, call.unit, q, call.graph) not in self.tried]
         if not fresh:
             if not (self._escalate(call, f"{why}; no new query") or
                     self._fall_back(call, f"{why}; no new query")):
                 self.stop_reason = f"{why}; no new query to try"
             return
         for q in fresh:
-            self.queue.append(_Call(q, call.engine, call.unit, action, why))
+            self.queue.append(_Call(q, call.engine, call.unit, action, why, call.graph))
 
     def result(self) -> CorrectiveResult:
         return CorrectiveResult(self.query, list(self.evidence.values()), self.trace,
@@ -260,6 +302,23 @@ def _kind(hit: Mapping[str, Any]) -> str | None:
     return kind.stored
 
 
+def _composed(unit: str) -> bool:
+    """Whether ``unit`` is composed from the graph at query time (graph recall adds nothing)."""
+    try:
+        return units.get(unit).composed
+    except KeyError:
+        return False
+
+
+def _holds_leaves(hit: Mapping[str, Any]) -> bool:
+    """Whether a hit's text holds what its leaves say (a chunk, a document, a summary) — False
+    for the graph's units (``contains_leaves``), whose leaves only attest them."""
+    try:
+        return units.get(str(hit.get("unit") or "chunk")).contains_leaves
+    except KeyError:
+        return True  # another engine's kind: judged by its leaves as before
+
+
 def _listed(hit: Mapping[str, Any]) -> frozenset[str] | None:
     """The leaf chunk ids a derived hit lists in ``provenance.leaves`` (None: not listed)."""
     leaves = (hit.get("provenance") or {}).get("leaves")
@@ -278,6 +337,8 @@ def _contains(outer: Mapping[str, Any], inner: Mapping[str, Any]) -> bool:
     """
     if outer.get("id") is not None and outer.get("id") == inner.get("id"):
         return False
+    if not (_holds_leaves(outer) and _holds_leaves(inner)):
+        return False  # an entity, a fact or a path is derived from its leaves, not made of them
     inner_kind = _kind(inner)
     inner_leaves = _listed(inner)
     if inner_leaves is None and inner_kind == "chunk" and inner.get("id") is not None:
@@ -310,7 +371,9 @@ class CorrectiveRetriever:
     ``llm`` (a LangChain chat model / Runnable or a LlamaIndex LLM) enables
     rewriting and decomposition. ``min_evidence`` confident hits (≥ the upper
     threshold, over the whole trajectory) are needed before a retrieval counts as
-    correct: 2 suits multi-hop questions.
+    correct: 2 suits multi-hop questions. ``graph``: escalate to graph recall and the
+    graph's units where an engine advertises them (False: never); ``graph_recall=True``
+    in ``options`` turns graph recall on from the first step.
     """
 
     def __init__(self, source: Any, *, fallbacks: Sequence[Any] = (),
@@ -318,7 +381,7 @@ class CorrectiveRetriever:
                  max_tokens: int = 2000, min_evidence: int = 1, llm: Any = None,
                  llm_queries: int = 2,
                  options: Mapping[str, Any] | None = None,
-                 names: Sequence[str] | None = None) -> None:
+                 names: Sequence[str] | None = None, graph: bool = True) -> None:
         if min(k, max_steps, max_tokens, min_evidence) < 1:
             raise ValueError("k, max_steps, max_tokens and min_evidence must be at least 1")
         self.sources = [s if isinstance(s, HitSource) else HitSource(s)
@@ -333,7 +396,11 @@ class CorrectiveRetriever:
         self.min_evidence = min_evidence
         self.llm = ChatLLM(llm) if llm is not None else None
         self.llm_queries = llm_queries
-        self.options = {key: v for key, v in (options or {}).items()
+        given = dict(options or {})
+        self.graph_from_start = bool(given.pop(GRAPH_RECALL, None)
+                                     or given.pop(GRAPH_RECALL_WIRE, None))
+        self.graph = graph
+        self.options = {key: v for key, v in given.items()
                         if key not in ("k", "unit", "session_id", "token_budget")}
         self.start_unit = (options or {}).get("unit")
         self._ladders: dict[int, list[str]] = {}
@@ -341,16 +408,25 @@ class CorrectiveRetriever:
     def engine_name(self, index: int) -> str:
         return self.names[index]
 
-    def _retrieve_caps(self, index: int) -> dict[str, Any] | None:
-        """The engine's retrieve capability; None when it cannot be reached (its call will fail)."""
+    def _caps(self, index: int) -> dict[str, Any] | None:
+        """The engine's capabilities; None when it cannot be reached (its call will fail)."""
         try:
-            caps = self.sources[index].capabilities
+            return dict(self.sources[index].capabilities)
         except RCPError:
             return None
-        return dict(caps.get("retrieve") or {})
+
+    def _retrieve_caps(self, index: int) -> dict[str, Any] | None:
+        """The engine's retrieve capability; None when it cannot be reached."""
+        caps = self._caps(index)
+        return None if caps is None else dict(caps.get("retrieve") or {})
 
     def supports(self, index: int, feature: str) -> bool:
         return bool((self._retrieve_caps(index) or {}).get(feature))
+
+    def graph_recall_offered(self, index: int) -> bool:
+        """Whether the loop may turn graph recall on for this engine (it advertises
+        ``x-rcp-agentic.graphRecall``)."""
+        return self.graph and switch_offered(GRAPH_RECALL_WIRE, self._caps(index) or {})
 
     def ladder(self, index: int) -> list[str]:
         """The units this engine can escalate through, finest first."""
@@ -360,6 +436,8 @@ class CorrectiveRetriever:
                 return [self.start_unit or "chunk"]
             offered = caps.get("units") or ["chunk"]
             ladder = units.ladder(offered)
+            if not self.graph:
+                ladder = [u for u in ladder if units.get(u).enabled_by != "build_graph"]
             if self.start_unit in ladder:
                 ladder = ladder[ladder.index(self.start_unit):]
             self._ladders[index] = ladder or [offered[0]]

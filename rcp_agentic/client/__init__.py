@@ -7,7 +7,8 @@
 ...     await rcp.embed(["a", "b"], encoding="f32-base64", as_numpy=True)
 
 Results are the wire ``result`` objects as plain dicts (``embed`` vectors
-decoded); errors are :class:`~rcp_agentic.errors.RCPError` subclasses chosen by
+decoded; ``graph``, ``memory_build`` and ``memory_recall`` typed by the
+``TypedDict`` s of :mod:`.results`); errors are :class:`~rcp_agentic.errors.RCPError` subclasses chosen by
 code, plus :class:`ClientTimeout` and :class:`TransportError`. The client sends
 ``initialize`` on first use, gates every call on the advertised capabilities
 before any I/O (§14.4), pre-clamps ``k`` to ``maxK``, retries per §12.2, sends

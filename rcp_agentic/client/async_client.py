@@ -13,11 +13,15 @@ from .errors import ClientTimeout, RCPError, TransportError
 from .params import (
     embed_params,
     feedback_params,
+    graph_params,
     index_add_params,
+    memory_build_params,
+    memory_recall_params,
     index_delete_params,
     rerank_params,
     retrieve_params,
 )
+from .results import GraphResult, MemoryBuildResult, MemoryRecallResult
 from .retry import RetryPolicy
 from .sync_client import DEFAULT_TIMEOUT, default_stdio_command
 from .transport import AsyncTransport, Message
@@ -180,6 +184,32 @@ class AsyncRCPClient:
         """``feedback`` (§7.16): ``{"accepted": n}``."""
         return await self.call("feedback", feedback_params(signals, session_id, query),
                                timeout=timeout)
+
+    async def graph(self, op: str, query: Any = None, *, k: int | None = None,
+                    seed_ids: Sequence[str] | None = None, hops: int | None = None,
+                    level: int | None = None, session_id: str | None = None,
+                    timeout: float | None = None, strict: bool | None = None) -> GraphResult:
+        """``graph`` (§7.9); see :meth:`RCPClient.graph`."""
+        return await self.call(  # type: ignore[no-any-return]
+            "graph", graph_params(op, query, k, seed_ids, hops, level, session_id),
+            timeout=timeout, strict=strict)
+
+    async def memory_build(self, documents: Iterable[Mapping[str, Any]] | None = None, *,
+                           memory_id: str | None = None, scope: str | None = None,
+                           session_id: str | None = None, timeout: float | None = None,
+                           strict: bool | None = None) -> MemoryBuildResult:
+        """``memory/build`` (§7.17); see :meth:`RCPClient.memory_build`."""
+        return await self.call(  # type: ignore[no-any-return]
+            "memory/build", memory_build_params(documents, memory_id, scope, session_id),
+            timeout=timeout, strict=strict)
+
+    async def memory_recall(self, query: Any, *, memory_id: str | None = None,
+                            session_id: str | None = None, n: int | None = None,
+                            timeout: float | None = None) -> MemoryRecallResult:
+        """``memory/recall`` (§7.17); see :meth:`RCPClient.memory_recall`."""
+        return await self.call(  # type: ignore[no-any-return]
+            "memory/recall", memory_recall_params(query, memory_id, session_id, n),
+            timeout=timeout)
 
     async def call(self, method: str, params: Mapping[str, Any] | None = None, *,
                    timeout: float | None = None, on_progress: ProgressCallback | None = None,

@@ -11,12 +11,22 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from ..options import OPTIONS, VENDOR
 from ..protocol.methods import RCP_METHODS
 from .errors import CapabilityMissing, OptionUnsupported
 
 # Absent `retrieve.units` means chunk/passage only (§6.1); absent modalities mean text (§4.8).
 DEFAULT_UNITS = ("chunk", "passage")
 DEFAULT_MODALITIES = ("text",)
+# The vendor retrieve options that are true/false switches (``x-rcp-agentic-graphRecall``); a
+# server offering one says so with ``capabilities["x-rcp-agentic"]["graphRecall"]: true``.
+_VENDOR_SWITCHES = tuple(o.wire for o in OPTIONS if o.vendor and o.boolean)
+
+
+def switch_offered(wire: str, caps: Mapping[str, Any]) -> bool:
+    """Whether the server advertises the vendor switch ``wire`` (an ``x-rcp-agentic-<name>``
+    retrieve option) as ``capabilities["x-rcp-agentic"][<name>]: true``."""
+    return _obj(caps, VENDOR).get(wire.removeprefix(f"{VENDOR}-")) is True
 
 
 def _obj(mapping: Mapping[str, Any], key: str) -> Mapping[str, Any]:
@@ -102,6 +112,11 @@ def _check_retrieve(params: Mapping[str, Any], caps: Mapping[str, Any]) -> None:
         raise _unsupported("modality", params["modality"], modalities)
     if params.get("indexVersion") is not None and r.get("snapshots") is not True:
         raise _unsupported("indexVersion", params["indexVersion"], "snapshots are not advertised")
+    # A vendor switch (x-rcp-agentic-graphRecall) is sent only where the server advertises it.
+    for wire in _VENDOR_SWITCHES:
+        if params.get(wire) and not switch_offered(wire, caps):
+            raise _unsupported(wire, params[wire], "not advertised under capabilities"
+                                                   f"[{VENDOR!r}]")
     if params.get("cursor") is not None and "pagination" not in caps:
         raise _unsupported("cursor", params["cursor"], "pagination is not advertised")
     if params.get("filter") is not None:
@@ -139,8 +154,21 @@ def _check_index_add(params: Mapping[str, Any], caps: Mapping[str, Any]) -> None
             raise _unsupported(option, params[option], f"index.{flag} is not advertised")
 
 
+def _check_graph(params: Mapping[str, Any], caps: Mapping[str, Any]) -> None:
+    ops = _list(_obj(caps, "graph"), "ops")
+    if "op" in params and params["op"] not in ops:
+        raise _unsupported("op", params["op"], ops)
+
+
+def _check_memory_build(params: Mapping[str, Any], caps: Mapping[str, Any]) -> None:
+    scopes = _list(_obj(caps, "memory"), "scopes")
+    if params.get("scope") is not None and params["scope"] not in scopes:
+        raise _unsupported("scope", params["scope"], scopes)
+
+
 _OPTION_CHECKS = {"retrieve": _check_retrieve, "embed": _check_embed, "rerank": _check_rerank,
-                  "index/add": _check_index_add}
+                  "index/add": _check_index_add, "graph": _check_graph,
+                  "memory/build": _check_memory_build}
 
 
 def check_options(method: str, params: Mapping[str, Any], caps: Mapping[str, Any]) -> None:
@@ -150,11 +178,30 @@ def check_options(method: str, params: Mapping[str, Any], caps: Mapping[str, Any
         check(params, caps)
 
 
-def clamp(method: str, params: dict[str, Any], caps: Mapping[str, Any]) -> dict[str, Any]:
-    """``params`` with ``k`` pre-clamped to ``retrieve.maxK`` (§4.7: advertised bounds are authoritative)."""
+def _bounds(method: str, params: Mapping[str, Any], caps: Mapping[str, Any]) -> dict[str, Any]:
+    """The advertised upper bound of each count param of ``method``."""
     max_k = _obj(caps, "retrieve").get("maxK")
-    k = params.get("k")
-    if method == "retrieve" and isinstance(max_k, int) and isinstance(k, int) \
-            and not isinstance(k, bool) and k > max_k:
-        return {**params, "k": max_k}
-    return params
+    limits = _obj(_obj(caps, "x-rcp-agentic"), "limits")
+    if method == "retrieve":
+        return {"k": max_k}
+    if method == "graph":
+        return {"k": max_k if params.get("op") == "local" else limits.get("maxGraphNodes"),
+                "hops": limits.get("maxGraphHops")}
+    if method == "memory/recall":
+        return {"n": limits.get("maxClues")}
+    return {}
+
+
+def _count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def clamp(method: str, params: dict[str, Any], caps: Mapping[str, Any]) -> dict[str, Any]:
+    """``params`` with ``k`` pre-clamped to ``retrieve.maxK`` — and ``graph``'s ``k``/``hops``,
+    ``memory/recall``'s ``n`` to their advertised limits (§4.7: advertised bounds are
+    authoritative)."""
+    out = params
+    for name, bound in _bounds(method, params, caps).items():
+        if _count(bound) and _count(params.get(name)) and params[name] > bound:
+            out = {**out, name: bound}
+    return out

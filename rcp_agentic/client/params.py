@@ -89,3 +89,24 @@ def feedback_params(signals: Iterable[Mapping[str, Any]], session_id: str | None
     """``feedback`` (§7.16); signal keys may be snake_case (``hit_id`` → ``hitId``)."""
     return _present(signals=[{camel(k): v for k, v in s.items()} for s in signals],
                     sessionId=session_id, query=query)
+
+
+def graph_params(op: str, query: Any, k: int | None, seed_ids: Sequence[str] | None,
+                 hops: int | None, level: int | None, session_id: str | None) -> dict[str, Any]:
+    """``graph`` (§7.9)."""
+    return _present(op=op, query=query, k=k,
+                    seedIds=None if seed_ids is None else list(seed_ids), hops=hops,
+                    level=level, sessionId=session_id)
+
+
+def memory_build_params(documents: Iterable[Mapping[str, Any]] | None, memory_id: str | None,
+                        scope: str | None, session_id: str | None) -> dict[str, Any]:
+    """``memory/build`` (§7.17); ``sessionId`` names the trajectory of ``scope="session"``."""
+    return _present(documents=None if documents is None else [dict(d) for d in documents],
+                    memoryId=memory_id, scope=scope, sessionId=session_id)
+
+
+def memory_recall_params(query: Any, memory_id: str | None, session_id: str | None,
+                         n: int | None) -> dict[str, Any]:
+    """``memory/recall`` (§7.17)."""
+    return _present(query=query, memoryId=memory_id, sessionId=session_id, n=n)

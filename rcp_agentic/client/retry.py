@@ -5,7 +5,7 @@ backoff and jitter, honouring ``error.data.retryAfterMs`` (the HTTP transport
 copies ``Retry-After`` there); -32603 (InternalError) once; -32001
 (NotInitialized) once after a fresh ``initialize``; nothing else — in particular
 never -32016 (Conflict), -32006 (Cancelled) or -32014 (Timeout: the deadline is
-the caller's to extend). A write that is not idempotent (``index/add`` of a
+the caller's to extend). A write that is not idempotent (``index/add`` or ``memory/build`` of a
 document without an ``id``, ``feedback``) is only repeated on -32011, where the
 server refused it before doing anything.
 """
@@ -45,10 +45,12 @@ class RetryPolicy:
 
 def repeatable(method: str, params: Mapping[str, Any]) -> bool:
     """Whether sending the request twice is harmless (§7.10: explicit ids make adds upserts)."""
-    if method == "index/add":
+    if method in ("index/add", "memory/build"):
         docs = params.get("documents")
+        if method == "memory/build" and docs is None:
+            return True  # a rebuild over the live index (or a session's entities): idempotent
         return isinstance(docs, list) and all(isinstance(d, Mapping) and d.get("id") for d in docs)
-    return method not in ("feedback", "memory/build")
+    return method != "feedback"
 
 
 class RetryState:

@@ -17,11 +17,15 @@ from .errors import Cancelled, ClientTimeout, RCPError, TransportError
 from .params import (
     embed_params,
     feedback_params,
+    graph_params,
     index_add_params,
+    memory_build_params,
+    memory_recall_params,
     index_delete_params,
     rerank_params,
     retrieve_params,
 )
+from .results import GraphResult, MemoryBuildResult, MemoryRecallResult
 from .retry import RetryPolicy
 from .transport import Message, Transport, settle
 from .vectors import decode_vectors
@@ -214,6 +218,53 @@ class RCPClient:
         """``feedback`` (§7.16) signals (``{"hit_id"|"hitId", "used"?, "reward"?, ...}``): ``{"accepted": n}``."""
         return self.call("feedback", feedback_params(signals, session_id, query), timeout=timeout,
                          cancel=cancel)
+
+    def graph(self, op: str, query: Any = None, *, k: int | None = None,
+              seed_ids: Sequence[str] | None = None, hops: int | None = None,
+              level: int | None = None, session_id: str | None = None,
+              timeout: float | None = None, cancel: CancelToken | None = None,
+              strict: bool | None = None) -> GraphResult:
+        """``graph`` (§7.9), gated by the ``graph`` capability and its ``ops``.
+
+        ``op="local"``: ``{"hits": [...]}`` for ``query`` (entity-anchored, PageRank-expanded;
+        each hit's ``provenance.nodes`` names its entities). ``op="neighbors"``: ``{"nodes":
+        [...], "edges": [...]}`` within ``hops`` of ``seed_ids`` (node unit ids, e.g. from a
+        hit's ``provenance.nodes`` or a clue's ``seedIds``). ``k`` and ``hops`` above the
+        advertised limits are clamped; an op the server does not advertise raises
+        OptionUnsupported before sending.
+        """
+        return self.call("graph", graph_params(op, query, k, seed_ids, hops, level, session_id),
+                         timeout=timeout, cancel=cancel, strict=strict)  # type: ignore[no-any-return]
+
+    def memory_build(self, documents: Iterable[Mapping[str, Any]] | None = None, *,
+                     memory_id: str | None = None, scope: str | None = None,
+                     session_id: str | None = None, timeout: float | None = None,
+                     cancel: CancelToken | None = None,
+                     strict: bool | None = None) -> MemoryBuildResult:
+        """``memory/build`` (§7.17): ``{"memoryId": ..., "tokens": ...}``, gated by ``memory``.
+
+        No ``documents``: bring the memory (the knowledge graph) up to date with the index.
+        ``documents`` (``{"id"?, "text"}``) are added to the corpus first — give them ids, so a
+        retry is harmless. ``scope="session"`` with ``session_id`` remembers the entities the
+        texts name for that trajectory instead (nothing is added to the corpus).
+        """
+        return self.call("memory/build", memory_build_params(documents, memory_id, scope,
+                                                             session_id),
+                         timeout=timeout, cancel=cancel, strict=strict)  # type: ignore[no-any-return]
+
+    def memory_recall(self, query: Any, *, memory_id: str | None = None,
+                      session_id: str | None = None, n: int | None = None,
+                      timeout: float | None = None,
+                      cancel: CancelToken | None = None) -> MemoryRecallResult:
+        """``memory/recall`` (§7.17): ``{"clues": [{"query", "seedIds", "weight"}], "hits"?}``.
+
+        Feed a clue's ``query`` to :meth:`retrieve` (with the same ``session_id``) or its
+        ``seedIds`` to :meth:`graph` (``op="neighbors"``). ``memory_id`` pins the memory a
+        :meth:`memory_build` returned; ``session_id`` also seeds recall with the trajectory's
+        remembered entities.
+        """
+        return self.call("memory/recall", memory_recall_params(query, memory_id, session_id, n),
+                         timeout=timeout, cancel=cancel)  # type: ignore[no-any-return]
 
     def call(self, method: str, params: Mapping[str, Any] | None = None, *,
              timeout: float | None = None, cancel: CancelToken | None = None,

@@ -10,7 +10,11 @@ Each RCP hit becomes a ``Document`` (``id`` = hit id, ``page_content`` = hit tex
 of :mod:`rcp_agentic.options` is a field, and any of them (and ``k``) can be
 overridden per call as a keyword of ``invoke``/``ainvoke``/``batch``, as can the
 vendor options (``tree_search="traversal"``, ``rank_by="confidence"``). ``ainvoke``
-is natively async (an asyncio RCP client, no worker thread). Tracing callbacks see
+is natively async (an asyncio RCP client, no worker thread). On an engine with a knowledge
+graph, ``unit="node"|"triplet"|"path"|"subgraph"`` returns the graph's units (their
+``metadata["provenance"]`` holds the entity ``path``, ``nodes``, weighted ``edges`` and the
+``leaves`` that attest them) and ``graph_recall=True`` per call adds the graph's PageRank
+list to recall for any unit. Tracing callbacks see
 ``ls_retriever_name="rcp"`` and the effective ``rcp_k``/``rcp_mode``/``rcp_unit``/
 ``rcp_session_id`` of the call, plus ``rcp_engine``/``rcp_transport`` from the
 retriever's default metadata.

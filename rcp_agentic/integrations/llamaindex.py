@@ -10,7 +10,11 @@ the units it belongs to: ``SOURCE`` is the document unit (``doc:<docId>``), and
 ``PARENT`` is the next unit up — a chunk's page (PDF) or document, a page's
 document. In a tree (``unit="tree-node"``) ``PARENT`` is the node's (or leaf
 chunk's) first parent node and ``CHILD`` its child nodes, from ``meta.parent_ids``
-and ``meta.child_ids``; a node gets a ``SOURCE`` only when it covers one document.
+and ``meta.child_ids``; a node gets a ``SOURCE`` only when it covers one document. The
+knowledge graph's units (``node``, ``triplet``, ``path``, ``subgraph``) are linked the same
+way: ``SOURCE`` when all their evidence lies in one document, no ``PARENT``/``CHILD`` (an
+entity or a path is attested by its chunks, not made of them); their ``provenance`` (entity
+path, nodes, weighted edges, leaves) stays in the metadata, out of the LLM's text.
 It works wherever LlamaIndex takes a ``BaseRetriever`` (query engines, node
 postprocessors, instrumentation), sync and async.
 """
@@ -52,7 +56,7 @@ SCORE_MODES: tuple[str, ...] = ("confidence", "score")
 EXCLUDED_METADATA_KEYS: list[str] = [
     "hit_id", "score", "confidence", "unit", "level", "scores", "citation", "provenance",
     "chunk", "trust", "chunk_index", "chunk_start_char", "chunk_end_char", "chunk_token_count",
-    "parent_ids", "child_ids", "spans"]
+    "parent_ids", "child_ids", "spans", "citations"]
 
 # Per-call overrides of retrieve_with(): (retriever, options), read back in _retrieve, so they
 # pass through BaseRetriever.retrieve (events, callbacks) and cannot leak into another retriever.

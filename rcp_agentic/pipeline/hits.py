@@ -53,6 +53,11 @@ def build_hit(row: dict[str, Any], *, unit: str, score: float, scores: dict[str,
             meta["child_ids"] = umeta["children"]
         if umeta.get("spans"):
             meta["spans"] = umeta["spans"]
+        if row["unit"] == "node":
+            meta.update({k: umeta[k] for k in ("name", "kind", "aliases") if k in umeta})
+        elif row["unit"] == "triplet":
+            meta.update({"subject": umeta.get("subject_name"), "object": umeta.get("object_name"),
+                         "relation": umeta.get("relation"), "typed": umeta.get("typed", False)})
     if parents:
         meta["parent_ids"] = parents
     text = row["text"] if include_text else None
@@ -74,7 +79,48 @@ def build_hit(row: dict[str, Any], *, unit: str, score: float, scores: dict[str,
         "level": row["level"], "meta": meta, "scores": scores, "citation": citation,
         "vector": vector.tolist() if vector is not None else None,
         "chunk": None if derived else {"doc_id": row["doc_id"], "index": row["idx"]},
-        "provenance": {"leaves": row.get("leaves") or []} if derived else None,
+        "provenance": _provenance(row) if derived else None,
         "trust": {"level": row["trust"],
                   "injection_suspected": None if row["injection_suspected"] is None
                   else bool(row["injection_suspected"])}})
+
+
+def _provenance(row: dict[str, Any]) -> dict[str, Any]:
+    """A derived unit's provenance: its leaves; a triplet also its two nodes and their edge."""
+    out: dict[str, Any] = {"leaves": row.get("leaves") or []}
+    umeta = row.get("umeta") or {}
+    if row["unit"] == "node":
+        out["nodes"] = [row["uid"]]
+    elif row["unit"] == "triplet" and umeta.get("subject") and umeta.get("object"):
+        out["nodes"] = [umeta["subject"], umeta["object"]]
+        out["edges"] = [{"src": umeta["subject"], "dst": umeta["object"],
+                         "weight": float(umeta.get("weight") or 0.0)}]
+    return out
+
+
+def build_composed_hit(unit: Any, *, score: float, scores: dict[str, float],
+                       include_text: bool = True, max_chars: int | None = None,
+                       notes: list[str] | None = None) -> Hit:
+    """One hit from a unit composed at query time (``rcp_agentic.graph.compose.Composed``: a
+    path or a subgraph). ``provenance`` carries the entity ``path`` (a path), the ``nodes``
+    and weighted ``edges`` shown and the ``leaves`` (chunk ids) whose sentences it shows;
+    ``meta.citations`` cites each of those chunks, ``citation`` the first; ``meta.doc_ids``
+    their documents, most-shown first. No ``confidence``: composed kinds are not calibrated.
+    """
+    meta: dict[str, Any] = {"doc_ids": list(unit.doc_ids), "citations": list(unit.citations),
+                            "chunk_token_count": unit.tokens}
+    text = unit.text if include_text else None
+    if text is not None and max_chars is not None and len(text) > max_chars:
+        meta["truncated"], meta["text_chars"] = True, len(text)
+        note = (f"hit {unit.uid}: text cut to its first {max_chars} of {len(text)} "
+                "characters (maxHitChars)")
+        if notes is not None and note not in notes:
+            notes.append(note)
+        text = text[:max_chars]
+    return Hit.model_validate({
+        "id": unit.uid, "score": score, "text": text, "unit": unit.unit, "level": 0,
+        "meta": meta, "scores": scores, "citation": unit.citation or None,
+        "provenance": {"path": list(unit.path) or None, "nodes": list(unit.nodes),
+                       "edges": [{"src": a, "dst": b, "weight": w} for a, b, w in unit.edges],
+                       "leaves": list(unit.leaf_uids)},
+        "trust": unit.trust or None})

@@ -24,8 +24,9 @@ from .filters import check_filter_size
 
 MODES = ("dense", "sparse", "hybrid")
 FUSIONS = ("rrf", "weighted", "convex")
-# The named recall lists the fusion combines (the graph's PageRank will be the third).
-RECALL_SOURCES = ("dense", "sparse")
+# The named recall lists the fusion combines: dense, sparse, and the knowledge graph's
+# personalised PageRank when ``x-rcp-agentic-graphRecall`` is on.
+RECALL_SOURCES = ("dense", "sparse", "graph")
 # What a plan is checked against when the caller passes no configuration.
 DEFAULT_CONFIG = EngineConfig.model_validate({})
 
@@ -71,6 +72,7 @@ class RetrieveParams(_Params):
     meta: dict[str, Any] | None = Field(None, alias="_meta")
     rank_by: StrictStr | None = Field(None, alias="x-rcp-agentic-rankBy")
     tree_search: StrictStr | None = Field(None, alias="x-rcp-agentic-treeSearch")
+    graph_recall: StrictBool | None = Field(None, alias="x-rcp-agentic-graphRecall")
 
 
 PARAM_NAMES = frozenset(
@@ -111,6 +113,8 @@ class Plan:
     # The (stored unit, level) pairs pooled for recall: one, or every layer of a collapsed tree.
     kinds: list[tuple[str, int]] = field(default_factory=list)
     tree_search: str = "collapsed"
+    # Whether the graph's PageRank list joins recall (x-rcp-agentic-graphRecall).
+    graph_recall: bool = False
 
     @property
     def pooled(self) -> bool:
@@ -309,10 +313,21 @@ def make_plan(p: RetrieveParams, config: EngineConfig = DEFAULT_CONFIG, *,
         if top_n > config.rerank_max_candidates:
             notes.append(f"rerank.topN clamped to maxCandidates={config.rerank_max_candidates}")
 
+    graph_recall = bool(p.graph_recall)
+    if graph_recall and units.get(unit).composed:
+        graph_recall = False  # a path or subgraph is composed from the graph anyway
+    elif graph_recall and "node" not in (offered if offered is not None else {}):
+        unsupported("x-rcp-agentic-graphRecall", "this engine has no knowledge graph (build "
+                    "it with build_graph / `rcp-agentic index --graph`)")
+        graph_recall = False
     fusion = p.fusion or FusionParams()
     if fusion.method not in FUSIONS:
         unsupported("fusion.method", f"fusion {fusion.method!r} is not supported")
         fusion = FusionParams()
+    if graph_recall and fusion.method == "convex":
+        unsupported("fusion.method", "convex fusion combines exactly dense and sparse; use rrf "
+                    "or weighted with x-rcp-agentic-graphRecall")
+        fusion = FusionParams(weights=fusion.weights, rrf_k=fusion.rrf_k)
     weights = {name: 1.0 for name in RECALL_SOURCES}
     if fusion.weights is not None:
         for name, w in fusion.weights.items():
@@ -327,6 +342,11 @@ def make_plan(p: RetrieveParams, config: EngineConfig = DEFAULT_CONFIG, *,
         if not any(weights.values()):
             raise InvalidParams("at least one fusion weight must be positive",
                                 field="fusion.weights")
+    if graph_recall and (fusion.weights is None or "graph" not in fusion.weights):
+        # By default the graph's list carries as much of the vote as the others together
+        # (HippoRAG fuses its PageRank ranking 1:1 with the hybrid one).
+        weights["graph"] = sum(w for n, w in weights.items()
+                               if n != "graph" and (mode == "hybrid" or n == mode)) or 1.0
     if p.min_score is not None and p.min_score != p.min_score:
         raise InvalidParams("minScore must be a number", field="minScore")
     return Plan(
@@ -338,7 +358,7 @@ def make_plan(p: RetrieveParams, config: EngineConfig = DEFAULT_CONFIG, *,
         include_vectors=p.include_vectors, index_version=p.index_version,
         token_budget=p.token_budget, session_id=p.session_id, cursor=p.cursor,
         rerank_top_n=rerank_top_n, rank_by_confidence=rank_by_confidence,
-        mmr_lambda=mmr_lambda,
+        mmr_lambda=mmr_lambda, graph_recall=graph_recall,
         recency_field=recency_field,
         recency_half_life_days=float(half_life) if half_life is not None else None,
         max_hit_chars=config.max_hit_chars, notes=notes)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -26,7 +27,7 @@ from ..wire import Hit, RetrieveResult, Usage
 from . import cursor, fusion
 from .cursor import CursorState, query_hash
 from .filters import compile_filter
-from .hits import build_hit
+from .hits import build_composed_hit, build_hit
 from .mmr import mmr_order
 from .packing import pack
 from .params import PARAM_NAMES, Plan, make_plan, parse_params
@@ -34,6 +35,7 @@ from .recency import decay
 
 if TYPE_CHECKING:
     from ..config import EngineConfig
+    from ..graph.ppr import GraphView
     from ..models.embedder import TimedEmbedder
     from ..models.reranker import Reranker
     from ..sessions import SessionStore
@@ -42,6 +44,25 @@ if TYPE_CHECKING:
     from .confidence import Calibrator
 
 RERANK_SLICE = 16  # rerank in slices, so a cancel or deadline stops a long rerank part-way
+# Graph recall's passage prior: the best chunks of the fused dense/sparse lists (HippoRAG seeds
+# PageRank with the query's entities; a small share of the reset on these passages).
+GRAPH_PRIOR_DEPTH = 20
+# A unit joins the graph's list only with at least this share of the best unit's mass: the
+# prior alone gives every dense/sparse hit a little mass, and in a rank fusion (RRF) that
+# membership would count as a graph vote for passages the query's entities never reach.
+# Measured through the engine (bench/graph.py engine; R@5 HotpotQA / 2Wiki): share 0 gives
+# 0.895 / 0.764, 0.05 gives 0.915 / 0.916, 0.1 gives 0.908 / 0.819, 0.2 gives 0.868 / 0.747.
+GRAPH_MIN_SHARE = 0.05
+
+
+class GraphList(list[tuple[int, float]]):
+    """The graph's ranked recall list (positions, PageRank mass, best first, cut to the recall
+    depth), with the mass of every position PageRank reached (``scores``: fills the ``graph``
+    stage score of units beyond the cut)."""
+
+    def __init__(self, ranked: list[tuple[int, float]], scores: dict[int, float]) -> None:
+        super().__init__(ranked)
+        self.scores = scores
 
 
 class Retrieval:
@@ -55,6 +76,7 @@ class Retrieval:
     reranker: Reranker | None
     calibrator: Calibrator | None
     sessions: SessionStore
+    composers: dict[str, Callable[..., Any]]
     _secret: bytes
 
     def _index(self, kinds: list[tuple[str, int]], version: int | None = None) -> UnitIndex:
@@ -74,6 +96,9 @@ class Retrieval:
         raise NotImplementedError
 
     def filter_fields(self) -> dict[str, str]:
+        raise NotImplementedError
+
+    def graph_view(self, version: int | None = None) -> GraphView | None:
         raise NotImplementedError
 
     def retrieve(self, query: Any, k: int = 10, **options: Any) -> RetrieveResult:
@@ -131,6 +156,9 @@ class Retrieval:
         if plan.recency_field and fields.get(plan.recency_field) != "date":
             raise InvalidParams(f"recency.field {plan.recency_field!r} is not a declared date "
                                 "field", field="recency.field")
+        if units.get(plan.unit).composed:
+            return self._retrieve_composed(plan, params.strict, state, served, fields, qhash,
+                                           start, ctl)
         index = self._index(plan.kinds, served)
         lag = self._derived_lag(plan.kinds, served)
         if lag:
@@ -158,13 +186,18 @@ class Retrieval:
             term_ids = self.query_terms(plan.query)
             ranked = index.sparse(term_ids, depth, allowed)
             lists["sparse"] = list(zip(ranked.positions.tolist(), ranked.scores.tolist()))
+        if plan.graph_recall:
+            graph = self._graph_recall(plan, index, served, fields, lists, allowed, qvec,
+                                       term_ids, depth)
+            if graph is not None:
+                lists["graph"] = graph
         ctl.check()
         ranked_list = self._fuse(plan, lists, index, qvec, term_ids)
         if plan.session_id:
             new = self.sessions.filter_new(plan.session_id,
                                            self._candidates(index, [p for p, _s in ranked_list]))
             ranked_list = [ps for ps, ok in zip(ranked_list, new) if ok]
-        fused = dict(ranked_list) if plan.mode == "hybrid" else {}
+        fused = dict(ranked_list) if plan.mode == "hybrid" or "graph" in lists else {}
         if ctl.wants_progress:
             first = ranked_list[:plan.k]
             partial = self._hits(plan, index, first, lists, qvec, term_ids,
@@ -187,10 +220,15 @@ class Retrieval:
             ranked_list = [(p, s) for p, s in ranked_list if s >= plan.min_score]
         if plan.mmr_lambda is not None:
             ranked_list = self._mmr(plan, index, ranked_list)
-        contains = self._containment(index, ranked_list) if plan.pooled else None
+        contains, keeps = (self._containment(index, ranked_list, plan.query) if plan.pooled
+                           else (None, None))
         packed = pack([int(index.tokens[p]) for p, _s in ranked_list], plan.k, plan.token_budget,
                       start=state.start if state else 0,
-                      exclude=state.exclude if state else frozenset(), leaves=contains)
+                      exclude=state.exclude if state else frozenset(), leaves=contains,
+                      keeps=keeps)
+        if packed.withheld:
+            plan.notes.append(f"skipped {packed.withheld} summary hit(s) that would displace a "
+                              "finer hit whose best-matching sentence they leave out")
         if packed.contained:
             plan.notes.append(f"skipped {packed.contained} hit(s) contained in or containing a "
                               "hit already packed")
@@ -283,10 +321,15 @@ class Retrieval:
         return np.vstack([got[r] for r in rowids])
 
     def _fill(self, index: UnitIndex, name: str, positions: list[int], qvec: np.ndarray | None,
-              term_ids: list[int]) -> dict[int, float]:
-        """Exact scores of one retriever for the given positions."""
+              term_ids: list[int],
+              lists: dict[str, list[tuple[int, float]]] | None = None) -> dict[int, float]:
+        """Exact scores of one retriever for the given positions (the graph's: the PageRank
+        mass its list recorded, 0 where PageRank did not reach)."""
         if not positions:
             return {}
+        if name == "graph":
+            mass = getattr((lists or {}).get("graph"), "scores", {})
+            return {p: float(mass.get(p, 0.0)) for p in positions}
         pos = np.asarray(positions, dtype=np.int64)
         if name == "dense":
             assert qvec is not None
@@ -295,11 +338,10 @@ class Retrieval:
 
     def _fuse(self, plan: Plan, lists: dict[str, list[tuple[int, float]]], index: UnitIndex,
               qvec: np.ndarray | None, term_ids: list[int]) -> list[tuple[int, float]]:
-        """The fused ranking; a pool of several kinds (a collapsed tree) is fused layer by
-        layer — each layer's units ranked among themselves, as in an index of their own —
-        and the layers merged by fused score, so the chunks keep the order a chunk-only
-        retrieve gives them."""
-        if plan.mode != "hybrid":
+        """The fused ranking. In a pool of several kinds (a collapsed tree) a chunk's rank in
+        each list counts only the chunks above it, so the chunks keep the order a chunk-only
+        retrieve gives them; a summary's rank counts every unit above it."""
+        if plan.mode != "hybrid" and "graph" not in lists:
             return lists[plan.mode]
         return self._fuse_lists(plan, lists, index, qvec, term_ids)
 
@@ -307,9 +349,13 @@ class Retrieval:
                     index: UnitIndex, qvec: np.ndarray | None,
                     term_ids: list[int]) -> list[tuple[int, float]]:
         if plan.fusion == "rrf":
-            return fusion.rrf(lists, plan.weights, plan.rrf_k)
+            leaf = None
+            if plan.pooled:
+                chunk = units.get("chunk").stored
+                leaf = lambda p: index.units[p] == chunk  # noqa: E731
+            return fusion.rrf(lists, plan.weights, plan.rrf_k, leaf=leaf)
         union = sorted({p for ranked in lists.values() for p, _s in ranked})
-        fill = {name: self._fill(index, name, union, qvec, term_ids) for name in lists}
+        fill = {name: self._fill(index, name, union, qvec, term_ids, lists) for name in lists}
         if plan.fusion == "weighted":
             return fusion.weighted(lists, plan.weights, fill)
         return fusion.convex(lists, plan.alpha, fill)
@@ -321,9 +367,11 @@ class Retrieval:
               fused: dict[int, float] | None = None) -> list[Hit]:
         """Hits for ``top``; ``scores`` keeps every stage's score (``fused`` before any rerank)."""
         positions = [p for p, _s in top]
-        per_stage = {name: self._fill(index, name, positions, qvec, term_ids) for name in lists}
+        per_stage = {name: self._fill(index, name, positions, qvec, term_ids, lists)
+                     for name in lists}
         confidence = ([learned[p] for p in positions] if learned is not None
-                      else self._confidence(plan, index, positions, per_stage, term_ids, ranks))
+                      else self._confidence(plan, index, positions, per_stage, term_ids, ranks,
+                                            lists))
         rowids = [int(index.rowids[p]) for p in positions]
         rows = self.store.hydrate(rowids)
         vectors = self.store.vectors(rowids) if plan.include_vectors else {}
@@ -350,9 +398,12 @@ class Retrieval:
 
     def _probabilities(self, plan: Plan, index: UnitIndex, positions: list[int],
                        per_stage: dict[str, dict[int, float]], term_ids: list[int],
-                       ranks: np.ndarray) -> np.ndarray | None:
+                       ranks: np.ndarray,
+                       lists: dict[str, list[tuple[int, float]]] | None = None,
+                       ) -> np.ndarray | None:
         """Calibrated P(relevant) of the units at ``positions``, each by the model of its kind's
-        calibration family (NaN where that family has no model; None without any)."""
+        calibration family (NaN where that family has no model; None without any); ``lists``,
+        the recall lists, are the query's pool the scores are read against."""
         if self.calibrator is None or not positions:
             return None
         families = [units.calibration_family(index.units[p]) for p in positions]
@@ -368,18 +419,24 @@ class Retrieval:
             if not self.calibrator.supports(plan.mode, family):
                 continue
             at = np.array([i for i, f in enumerate(families) if f == family])
+            pool = None if lists is None else {
+                name: np.array([s for p, s in ranked
+                                if units.calibration_family(index.units[p]) == family])
+                for name, ranked in lists.items()}
             probs[at] = self.calibrator.predict(
                 mode=plan.mode, unit=family, dense=None if dense is None else dense[at],
-                sparse=None if sparse is None else sparse[at], ceiling=ceiling, ranks=ranks[at])
+                sparse=None if sparse is None else sparse[at], ceiling=ceiling, ranks=ranks[at],
+                pool=pool)
         return np.clip(probs, 0.0, 1.0)
 
     def _confidence(self, plan: Plan, index: UnitIndex, positions: list[int],
                     per_stage: dict[str, dict[int, float]], term_ids: list[int],
-                    ranks: list[int]) -> list[float | None] | None:
+                    ranks: list[int], lists: dict[str, list[tuple[int, float]]] | None = None,
+                    ) -> list[float | None] | None:
         """Calibrated P(relevant) per hit, made non-increasing down the list (None for a hit
         whose kind has no calibration)."""
         probs = self._probabilities(plan, index, positions, per_stage, term_ids,
-                                    np.asarray(ranks, dtype=np.float64))
+                                    np.asarray(ranks, dtype=np.float64), lists)
         if probs is None:
             return None
         out: list[float | None] = []
@@ -401,9 +458,10 @@ class Retrieval:
         Measured on SciFact (held-out folds): nDCG@10 0.879 against RRF's 0.873.
         """
         positions = [p for p, _s in ranked]
-        per_stage = {name: self._fill(index, name, positions, qvec, term_ids) for name in lists}
+        per_stage = {name: self._fill(index, name, positions, qvec, term_ids, lists)
+                     for name in lists}
         probs = self._probabilities(plan, index, positions, per_stage, term_ids,
-                                    np.arange(len(positions), dtype=np.float64))
+                                    np.arange(len(positions), dtype=np.float64), lists)
         if probs is None or np.isnan(probs).any():
             raise OptionUnsupported(f"no confidence calibration for {plan.mode}/{plan.unit}",
                                     option="x-rcp-agentic-rankBy")
@@ -412,24 +470,38 @@ class Retrieval:
         return [(positions[i], learned[positions[i]]) for i in order], learned
 
     def _candidates(self, index: UnitIndex, positions: list[int]) -> list[Candidate]:
-        """What the session dedup rule needs of each unit; a derived unit brings its leaves."""
-        derived = [int(index.rowids[p]) for p in positions if not index.doc_ids[p]]
+        """What the session dedup rule needs of each unit; a derived unit that contains its
+        leaves (a summary) brings them. A graph unit's leaves only attest it (a node is not
+        the chunks that mention it), so it is judged by its id alone."""
+        def summary(p: int) -> bool:
+            return not index.doc_ids[p] and units.get(index.units[p]).contains_leaves
+
+        derived = [int(index.rowids[p]) for p in positions if summary(p)]
         rows = self.store.hydrate(derived) if derived else {}
         out = []
         for p in positions:
             ps, pe = int(index.page_start[p]), int(index.page_end[p])
-            row = rows.get(int(index.rowids[p])) if not index.doc_ids[p] else None
+            row = rows.get(int(index.rowids[p])) if summary(p) else None
             out.append(Candidate(index.uids[p], index.units[p], index.doc_ids[p],
                                  ps if ps >= 0 else None, pe if pe >= 0 else None,
                                  leaves=None if row is None else frozenset(row["leaves"]),
                                  docs=frozenset() if row is None else frozenset(row["doc_ids"])))
         return out
 
-    def _containment(self, index: UnitIndex,
-                     ranked: list[tuple[int, float]]) -> Callable[[int], frozenset[str] | None]:
-        """For packing a pooled list: the leaf chunks of the i-th ranked unit (a chunk is its
-        own leaf; None for a unit judged by place, a page or document), fetched lazily."""
+    def _containment(self, index: UnitIndex, ranked: list[tuple[int, float]], query: str
+                     ) -> tuple[Callable[[int], frozenset[str] | None], Callable[[int, int], bool]]:
+        """For packing a pooled list: ``leaves(i)``, the leaf chunks of the i-th ranked unit (a
+        chunk is its own leaf; None for a unit judged by place, a page or document), and
+        ``keeps(i, j)``: whether unit i holds the best query-matching sentence of unit j it
+        contains (BM25 idf of the analysed query terms a sentence holds; ties all count).
+        A summary's sentences are its stored spans; a chunk's come from the tree's splitter,
+        so an extracted sentence is the same string in both. Everything is fetched lazily."""
+        from ..raptor.summarize import split_sentences
+
         cache: dict[int, frozenset[str] | None] = {}
+        said: dict[int, list[str]] = {}
+        weights: dict[str, float] = {}
+        terms = set(analyze(query))
 
         def leaves(i: int) -> frozenset[str] | None:
             if i not in cache:
@@ -441,7 +513,34 @@ class Retrieval:
                     rowid = int(index.rowids[pos])
                     cache[i] = frozenset(self.store.covered_leaves([rowid]).get(rowid, []))
             return cache[i]
-        return leaves
+
+        def sentences(i: int) -> list[str]:
+            if i not in said:
+                rowid = int(index.rowids[ranked[i][0]])
+                row = self.store.hydrate([rowid]).get(rowid) or {}
+                text = row.get("text") or ""
+                spans = (row.get("umeta") or {}).get("spans")
+                found = ([text[s["at"][0]:s["at"][1]] for s in spans] if spans
+                         else [s.text for s in split_sentences(text, None, 0)])
+                said[i] = [" ".join(s.split()) for s in found]
+            return said[i]
+
+        def weight(term: str) -> float:
+            if term not in weights:
+                tid = self.store.term_id(term)
+                df = (int(index.indptr[tid + 1] - index.indptr[tid])
+                      if tid is not None and tid + 1 < len(index.indptr) else 0)
+                weights[term] = float(np.log1p((index.size - df + 0.5) / (df + 0.5)))
+            return weights[term]
+
+        def keeps(i: int, j: int) -> bool:
+            fine = sentences(j)
+            if not fine:
+                return True
+            scores = [sum(weight(t) for t in terms.intersection(analyze(s))) for s in fine]
+            top = max(scores)
+            return not {s for s, sc in zip(fine, scores) if sc == top}.isdisjoint(sentences(i))
+        return leaves, keeps
 
     def _traverse(self, plan: Plan, index: UnitIndex, qvec: np.ndarray,
                   allowed: np.ndarray | None) -> np.ndarray:
@@ -485,3 +584,234 @@ class Retrieval:
         order = sorted(range(len(head)), key=lambda i: (-scores[i], i))
         reranked = [(head[i][0], scores[i]) for i in order]
         return reranked, {head[i][0]: scores[i] for i in range(len(head))}
+
+    # --- the knowledge graph: graph-aware recall and composed units ----------------------------
+
+    def _graph_scope(self, plan: Plan, served: int, fields: dict[str, str]
+                     ) -> tuple[GraphView | None, frozenset[str] | None]:
+        """The graph this request may see at version ``served`` (restricted to the chunks its
+        filter allows) and those chunk keys (None without a filter); (None, None) without a
+        graph, with a usage note."""
+        view = self.graph_view(served)
+        if view is None:
+            plan.notes.append(f"index version v{served} holds no knowledge graph: no graph "
+                              "recall")
+            return None, None
+        allowed: frozenset[str] | None = None
+        if plan.filter is not None:
+            compiled = compile_filter(plan.filter, fields or self.filter_fields())
+            rows = self.store.filtered_rowids([("chunk", 0)], served, compiled.sql,
+                                              compiled.params)
+            allowed = frozenset(f"r{int(r)}" for r in rows)
+        from ..graph.compose import scoped_view
+
+        return scoped_view(view, allowed), allowed
+
+    def _chunk_prior(self, plan: Plan, served: int, index: UnitIndex | None,
+                     lists: dict[str, list[tuple[int, float]]], qvec: np.ndarray | None,
+                     term_ids: list[int], allowed: frozenset[str] | None) -> dict[str, float]:
+        """Graph recall's passage prior: the best ``GRAPH_PRIOR_DEPTH`` chunks (by key) of the
+        dense/sparse lists of the plan's mode, RRF-fused; read from ``lists`` when the pool
+        holds the chunks, else recalled from the chunk index (within ``allowed``)."""
+        chunk_lists: dict[str, list[tuple[int, float]]]
+        if index is not None and ("chunk", 0) in plan.kinds:
+            ci = index
+            chunk_lists = {name: [(p, s) for p, s in ranked if index.units[p] == "chunk"]
+                           for name, ranked in lists.items() if name in ("dense", "sparse")}
+        else:
+            ci = self._index([("chunk", 0)], served)
+            inside = (ci.positions_of(np.array([int(k[1:]) for k in allowed], dtype=np.int64))
+                      if allowed is not None else None)
+            chunk_lists = {}
+            if qvec is not None and plan.mode in ("dense", "hybrid"):
+                chunk_plan = replace(plan, kinds=[("chunk", 0)], notes=[])
+                chunk_lists["dense"] = self._dense(ci, chunk_plan, qvec, inside,
+                                                   GRAPH_PRIOR_DEPTH)
+            if plan.mode in ("sparse", "hybrid") and (inside is None or len(inside)):
+                ranked = ci.sparse(term_ids, GRAPH_PRIOR_DEPTH, inside)
+                chunk_lists["sparse"] = list(zip(ranked.positions.tolist(),
+                                                 ranked.scores.tolist()))
+        fused = fusion.rrf({n: r for n, r in chunk_lists.items() if r},
+                           {n: 1.0 for n in chunk_lists}, plan.rrf_k)
+        return {f"r{int(ci.rowids[p])}": float(s) for p, s in fused[:GRAPH_PRIOR_DEPTH]}
+
+    def _graph_recall(self, plan: Plan, index: UnitIndex, served: int, fields: dict[str, str],
+                      lists: dict[str, list[tuple[int, float]]], allowed: np.ndarray | None,
+                      qvec: np.ndarray | None, term_ids: list[int], depth: int
+                      ) -> GraphList | None:
+        """The third recall list (``x-rcp-agentic-graphRecall``): HippoRAG's personalised
+        PageRank from the query's linked entities (weighted by specificity) plus a small share
+        on the dense/sparse passage prior, over the graph the request's filter allows. Scores
+        the plan's unit: a chunk its passage mass; a page or document the best mass of its
+        chunks; in a collapsed tree only the chunks; a node its entity's mass; a triplet the
+        mean of its two entities'. None (hybrid alone, with a note) when there is no graph
+        or the query names no entity of it."""
+        from ..graph.compose import pagerank
+
+        view, allowed_keys = self._graph_scope(plan, served, fields)
+        if view is None:
+            return None
+        links = view.link(plan.query)
+        if not links:
+            plan.notes.append("graph recall: the query names no entity of the graph; "
+                              "dense/sparse recall only")
+            return None
+        prior = self._chunk_prior(plan, served, index, lists, qvec, term_ids, allowed_keys)
+        mass = self._graph_positions(plan, index, served, view, pagerank(view, links, prior))
+        if allowed is not None:
+            inside = set(allowed.tolist())
+            mass = {p: s for p, s in mass.items() if p in inside}
+        ranked = sorted(mass.items(), key=lambda ps: (-ps[1], ps[0]))
+        floor = GRAPH_MIN_SHARE * ranked[0][1] if ranked else 0.0
+        return GraphList([ps for ps in ranked[:depth] if ps[1] >= floor], mass)
+
+    def _graph_positions(self, plan: Plan, index: UnitIndex, served: int, view: GraphView,
+                         scores: np.ndarray) -> dict[int, float]:
+        """PageRank masses mapped onto the positions of ``index`` (see ``_graph_recall``)."""
+        from ..graph.compose import chunk_masses, node_masses, triplet_masses
+
+        stored = plan.stored_unit
+        out: dict[int, float] = {}
+        if stored in ("node", "triplet"):
+            by_uid = (node_masses if stored == "node" else triplet_masses)(view, scores)
+            found = index.positions_of_uids(list(by_uid))
+            return {int(p): by_uid[index.uids[p]] for p in found}
+        chunks = chunk_masses(view, scores)
+        if ("chunk", 0) in plan.kinds:  # chunks, or a collapsed tree whose chunks score
+            for key, m in chunks.items():
+                p = index.position.get(int(key[1:]))
+                if p is not None:
+                    out[p] = m
+            return out
+        if stored == "document":
+            where = {index.doc_ids[p]: int(p) for p in index.kind_positions("document", 0)}
+            for key, m in chunks.items():
+                p = where.get(view.graph.chunk_docs.get(key, ""))
+                if p is not None and m > out.get(p, 0.0):
+                    out[p] = m
+            return out
+        if stored == "page":
+            ci = self._index([("chunk", 0)], served)
+            pages = {(index.doc_ids[p], int(index.page_start[p])): int(p)
+                     for p in index.kind_positions("page", 0)}
+            for key, m in chunks.items():
+                c = ci.position.get(int(key[1:]))
+                if c is None or int(ci.page_start[c]) < 0:
+                    continue
+                first = int(ci.page_start[c])
+                last = max(first, int(ci.page_end[c]))
+                for page in range(first, last + 1):
+                    p = pages.get((ci.doc_ids[c], page))
+                    if p is not None and m > out.get(p, 0.0):
+                        out[p] = m
+            return out
+        plan.notes.append(f"graph recall does not score {plan.unit} units")
+        return out
+
+    def _retrieve_composed(self, plan: Plan, strict: bool, state: CursorState | None,
+                           served: int, fields: dict[str, str], qhash: str, start: float,
+                           ctl: Any) -> RetrieveResult:
+        """``retrieve`` of a composed unit (``path``, ``subgraph``): composed at query time from
+        the graph the request may see by the kind's composer (``composers``), then session
+        dedup (a unit whose leaf chunks were all returned already is not returned again),
+        rerank, ``minScore``, packing to ``k`` and ``tokenBudget`` and cursors, as for stored
+        units. Confidence is not given (no calibration for composed kinds)."""
+        def unsupported(option: str, message: str) -> None:
+            if strict:
+                raise OptionUnsupported(message, option=option)
+            plan.notes.append(f"ignored {option}: {message}")
+
+        if plan.mmr_lambda is not None:
+            unsupported("mmr", f"{plan.unit} units are composed per query and have no vectors "
+                        "to diversify by")
+        if plan.recency_field:
+            unsupported("recency", f"{plan.unit} units span documents of many dates")
+        if plan.include_vectors:
+            unsupported("includeVectors", f"{plan.unit} units are composed and not embedded")
+        if plan.rank_by_confidence:
+            unsupported("x-rcp-agentic-rankBy", f"no confidence calibration for {plan.unit}")
+        version = f"v{served}"
+
+        def result(hits: list[Hit], candidates: int = 0, tokens: int = 0,
+                   next_cursor: str | None = None, reranked: int = 0) -> RetrieveResult:
+            usage = Usage(candidates=candidates, reranked=reranked, tokens=tokens,
+                          latency_ms=round((time.perf_counter() - start) * 1000.0, 3),
+                          notes=plan.notes or None)
+            return RetrieveResult(hits=hits, index_version=version, usage=usage,
+                                  next_cursor=next_cursor)
+
+        composer = self.composers.get(plan.unit)
+        if composer is None:
+            raise OptionUnsupported(f"unit {plan.unit!r} is not offered by this engine",
+                                    option="unit")
+        view, allowed_keys = self._graph_scope(plan, served, fields)
+        if view is None:
+            return result([])
+        lag = self._derived_lag([("node", 0)], served)
+        if lag:
+            plan.notes.append(lag)
+        links = view.link(plan.query)
+        if not links:
+            plan.notes.append(f"the query names no entity of the graph: no {plan.unit} to "
+                              "compose")
+            return result([])
+        qvec = (self.embedder.embed_query(plan.query) if plan.mode in ("dense", "hybrid")
+                else None)
+        term_ids = self.query_terms(plan.query) if plan.mode in ("sparse", "hybrid") else []
+        prior = self._chunk_prior(plan, served, None, {}, qvec, term_ids, allowed_keys)
+        ctl.check()
+        composed = list(composer(view, links, prior, k=plan.k, token_budget=plan.token_budget))
+        ranked = composed
+        if plan.session_id:
+            ranked = [c for c in ranked if self._composed_is_new(plan.session_id, c)]
+        rerank_scores: dict[str, float] = {}
+        if plan.rerank_top_n is not None and self.reranker is not None and ranked:
+            head = ranked[:plan.rerank_top_n]
+            got = [float(x) for x in self.reranker.score(plan.query, [c.text for c in head])]
+            rerank_scores = {c.uid: s for c, s in zip(head, got)}
+            order = sorted(range(len(head)), key=lambda i: (-got[i], i))
+            ranked = [head[i] for i in order] + ranked[len(head):]
+        score_of = {c.uid: rerank_scores.get(c.uid, c.score) for c in ranked}
+        if plan.min_score is not None:
+            ranked = [c for c in ranked if score_of[c.uid] >= plan.min_score]
+        ctl.check()
+        packed = pack([c.tokens for c in ranked], plan.k, plan.token_budget,
+                      start=state.start if state else 0,
+                      exclude=state.exclude if state else frozenset())
+        if packed.skipped:
+            plan.notes.append(f"tokenBudget: skipped {packed.skipped} hit(s) larger than the "
+                              "budget left")
+        if packed.oversized:
+            plan.notes.append(f"tokenBudget: {packed.oversized} hit(s) larger than the whole "
+                              "budget can never be packed")
+        top = [ranked[i] for i in packed.taken]
+        next_cursor = None
+        if packed.more and not plan.session_id:
+            next_cursor = cursor.encode(CursorState(served, packed.next_start,
+                                                    packed.next_exclude, qhash), self._secret)
+        hits = []
+        for c in top:
+            scores = {"graph": float(c.score)}
+            if c.uid in rerank_scores:
+                scores["rerank"] = rerank_scores[c.uid]
+            hits.append(build_composed_hit(c, score=score_of[c.uid], scores=scores,
+                                           include_text=plan.include_text,
+                                           max_chars=plan.max_hit_chars, notes=plan.notes))
+        if plan.session_id:
+            # Recorded by id only: a path shows a sentence or two of its chunks, not the chunks
+            # (the kind does not contain its leaves), so they stay retrievable.
+            forgotten = self.sessions.record(plan.session_id, [
+                Candidate(c.uid, c.unit, "", None, None) for c in top])
+            if forgotten:
+                plan.notes.append(f"session full: forgot its {forgotten} oldest unit(s)")
+        return result(hits, candidates=len(composed), tokens=packed.tokens,
+                      next_cursor=next_cursor, reranked=len(rerank_scores))
+
+    def _composed_is_new(self, session_id: str, c: Any) -> bool:
+        """A composed unit is new in a session unless it was returned, or every chunk whose
+        sentences it shows was returned already (as a chunk, in a summary or whole document)."""
+        if not self.sessions.is_new(session_id, Candidate(c.uid, c.unit, "", None, None)):
+            return False
+        leaves = [Candidate(uid, "chunk", doc, None, None)
+                  for uid, doc in zip(c.leaf_uids, c.leaf_docs)]
+        return not leaves or any(self.sessions.filter_new(session_id, leaves))

@@ -37,6 +37,7 @@ from ..errors import (
 )
 from ..pipeline.params import is_unicode, lone_surrogate_at
 from .. import jsonio
+from .graphwire import graph_call, graph_limits, memory_build_call, memory_recall_call
 from .methods import PROTOCOL_VERSION, RCP_METHODS
 
 log = logging.getLogger(__name__)
@@ -99,7 +100,8 @@ class Dispatcher:
             "initialize": self._initialize, "info": self._info, "ping": self._ping,
             "shutdown": self._shutdown, "retrieve": self._retrieve, "rerank": self._rerank,
             "index/add": self._index_add, "index/delete": self._index_delete,
-            "embed": self._embed, "feedback": self._feedback,
+            "embed": self._embed, "feedback": self._feedback, "graph": self._graph,
+            "memory/build": self._memory_build, "memory/recall": self._memory_recall,
         }
 
     # --- framing ------------------------------------------------------------------------
@@ -251,6 +253,7 @@ class Dispatcher:
                       "maxEmbedChars": config.max_embed_chars}
             if self.max_body_bytes is not None:
                 limits["maxBodyBytes"] = self.max_body_bytes
+            limits.update(graph_limits(caps))  # graph/memory: the engine offers them or not
             caps.setdefault("x-rcp-agentic", {})["limits"] = limits
             self._capabilities = caps
         return self._capabilities
@@ -340,6 +343,18 @@ class Dispatcher:
                 raise InvalidParams("a document id must be valid Unicode (no lone surrogates)",
                                     field=f"ids[{i}]")
         return {"deleted": self.engine.delete_documents(ids, missing_ok=True)}
+
+    def _graph(self, params: dict[str, Any], control: RequestControl) -> dict[str, Any]:
+        call = graph_call(params, self.capabilities())
+        return self.engine.graph(**call).to_wire()
+
+    def _memory_build(self, params: dict[str, Any], control: RequestControl) -> dict[str, Any]:
+        call = memory_build_call(params, self.capabilities())
+        return self.engine.memory_build(**call).to_wire()
+
+    def _memory_recall(self, params: dict[str, Any], control: RequestControl) -> dict[str, Any]:
+        call = memory_recall_call(params, self.capabilities())
+        return self.engine.memory_recall(**call).to_wire()
 
     def _feedback(self, params: dict[str, Any], control: RequestControl) -> dict[str, Any]:
         for name in ("signals", "sessionId", "query"):  # stored as given: must be Unicode

@@ -32,7 +32,7 @@ import sqlite3
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,6 +42,12 @@ import numpy as np
 
 from ..errors import BackendUnavailable, InvalidParams
 from ..units import derived_kinds
+
+_loads: Callable[[str], Any] = json.loads
+try:  # chromadb, a dependency, brings orjson: ~3x faster on many small umeta documents
+    from orjson import loads as _loads
+except ImportError:  # pragma: no cover
+    pass
 
 SCHEMA_VERSION = "2"  # 2: units may cover many documents (covers, nullable doc_row, umeta)
 # How long a write waits for another process's write transaction before giving up.
@@ -121,6 +127,17 @@ CREATE TABLE IF NOT EXISTS screens (
     suspected INTEGER NOT NULL,
     score REAL NOT NULL
 );
+-- What a builder of derived units computed from one leaf chunk (the graph's per-chunk
+-- extraction), so an unchanged chunk is not processed again. A leaf row never changes, so an
+-- entry stays right for as long as its row exists under the same builder identity.
+CREATE TABLE IF NOT EXISTS leaf_cache (
+    name TEXT NOT NULL,
+    leaf INTEGER NOT NULL,
+    identity TEXT NOT NULL,
+    data TEXT NOT NULL,
+    PRIMARY KEY (name, leaf)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS leaf_cache_leaf ON leaf_cache(leaf);
 CREATE TABLE IF NOT EXISTS vocab (id INTEGER PRIMARY KEY, term TEXT NOT NULL UNIQUE);
 CREATE TABLE IF NOT EXISTS fields (name TEXT PRIMARY KEY, type TEXT NOT NULL, origin TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS outbox (
@@ -449,6 +466,8 @@ class Docstore:
                    " NULL AND v_to <= ?)", (oldest,))
         db.execute("DELETE FROM covers WHERE urow IN (SELECT rowid FROM units WHERE v_to IS NOT"
                    " NULL AND v_to <= ?)", (oldest,))
+        db.execute("DELETE FROM leaf_cache WHERE leaf IN (SELECT rowid FROM units WHERE v_to IS"
+                   " NOT NULL AND v_to <= ?)", (oldest,))
         db.execute("DELETE FROM units WHERE v_to IS NOT NULL AND v_to <= ?", (oldest,))
         used = [k for (k,) in db.execute(
             "SELECT DISTINCT j.key FROM documents d, json_each(d.fmeta) j"
@@ -531,15 +550,21 @@ class Docstore:
                        " AND doc_row IS NOT NULL", (urow, *u.covers))
         return urow
 
-    def write_derived(self, unit: str, add: list[UnitRecord], retire: list[str], *,
-                      base_version: int, info: Mapping[str, str] | None = None) -> int | None:
-        """Replace derived units of one kind in one transaction; the new index version.
+    def write_derived(self, unit: str | Sequence[str], add: list[UnitRecord], retire: list[str],
+                      *, base_version: int, info: Mapping[str, str] | None = None) -> int | None:
+        """Replace derived units of one kind, or of several kinds at once, in one transaction;
+        the new index version.
 
-        ``retire`` names live units (by uid) that leave; ``add`` are new rows, each with
-        the leaf chunk rowids it ``covers``. ``base_version`` is the index version the
-        builder read: if another write committed since, nothing is written and None is
-        returned (the caller recomputes). ``info`` keys are stored in the same commit.
+        ``unit`` names the kind(s) written (the graph writes ``node`` and ``triplet``
+        together, so no version holds the nodes of one build and the triplets of
+        another). ``retire`` names live units of those kinds (by uid) that leave; ``add``
+        are new rows, each with the leaf chunk rowids it ``covers``. ``base_version`` is
+        the index version the builder read: if another write committed since, nothing is
+        written and None is returned (the caller recomputes). ``info`` keys are stored in
+        the same commit.
         """
+        kinds = (unit,) if isinstance(unit, str) else tuple(unit)
+        marks = ",".join("?" * len(kinds))
         with self.transaction() as db:
             if self.index_version() != base_version:
                 return None
@@ -547,16 +572,55 @@ class Docstore:
             version = base_version + 1
             for i in range(0, len(retire), 900):
                 part = retire[i:i + 900]
-                db.execute(f"UPDATE units SET v_to = ? WHERE unit = ? AND v_to IS NULL AND uid IN"
-                           f" ({','.join('?' * len(part))})", (version, unit, *part))
+                db.execute(f"UPDATE units SET v_to = ? WHERE unit IN ({marks}) AND v_to IS NULL"
+                           f" AND uid IN ({','.join('?' * len(part))})", (version, *kinds, *part))
             for u in add:
-                if u.unit != unit:
-                    raise ValueError(f"write_derived({unit!r}) got a {u.unit!r} unit")
+                if u.unit not in kinds:
+                    raise ValueError(f"write_derived({', '.join(kinds)}) got a {u.unit!r} unit")
                 self._insert_unit(db, u, None, None, version)
             for key, value in (info or {}).items():
                 db.execute("INSERT OR REPLACE INTO info(key, value) VALUES (?, ?)", (key, value))
             self._commit_version(db, version, data=False)
         return version
+
+    # --- a builder's per-leaf cache ----------------------------------------------------
+
+    def leaf_cache(self, name: str, identity: str, leaves: Iterable[int]) -> dict[int, str]:
+        """The cached entries of ``leaves`` (rowids) under builder ``name`` and ``identity``."""
+        wanted = list(leaves)
+        out: dict[int, str] = {}
+        for i in range(0, len(wanted), 900):
+            part = wanted[i:i + 900]
+            out.update(self.query(
+                f"SELECT leaf, data FROM leaf_cache WHERE name = ? AND identity = ? AND leaf IN"
+                f" ({','.join('?' * len(part))})", (name, identity, *part)))
+        return out
+
+    def put_leaf_cache(self, name: str, identity: str, entries: Mapping[int, str]) -> None:
+        """Store entries (leaf rowid -> data) for leaves that still exist; entries of another
+        identity under ``name`` are dropped (what they cached is no longer what is built)."""
+        with self.transaction() as db:
+            db.execute("DELETE FROM leaf_cache WHERE name = ? AND identity != ?", (name, identity))
+            db.executemany(
+                "INSERT OR REPLACE INTO leaf_cache(name, leaf, identity, data) SELECT ?, ?, ?, ?"
+                " WHERE EXISTS (SELECT 1 FROM units WHERE rowid = ?)",
+                [(name, leaf, identity, data, leaf) for leaf, data in entries.items()])
+
+    # --- what a derived kind holds at a version ----------------------------------------
+
+    def derived_rows(self, kinds: Sequence[str], version: int) -> list[tuple[str, str, str, str]]:
+        """(uid, unit, text, umeta JSON) of every unit of the derived ``kinds`` valid at
+        ``version`` (visible, and every leaf it covers visible), in rowid order."""
+        marks = ",".join("?" * len(kinds))
+        return self.query(
+            f"SELECT uid, unit, text, COALESCE(umeta, '{{}}') FROM units u WHERE unit IN ({marks})"
+            f" AND {_visible('u')} AND {_valid('u')} ORDER BY rowid",
+            (*kinds, version, version, version, version))
+
+    def leaf_docs(self, version: int, unit: str = "chunk") -> list[tuple[int, str]]:
+        """(rowid, doc_id) of every unit of a per-document kind visible at ``version``."""
+        return self.query(f"SELECT rowid, doc_id FROM units u WHERE unit = ? AND level = 0 AND"
+                          f" {_visible('u')} ORDER BY rowid", (unit, version, version))
 
     def delete_documents(self, doc_ids: list[str]) -> tuple[int, int]:
         """Retire documents (and their units) in one transaction: (deleted count, index version)."""
@@ -799,6 +863,10 @@ class Docstore:
             "SELECT rowid, uid, doc_id, start, tokens, text FROM units WHERE unit = ? AND level = 0"
             " AND v_to IS NULL ORDER BY rowid", (unit,))
 
+    def live_titles(self) -> list[tuple[str, str | None]]:
+        """(id, title) of every live document."""
+        return self.query("SELECT id, title FROM documents WHERE v_to IS NULL ORDER BY id")
+
     def live_derived(self, unit: str) -> list[dict[str, Any]]:
         """Every live row of a derived kind with its umeta and the leaf rowids it covers."""
         rows = self.query("SELECT rowid, uid, level, tokens, text, umeta FROM units WHERE unit = ?"
@@ -809,7 +877,7 @@ class Docstore:
                 " WHERE u.unit = ? AND u.v_to IS NULL ORDER BY c.urow, c.leaf", (unit,)):
             covers.setdefault(urow, []).append(leaf)
         return [{"rowid": r, "uid": uid, "level": lv, "tokens": tk, "text": text,
-                 "umeta": json.loads(m) if m else {}, "covers": covers.get(r, [])}
+                 "umeta": _loads(m) if m else {}, "covers": covers.get(r, [])}
                 for r, uid, lv, tk, text, m in rows]
 
     def counts(self) -> dict[str, int]:

@@ -1,0 +1,395 @@
+"""Knowledge-graph recall and build cost.
+
+    python bench/graph.py recall [--sets hotpotqa 2wikimultihopqa] [--extractors builtin spacy]
+    python bench/graph.py build [--limit N]
+
+Results merge under each subcommand's key into ``bench/results/graph.json``.
+
+* ``recall`` — per multi-hop set (``../shared/data/multihop``): the passages are indexed
+  in an Engine (title as the document title; kept under ``bench/.cache/graph-engine-<set>``
+  so reruns skip the embedding), the graph is built from the engine's live chunks
+  (``r<rowid>`` keys) with each available extractor, and for every question:
+  hybrid chunk retrieve (``mode="hybrid"``, ``k=candidate_k=100``), graph-only recall
+  (personalised PageRank from the query's linked entities, with the hybrid scores as
+  the small passage prior), and both fused by RRF (``rcp_agentic.pipeline.fusion.rrf``).
+  Recall@2 / @5 of the supporting passages over the ranked *documents* (a document
+  counts at its first chunk's rank, as ``bench/corrective.py`` counts). A question that
+  links no entity falls back to the hybrid list. ``--ablate`` also runs the
+  ablations (one setting changed at a time).
+* ``build`` — SciFact (5,183 abstracts; ``--limit N``), chunked by the engine's own chunker
+  at its defaults (200/30): graph build time split (extraction + title scans,
+  resolution with name embedding, aggregation), entities / relations / synonyms totals
+  and per second, peak RSS, and the ratio to the leaves' embedding time (goal <= 0.5x),
+  that time extrapolated from a seeded sample of ``--sample`` chunks embedded in the same
+  run (same machine load); then +10 % documents through ``update_graph`` (time, and
+  equality with the full build). ``--scale``: the same on SciFact + both multi-hop
+  corpora at 64/8 (≈ 46k chunks).
+"""
+
+from __future__ import annotations
+
+import argparse
+import fcntl
+import json
+import resource
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.data import data_path  # noqa: E402
+from rcp_agentic import Engine  # noqa: E402
+from rcp_agentic.graph import (BuiltinExtractor, ChunkText, GraphCache, GraphConfig,  # noqa: E402
+                               GraphView, PPRWeights, build_graph, update_graph)
+from rcp_agentic.pipeline.fusion import rrf  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "bench" / "results" / "graph.json"
+CACHE = ROOT / "bench" / ".cache"
+SETS = ("hotpotqa", "2wikimultihopqa")
+DEPTH = 100          # hybrid candidate_k and k; the graph list is cut to the same depth
+
+
+# --- data ------------------------------------------------------------------------------------
+
+def load_set(name: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    root = data_path("multihop", name)
+    rows = [json.loads(line) for line in (root / "corpus.jsonl").open(encoding="utf-8")]
+    docs = [{"id": r["_id"], "title": r["title"], "text": f"{r['title']}\n\n{r['text']}"}
+            for r in rows]
+    questions = [json.loads(line) for line in (root / "questions.jsonl").open(encoding="utf-8")]
+    return docs, questions
+
+
+def engine_for(name: str, docs: list[dict[str, Any]]) -> Engine:
+    path = CACHE / f"graph-engine-{name}"
+    done = path / "indexed.txt"          # written once the whole corpus is in
+    if path.exists() and not done.exists():
+        import shutil
+
+        shutil.rmtree(path)              # an interrupted run: start over
+    engine = Engine(path)
+    if not done.exists():
+        t0 = time.perf_counter()
+        engine.add_documents(docs)
+        done.write_text(f"{len(docs)}\n")
+        print(f"  indexed {len(docs)} passages of {name} in {time.perf_counter() - t0:.0f} s",
+              flush=True)
+    return engine
+
+
+def engine_chunks(engine: Engine, titles: dict[str, str]) -> tuple[list[ChunkText], dict[str, str]]:
+    """The engine's live chunks as the graph builder reads them, and uid -> row key."""
+    chunks = []
+    key_of = {}
+    for rowid, uid, doc_id, start, _tokens, text in engine.store.live_leaves("chunk"):
+        key = f"r{rowid}"
+        key_of[uid] = key
+        chunks.append(ChunkText(key, uid, doc_id, titles.get(doc_id), text, int(start or 0)))
+    return chunks, key_of
+
+
+def hybrid_lists(engine: Engine, name: str, questions: list[dict[str, Any]],
+                 key_of: dict[str, str]) -> list[list[tuple[str, float]]]:
+    """Per question, the hybrid chunk list (row key, fused score), cached on disk."""
+    path = CACHE / f"graph-hybrid-{name}-{DEPTH}.json"
+    if path.exists():
+        return [[(k, s) for k, s in q] for q in json.loads(path.read_text())]
+    out = []
+    for q in questions:
+        res = engine.retrieve(q["question"], k=DEPTH, mode="hybrid", candidate_k=DEPTH,
+                              include_text=False)
+        out.append([(key_of[h.id], float(h.score)) for h in res.hits if h.id in key_of])
+    path.write_text(json.dumps(out))
+    return out
+
+
+def recall_at(ranked: Sequence[str], doc_of: dict[str, str], relevant: set[str],
+              at: int) -> float:
+    docs: list[str] = []
+    for key in ranked:
+        d = doc_of[key]
+        if d not in docs:
+            docs.append(d)
+            if len(docs) >= at:
+                break
+    return len(set(docs) & relevant) / len(relevant)
+
+
+# --- recall --------------------------------------------------------------------------------
+
+def score_variant(view: GraphView, questions: list[dict[str, Any]],
+                  hybrid: list[list[tuple[str, float]]], doc_of: dict[str, str]
+                  ) -> dict[str, Any]:
+    """R@2/R@5 of graph-only and hybrid+graph (RRF) for one view; also link statistics."""
+    sums = {"graph R@2": 0.0, "graph R@5": 0.0, "fused R@2": 0.0, "fused R@5": 0.0,
+            "fused3 R@2": 0.0, "fused3 R@5": 0.0}
+    nolink = 0
+    ms = []
+    for q, hy in zip(questions, hybrid):
+        rel = set(q["supporting_ids"])
+        t0 = time.perf_counter()
+        prior = dict(hy[:20])
+        graph = view.recall(q["question"], prior=prior, k=DEPTH)
+        ms.append((time.perf_counter() - t0) * 1000)
+        if not graph:
+            nolink += 1
+            graph_keys = [k for k, _ in hy]   # fallback: hybrid
+            fused_keys = fused3_keys = graph_keys
+        else:
+            graph_keys = [k for k, _ in graph]
+            fused_keys = [k for k, _ in rrf({"hybrid": hy, "graph": graph},
+                                            {"hybrid": 1.0, "graph": 1.0})]
+            fused3_keys = [k for k, _ in rrf({"hybrid": hy, "graph": graph},
+                                             {"hybrid": 1.0, "graph": 3.0})]
+        for label, keys in (("graph", graph_keys), ("fused", fused_keys),
+                            ("fused3", fused3_keys)):
+            sums[f"{label} R@2"] += recall_at(keys, doc_of, rel, 2)
+            sums[f"{label} R@5"] += recall_at(keys, doc_of, rel, 5)
+    n = len(questions)
+    out: dict[str, Any] = {k: round(v / n, 4) for k, v in sums.items()}
+    out["no_link"] = nolink
+    out["p50_ms"] = round(float(np.median(ms)), 2)
+    return out
+
+
+ABLATIONS: dict[str, Callable[[PPRWeights], PPRWeights]] = {
+    "no passage-passage edges": lambda w: replace(w, p2p=0.0),
+    "no synonym edges": lambda w: replace(w, synonym=0.0),
+    "no specificity (uniform reset)": lambda w: replace(w, specificity="none"),
+    "specificity idf": lambda w: replace(w, specificity="idf"),
+    "no prior": lambda w: replace(w, prior=0.0),
+    "prior 0.2": lambda w: replace(w, prior=0.2),
+    "damping 0.3": lambda w: replace(w, damping=0.3),
+    "damping 0.7": lambda w: replace(w, damping=0.7),
+    "dates at full weight": lambda w: replace(w, date=1.0),
+    "no co-occurrence edges": lambda w: replace(w, relation=0.0),
+    "about = mention weight": lambda w: replace(w, about=1.0),
+}
+
+
+def extractors(names: Sequence[str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name in names:
+        if name == "builtin":
+            out[name] = BuiltinExtractor()
+        elif name.startswith("spacy"):
+            from rcp_agentic.graph import SpacyExtractor
+
+            model = name.split(":", 1)[1] if ":" in name else "en_core_web_sm"
+            try:
+                out[name] = SpacyExtractor(model)
+            except Exception as exc:  # noqa: BLE001 - optional extra: report and skip
+                print(f"  extractor {name} unavailable: {exc}")
+    return out
+
+
+def run_recall(args: argparse.Namespace) -> dict[str, Any]:
+    from rcp_agentic.models.embedder import as_embedder
+
+    out: dict[str, Any] = {"depth": DEPTH, "weights": PPRWeights().__dict__}
+    for name in args.sets:
+        docs, questions = load_set(name)
+        engine = engine_for(name, docs)
+        titles = {d["id"]: d["title"] for d in docs}
+        chunks, key_of = engine_chunks(engine, titles)
+        doc_of = {c.key: c.doc_id for c in chunks}
+        hybrid = hybrid_lists(engine, name, questions, key_of)
+        embedder = engine.embedder if args.synonyms else None
+        embed = (lambda texts: embedder.embed_documents(texts)) if embedder else None
+        base = {"hybrid R@2": 0.0, "hybrid R@5": 0.0}
+        for q, hy in zip(questions, hybrid):
+            rel = set(q["supporting_ids"])
+            base["hybrid R@2"] += recall_at([k for k, _ in hy], doc_of, rel, 2)
+            base["hybrid R@5"] += recall_at([k for k, _ in hy], doc_of, rel, 5)
+        n = len(questions)
+        row: dict[str, Any] = {"passages": len(docs), "chunks": len(chunks), "questions": n,
+                               **{k: round(v / n, 4) for k, v in base.items()}}
+        print(f"\n{name}: {len(docs)} passages, {len(chunks)} chunks, {n} questions; "
+              f"hybrid R@2 {row['hybrid R@2']:.3f} R@5 {row['hybrid R@5']:.3f}")
+        for ex_name, ex in extractors(args.extractors).items():
+            t0 = time.perf_counter()
+            graph = build_graph(chunks, ex, embed=embed, config=GraphConfig())
+            build_s = time.perf_counter() - t0
+            view = GraphView(graph)
+            res = score_variant(view, questions, hybrid, doc_of)
+            res.update({"build_s": round(build_s, 2), "entities": len(graph.entities),
+                        "relations": len(graph.relations), "synonyms": len(graph.synonyms)})
+            row[ex_name] = res
+            print(f"  {ex_name:10s} graph R@2 {res['graph R@2']:.3f} R@5 {res['graph R@5']:.3f}"
+                  f" | hybrid+graph RRF R@2 {res['fused R@2']:.3f} R@5 {res['fused R@5']:.3f}"
+                  f" | RRF graph x3 R@2 {res['fused3 R@2']:.3f} R@5 {res['fused3 R@5']:.3f}"
+                  f" | no link {res['no_link']}, p50 {res['p50_ms']:.1f} ms; "
+                  f"{res['entities']} entities, {res['relations']} relations, "
+                  f"{res['synonyms']} synonyms, built in {build_s:.1f} s", flush=True)
+            if args.ablate and ex_name == args.extractors[0]:
+                abl = {}
+                for label, change in ABLATIONS.items():
+                    r = score_variant(GraphView(graph, weights=change(PPRWeights())), questions,
+                                      hybrid, doc_of)
+                    abl[label] = r
+                    print(f"    {label:32s} graph R@2 {r['graph R@2']:.3f} "
+                          f"R@5 {r['graph R@5']:.3f} | fused R@2 {r['fused R@2']:.3f} "
+                          f"R@5 {r['fused R@5']:.3f}", flush=True)
+                if embed is None:
+                    syn = build_graph(chunks, ex, embed=as_embedder(None).embed_documents)
+                    r = score_variant(GraphView(syn), questions, hybrid, doc_of)
+                    abl["with name-embedding synonyms"] = r
+                    print(f"    {'with name-embedding synonyms':32s} graph R@2 {r['graph R@2']:.3f}"
+                          f" R@5 {r['graph R@5']:.3f} | fused R@2 {r['fused R@2']:.3f} "
+                          f"R@5 {r['fused R@5']:.3f} ({len(syn.synonyms)} synonyms)", flush=True)
+                row[f"{ex_name} ablations"] = abl
+        out[name] = row
+        engine.close()
+    return out
+
+
+# --- build cost (SciFact) ----------------------------------------------------------------
+
+def peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def corpus_chunks(docs: list[dict[str, Any]], size: int, overlap: int) -> list[ChunkText]:
+    """The chunks the engine would make (its own chunker), keyed ``r1, r2, ...`` in order."""
+    from rcp_agentic.corpus.chunker import chunk_text
+
+    out: list[ChunkText] = []
+    for d in docs:
+        for c in chunk_text(d["text"], size, overlap):
+            out.append(ChunkText(f"r{len(out) + 1}", f"{d['id']}#{c.index}", d["id"],
+                                 d.get("title"), c.text, c.start))
+    return out
+
+
+def leaf_embedding_seconds(chunks: list[ChunkText], sample: int, embed: Any) -> float:
+    """Seconds to embed every chunk with the engine's embedder, extrapolated from a seeded
+    random sample timed in this run (same machine load as the graph build)."""
+    rng = np.random.default_rng(0)
+    idx = rng.choice(len(chunks), size=min(sample, len(chunks)), replace=False)
+    texts = [chunks[i].text for i in idx]
+    embed(texts[:8])  # warm-up (model load)
+    t0 = time.perf_counter()
+    for lo in range(0, len(texts), 64):
+        embed(texts[lo:lo + 64])
+    return (time.perf_counter() - t0) * len(chunks) / len(texts)
+
+
+def build_cost(label: str, chunks: list[ChunkText], later: set[str], embed: Any,
+               sample: int, queries: Sequence[str] = ()) -> dict[str, Any]:
+    leaf_s = leaf_embedding_seconds(chunks, sample, embed)
+    rss0 = peak_rss_mb()
+    cache = GraphCache()
+    t0 = time.perf_counter()
+    graph = build_graph(chunks, BuiltinExtractor(), embed=embed, cache=cache)
+    total = time.perf_counter() - t0
+    st = cache.stats
+    rss = peak_rss_mb()
+    t1 = time.perf_counter()
+    view = GraphView(graph)
+    view_s = time.perf_counter() - t1
+    latency = []
+    linked = 0
+    for q in queries:
+        t = time.perf_counter()
+        linked += bool(view.recall(q, k=100))
+        latency.append((time.perf_counter() - t) * 1000)
+    row: dict[str, Any] = {
+        "label": label, "chunks": len(chunks), "leaf_embedding_s (extrapolated)": round(leaf_s, 1),
+        "graph_s": round(total, 2), "extract_s": round(st.seconds_extract, 2),
+        "resolve_s": round(st.seconds_resolve, 2),
+        "of which name_embedding_s": round(st.seconds_embedding, 2),
+        "aggregate_s": round(st.seconds_aggregate, 2), "view_s": round(view_s, 2),
+        "mentions": st.mentions, "entities": st.entities, "relations": st.relations,
+        "synonyms": st.synonyms, "names_embedded": st.names_embedded,
+        "entities_per_s": round(st.entities / total, 1),
+        "relations_per_s": round(st.relations / total, 1),
+        "chunks_per_s": round(len(chunks) / total, 1),
+        "graph_over_leaf_embedding": round(total / leaf_s, 3),
+        "peak_rss_mb": round(rss, 1), "rss_before_build_mb": round(rss0, 1),
+        "recall_p50_ms": round(float(np.median(latency)), 2) if latency else None,
+        "queries_linked": f"{linked}/{len(latency)}"}
+    if later:
+        base = [c for c in chunks if c.doc_id not in later]
+        added = [c for c in chunks if c.doc_id in later]
+        # The 90 % build reuses the full build's name vectors (setup, not measured; it keeps
+        # only its own names), so the update embeds exactly the names the 10 % adds.
+        inc = GraphCache(name_vectors=dict(cache.name_vectors))
+        build_graph(base, BuiltinExtractor(), embed=embed, cache=inc)
+        t2 = time.perf_counter()
+        updated = update_graph(inc, BuiltinExtractor(), added=added, embed=embed)
+        row["update_plus_10pct_s"] = round(time.perf_counter() - t2, 2)
+        row["update_equals_rebuild"] = updated == graph
+    for k, v in row.items():
+        print(f"  {k:34s} {v}", flush=True)
+    return row
+
+
+def run_build(args: argparse.Namespace) -> dict[str, Any]:
+    from bench.raptor import load_multihop, scifact_docs, split_90_10
+    from rcp_agentic.models.embedder import as_embedder
+
+    embed = as_embedder(None).embed_documents
+    docs, queries, _qrels = scifact_docs(args.limit)
+    texts = list(queries.values())[:200]
+    later = {d["id"] for d in split_90_10(docs, 0)[1]}
+    chunks = corpus_chunks(docs, 200, 30)
+    print(f"SciFact: {len(docs)} docs -> {len(chunks)} chunks (engine defaults 200/30)")
+    out: dict[str, Any] = {"scifact": build_cost("scifact", chunks, later, embed, args.sample,
+                                                  texts)}
+    if args.scale:
+        for name in SETS:
+            docs += load_multihop(name)[0]
+        chunks = corpus_chunks(docs, 64, 8)
+        print(f"\nscale: SciFact + both multi-hop corpora, {len(docs)} docs -> {len(chunks)} "
+              "chunks (64/8)")
+        out["scale"] = build_cost("scale", chunks, set(), embed, args.sample, texts)
+    return out
+
+
+# --- main ----------------------------------------------------------------------------------
+
+def save(key: str, value: dict[str, Any], path: Path = RESULTS) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.parent / f".{path.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        data = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
+        data[key] = {**value, "date": time.strftime("%Y-%m-%d")}
+        path.write_text(json.dumps(data, indent=2, default=str) + "\n", encoding="utf-8")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    sub = ap.add_subparsers(dest="command", required=True)
+    rec = sub.add_parser("recall")
+    rec.add_argument("--sets", nargs="+", default=list(SETS))
+    rec.add_argument("--extractors", nargs="+", default=["builtin", "spacy"])
+    rec.add_argument("--ablate", action="store_true")
+    rec.add_argument("--synonyms", action="store_true",
+                     help="name-embedding synonym edges in the main run")
+    bld = sub.add_parser("build")
+    bld.add_argument("--limit", type=int, default=None)
+    bld.add_argument("--sample", type=int, default=640, help="chunks timed for the leaf "
+                     "embedding estimate")
+    bld.add_argument("--scale", action="store_true", help="also ~46k chunks (64/8)")
+    for p in (rec, bld):
+        p.add_argument("--key", default=None)
+    args = ap.parse_args(argv)
+    started = time.perf_counter()
+    result = {"recall": run_recall, "build": run_build}[args.command](args)
+    result["wall_s"] = round(time.perf_counter() - started, 1)
+    key = args.key or args.command
+    save(key, result)
+    print(f"\nwrote {RESULTS} [{key}] in {result['wall_s']:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,392 @@
+"""The ``graph`` method (RCP §7.9) and ``memory/build`` / ``memory/recall`` (§7.17) over the
+engine's knowledge graph.
+
+:class:`GraphOps` wraps an Engine (composition: the engine delegates its ``graph``,
+``memory_build`` and ``memory_recall`` methods here) and registers the ``path`` and
+``subgraph`` composers (:func:`.compose.install`).
+
+* ``graph(op="local")`` — the query's entities, PageRank-expanded: chunk hits ranked by
+  graph-aware recall (the PageRank list fused with dense and sparse, as retrieve does with
+  ``x-rcp-agentic-graphRecall``; the fused list, not PageRank alone, because a passage the
+  query names directly should not lose to one only the graph reaches). Each hit's
+  ``provenance.nodes`` are the entities it mentions that carry the query's PageRank,
+  most relevant first. Sessions, citations, trust and confidence as for retrieve.
+* ``graph(op="neighbors")`` — from ``seedIds`` (node unit ids), the entities within
+  ``hops`` over relation and synonym edges, scored by PageRank from the seeds, with the
+  weighted edges among them. Bounded: seeds, hops, nodes and edges.
+* ``global``, ``drift`` and ``communities`` need Leiden communities: OptionUnsupported.
+* ``memory_build`` — the graph is the memory: with no documents it brings the graph up
+  to date with the live index; inline documents are added through the engine's normal
+  add path (the graph is updated by that write). The id is ``graph@v<version>``: stable
+  for a corpus version, and a pinned snapshot for recall. ``scope="session"`` instead
+  keeps the entities the given texts name under the session (:mod:`.memory`); nothing
+  is added to the corpus.
+* ``memory_recall`` — clues: the query's entities, then bridging facts (an entity the
+  query's PageRank reaches, joined to a query entity by an attested relation) as
+  surrogate queries with their seed node ids and weights; optional draft hits (``local``).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from ..errors import CapabilityMissing, InvalidParams, OptionUnsupported
+from ..pipeline.params import query_text
+from ..wire import (GraphEdge, GraphNode, GraphResult, Hit, MemoryBuildResult, MemoryClue,
+                    MemoryRecallResult, Usage)
+from .compose import reading_order, install, pagerank, relevance
+from .index import node_uid
+from .memory import SessionMemory
+from .ppr import GraphView
+
+if TYPE_CHECKING:
+    from ..engine import Engine
+
+OPS = ("local", "neighbors")
+LATER_OPS = ("global", "drift", "communities")
+MAX_SEEDS = 64
+MAX_HOPS = 3
+MAX_NODES = 500
+MAX_EDGES = 2000
+MAX_CLUES = 50
+MAX_MEMORY_DOCS = 256
+# A session's remembered entities seed recall at this share of the query's own.
+SESSION_SHARE = 0.3
+_MEMORY_ID = re.compile(r"graph@v(0|[1-9][0-9]{0,17})")
+
+
+def _int(value: Any, name: str, default: int, low: int, high: int) -> int:
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidParams(f"{name} must be an integer", field=name)
+    if not low <= value <= high:
+        raise InvalidParams(f"{name} must be between {low} and {high}", field=name)
+    return value
+
+
+def _session(value: Any, engine: Engine) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value:
+        raise InvalidParams("sessionId must be a non-empty string", field="sessionId")
+    if len(value) > engine.config.max_session_id_chars:
+        raise InvalidParams(f"sessionId has more than {engine.config.max_session_id_chars} "
+                            "characters", field="sessionId")
+    return value
+
+
+class GraphOps:
+    """``graph``, ``memory_build`` and ``memory_recall`` of one Engine."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        install(engine)
+        self.memory = SessionMemory(max_sessions=engine.config.max_sessions,
+                                    ttl_seconds=engine.config.session_ttl_seconds)
+
+    # --- helpers ----------------------------------------------------------------------------
+
+    def _view(self, version: int | None = None) -> GraphView:
+        view = self.engine.graph_view(version)
+        if view is None:
+            raise CapabilityMissing("this engine has no knowledge graph (open it with "
+                                    "build_graph=True, or `rcp-agentic index --graph`)")
+        return view
+
+    def ops(self) -> list[str]:
+        """The ``graph`` ops that work now (``graph.ops`` of the capabilities): none without
+        a graph."""
+        return list(OPS) if self.engine.graph_view() is not None else []
+
+    # --- graph (§7.9) -----------------------------------------------------------------------
+
+    def graph(self, op: str, *, query: Any = None, k: int | None = None,
+              seed_ids: Sequence[str] | None = None, hops: int | None = None,
+              level: int | None = None, session_id: str | None = None) -> GraphResult:
+        """Run one ``graph`` op; see the module doc. Bad input is InvalidParams (``field``);
+        an op this engine does not offer is OptionUnsupported (``option: "op"``)."""
+        if not isinstance(op, str):
+            raise InvalidParams("op must be a string", field="op")
+        if op in LATER_OPS:
+            raise OptionUnsupported(f"graph op {op!r} needs Leiden communities, which this "
+                                    f"engine does not build yet; it offers {', '.join(OPS)}",
+                                    option="op")
+        if op not in OPS:
+            raise InvalidParams(f"op must be one of {', '.join(OPS + LATER_OPS)}", field="op")
+        if level not in (None, 0):
+            raise OptionUnsupported("graph levels arrive with communities; only level 0",
+                                    option="level")
+        session = _session(session_id, self.engine)
+        if op == "local":
+            if query is None:
+                raise InvalidParams("op 'local' needs a query", field="query")
+            return self.local(query, k=_int(k, "k", 10, 1, self.engine.config.max_k),
+                              session_id=session)
+        if seed_ids is None:
+            raise InvalidParams("op 'neighbors' needs seedIds", field="seedIds")
+        return self.neighbors(seed_ids, hops=_int(hops, "hops", 1, 1, MAX_HOPS),
+                              k=_int(k, "k", 10, 1, MAX_NODES))
+
+    def graph_params(self, raw: Mapping[str, Any]) -> GraphResult:
+        """``graph`` from wire params (camelCase, §7.9)."""
+        if not isinstance(raw, Mapping):
+            raise InvalidParams("params must be an object", field="params")
+        if "op" not in raw:
+            raise InvalidParams("op is required", field="op")
+        return self.graph(raw["op"], query=raw.get("query"), k=raw.get("k"),
+                          seed_ids=raw.get("seedIds"), hops=raw.get("hops"),
+                          level=raw.get("level"), session_id=raw.get("sessionId"))
+
+    def local(self, query: Any, *, k: int = 10, session_id: str | None = None) -> GraphResult:
+        """Entity-anchored, PageRank-expanded chunk hits (``op: "local"``)."""
+        view = self._view()
+        raw: dict[str, Any] = {"query": query, "k": k, "unit": "chunk",
+                               "x-rcp-agentic-graphRecall": True}
+        if session_id is not None:
+            raw["sessionId"] = session_id
+        res = self.engine.retrieve_params(raw)
+        text = query_text(query, max_chars=self.engine.config.max_query_chars)
+        links = view.link(text)
+        rel = relevance(view, pagerank(view, links)) if links else {}
+        hits = [self._anchor(view, h, rel) for h in res.hits]
+        return GraphResult(hits=hits, index_version=res.index_version, usage=res.usage)
+
+    def _anchor(self, view: GraphView, hit: Hit, rel: Mapping[str, float]) -> Hit:
+        """``hit`` with ``provenance.nodes``: the entities its chunk mentions or is about
+        that carry the query's PageRank, most relevant first (at most 8)."""
+        if not rel:
+            return hit
+        index = self.engine._index([("chunk", 0)])
+        pos = index.positions_of_uids([hit.id])
+        if not len(pos):
+            return hit
+        key = f"r{int(index.rowids[pos[0]])}"
+        mine = [e for e in rel if key in view.graph.entities[e].mentions
+                or key in view.graph.entities[e].about]
+        mine.sort(key=lambda e: (-rel[e], e))
+        if not mine:
+            return hit
+        wire = hit.to_wire()
+        wire.setdefault("provenance", {})
+        wire["provenance"]["nodes"] = [node_uid(e) for e in mine[:8]]
+        wire["provenance"].setdefault("leaves", [hit.id])
+        return Hit.model_validate(wire)
+
+    def neighbors(self, seed_ids: Sequence[str], *, hops: int = 1, k: int = 10) -> GraphResult:
+        """Nodes within ``hops`` of the seeds (at most ``max(k, seeds)``), scored by PageRank
+        from the seeds, and the weighted edges among them (strongest first, bounded)."""
+        if isinstance(seed_ids, (str, bytes)) or not isinstance(seed_ids, Sequence):
+            raise InvalidParams("seedIds must be an array of node ids", field="seedIds")
+        if not seed_ids:
+            raise InvalidParams("seedIds must not be empty", field="seedIds")
+        if len(seed_ids) > MAX_SEEDS:
+            raise InvalidParams(f"seedIds holds more than {MAX_SEEDS} ids", field="seedIds")
+        view = self._view()
+        keys = self._keys_of(view)
+        seeds = []
+        for i, sid in enumerate(seed_ids):
+            if not isinstance(sid, str) or sid not in keys:
+                raise InvalidParams(f"seedIds[{i}] is not a node of this graph",
+                                    field=f"seedIds[{i}]")
+            seeds.append(keys[sid])
+        seeds = list(dict.fromkeys(seeds))
+        sub = view.neighbors(seeds, hops=hops, limit=min(MAX_NODES, max(k, len(seeds))))
+        scores = pagerank(view, {s: 1.0 for s in seeds})
+        ent = scores[:view.n_entities]
+        mass = {key: float(ent[view.e_index[key]]) for key in sub.nodes}
+        order = sorted(sub.nodes, key=lambda e: (e not in seeds, -mass[e], e))
+        nodes = [GraphNode(id=node_uid(e), score=round(mass[e], 8),
+                           name=view.graph.entities[e].name) for e in order]
+        best: dict[tuple[str, str], float] = {}
+        for a, b, w, _r in sub.edges:
+            pair = (min(a, b), max(a, b))
+            best[pair] = max(best.get(pair, 0.0), float(w))
+        edges = [GraphEdge(src=node_uid(a), dst=node_uid(b), weight=round(w, 6))
+                 for (a, b), w in sorted(best.items(), key=lambda kv: (-kv[1], kv[0]))]
+        notes = []
+        if len(edges) > MAX_EDGES:
+            notes.append(f"kept the {MAX_EDGES} strongest of {len(edges)} edges")
+            edges = edges[:MAX_EDGES]
+        return GraphResult(nodes=nodes, edges=edges, index_version=self.engine.index_version,
+                           usage=Usage(notes=notes or None))
+
+    def _keys_of(self, view: GraphView) -> dict[str, str]:
+        """Node unit id -> entity key, per view (cached on it)."""
+        cached: dict[str, str] | None = getattr(view, "_node_keys", None)
+        if cached is None:
+            cached = {node_uid(k): k for k in view.entity_keys}
+            view._node_keys = cached  # type: ignore[attr-defined]
+        return cached
+
+    # --- memory (§7.17) ---------------------------------------------------------------------
+
+    def memory_build(self, documents: Sequence[Mapping[str, Any]] | None = None, *,
+                     memory_id: str | None = None, scope: str = "global",
+                     session_id: str | None = None) -> MemoryBuildResult:
+        """Build or refresh the memory (the graph); see the module doc. ``tokens``: the size
+        of the memory (node and triplet texts, or the session's entity names)."""
+        if scope not in ("global", "session"):
+            raise InvalidParams("scope must be 'global' or 'session'", field="scope")
+        if "node" not in self.engine.builders:
+            raise CapabilityMissing("memory is the knowledge graph, which this engine does not "
+                                    "build (open it with build_graph=True)")
+        if memory_id is not None:
+            self._memory_version(memory_id)
+        docs = self._documents(documents)
+        if scope == "session":
+            session = _session(session_id, self.engine)
+            if session is None:
+                raise InvalidParams("scope 'session' needs a sessionId", field="sessionId")
+            view = self._view()
+            found: dict[str, float] = {}
+            for doc in docs:
+                for key, w in view.link(doc["text"]).items():
+                    found[key] = max(found.get(key, 0.0), float(w))
+            held = self.memory.add(session, found)
+            names = [view.graph.entities[k].name for k in self.memory.get(session)
+                     if k in view.graph.entities]
+            from ..models.tokenizer import count_tokens
+
+            return MemoryBuildResult(memory_id=f"session:{session}",
+                                     tokens=count_tokens(" ".join(names)) if held else 0)
+        if docs:
+            self.engine.add_documents(docs)  # the normal add path; it updates the graph
+        else:
+            self.engine.update_derived(only="node")
+        version = self.engine.store.index_version()
+        tokens = 0
+        for kind in ("node", "triplet"):
+            tokens += int(self.engine._index([(kind, 0)], version).tokens.sum())
+        return MemoryBuildResult(memory_id=f"graph@v{version}", tokens=tokens)
+
+    def _documents(self, documents: Any) -> list[dict[str, Any]]:
+        if documents is None:
+            return []
+        if not isinstance(documents, Sequence) or isinstance(documents, (str, bytes)):
+            raise InvalidParams("documents must be an array", field="documents")
+        if len(documents) > MAX_MEMORY_DOCS:
+            raise InvalidParams(f"documents holds more than {MAX_MEMORY_DOCS} items",
+                                field="documents")
+        out = []
+        for i, doc in enumerate(documents):
+            if not isinstance(doc, Mapping) or not isinstance(doc.get("text"), str):
+                raise InvalidParams("each document needs a string text",
+                                    field=f"documents[{i}].text")
+            if doc.get("id") is not None and not isinstance(doc["id"], str):
+                raise InvalidParams("a document id must be a string", field=f"documents[{i}].id")
+            out.append({k: v for k, v in doc.items() if k in ("id", "text", "title", "meta")})
+        return out
+
+    def _memory_version(self, memory_id: Any) -> int | None:
+        """The snapshot a ``graph@v<N>`` memory id pins (None for a session memory id)."""
+        if not isinstance(memory_id, str):
+            raise InvalidParams("memoryId must be a string", field="memoryId")
+        if memory_id.startswith("session:"):
+            return None
+        match = _MEMORY_ID.fullmatch(memory_id)
+        if match is None:
+            raise InvalidParams("memoryId is not a memory of this engine (graph@v<version> or "
+                                "session:<sessionId>)", field="memoryId")
+        return self.engine._served_version(f"v{match[1]}")
+
+    def memory_recall(self, query: Any, *, memory_id: str | None = None,
+                      session_id: str | None = None, n: int = 5,
+                      hits: bool = True) -> MemoryRecallResult:
+        """Clues for ``query``: the query's entities (``seedIds``, weight 1), then up to ``n - 1``
+        bridging facts — an entity the query's PageRank reaches (relevance = mass x
+        specificity), joined to a query entity by an attested relation — as a surrogate query
+        ``"<A> <relation words> <B>"`` with both seed ids, weighted by relevance relative to
+        the best. A session's remembered entities also seed PageRank (``SESSION_SHARE``), and
+        the entities of this recall are remembered. ``hits``: draft hits (``local``, k=n)."""
+        n = _int(n, "n", 5, 1, MAX_CLUES)
+        session = _session(session_id, self.engine)
+        text = query_text(query, max_chars=self.engine.config.max_query_chars)
+        version = self._memory_version(memory_id) if memory_id is not None else None
+        if memory_id is not None and memory_id.startswith("session:") and session is None:
+            session = _session(memory_id[len("session:"):], self.engine)
+        view = self._view(version)
+        notes: list[str] = []
+        links = view.link(text)
+        if not links:
+            links = self._fallback_links(view, text)
+            if links:
+                notes.append("the query names no entity of the graph: clues start from the "
+                             "entities of its best hybrid passages")
+        remembered = self.memory.get(session) if session else {}
+        seeds = {k: w for k, w in links.items()}
+        if remembered:
+            top = max(remembered.values())
+            total = sum(links.values()) or 1.0
+            for key, w in remembered.items():
+                if key in view.e_index:
+                    seeds[key] = seeds.get(key, 0.0) + SESSION_SHARE * total * w / top / len(
+                        remembered)
+        clues: list[MemoryClue] = []
+        if seeds:
+            rel = relevance(view, pagerank(view, seeds))
+            names = view.graph.entities
+            anchors = sorted(links, key=lambda e: (-links[e], e))
+            if anchors:
+                clues.append(MemoryClue(query=" ".join(names[e].name for e in anchors[:4]),
+                                        seed_ids=[node_uid(e) for e in anchors], weight=1.0))
+            clues.extend(self._bridges(view, set(seeds), rel, n - len(clues)))
+            if session:
+                self.memory.add(session, {**{k: 1.0 for k in links},
+                                          **{k: 0.5 for c in clues[1:] for k in
+                                             self._keys_from(view, c.seed_ids or [])}})
+        draft = None
+        if hits and clues and version in (None, self.engine.store.index_version()):
+            draft = self.local(text, k=n, session_id=None).hits
+        return MemoryRecallResult(clues=clues[:n], hits=draft, usage=Usage(notes=notes or None))
+
+    def _keys_from(self, view: GraphView, ids: Sequence[str]) -> list[str]:
+        keys = self._keys_of(view)
+        return [keys[i] for i in ids if i in keys]
+
+    def _bridges(self, view: GraphView, anchors: set[str], rel: Mapping[str, float],
+                 n: int) -> list[MemoryClue]:
+        """Bridging facts from the anchors to the entities PageRank reaches, best first."""
+        if n <= 0:
+            return []
+        names = view.graph.entities
+        sub = view.neighbors(sorted(anchors), hops=1, limit=MAX_NODES)
+        best: dict[str, tuple[float, str, list[str]]] = {}
+        for a, b, _w, r in sub.edges:
+            if (a in anchors) == (b in anchors) or r is None:
+                continue
+            anchor, other = (a, b) if a in anchors else (b, a)
+            score = rel.get(other, 0.0)
+            if score <= 0:
+                continue
+            first, second = reading_order(r, names[r.subject], names[r.object])
+            query = f"{first} {r.relation} {second}".strip()
+            if other not in best or score > best[other][0]:
+                best[other] = (score, query, [node_uid(anchor), node_uid(other)])
+        ranked = sorted(best.items(), key=lambda kv: (-kv[1][0], kv[0]))[:n]
+        if not ranked:
+            return []
+        top = ranked[0][1][0]
+        return [MemoryClue(query=q, seed_ids=ids, weight=round(s / top, 6))
+                for _k, (s, q, ids) in ranked]
+
+    def _fallback_links(self, view: GraphView, text: str) -> dict[str, float]:
+        """Entities of the best three hybrid passages, by specificity (for a query that names
+        no entity of the graph)."""
+        res = self.engine.retrieve_params({"query": text, "k": 3, "unit": "chunk",
+                                           "includeText": False})
+        if not res.hits:
+            return {}
+        index = self.engine._index([("chunk", 0)])
+        wanted = {f"r{int(index.rowids[p])}" for p in index.positions_of_uids(
+            [h.id for h in res.hits])}
+        out: dict[str, float] = {}
+        for key, e in view.graph.entities.items():
+            if e.kind in ("date", "number"):
+                continue
+            if wanted & (set(e.mentions) | set(e.about)):
+                out[key] = view.specificity(key)
+        best = sorted(out.items(), key=lambda kv: (-kv[1], kv[0]))[:5]
+        return dict(best)

@@ -1,0 +1,385 @@
+"""Graph-aware recall: HippoRAG-style personalised PageRank over entities and passages.
+
+:class:`GraphView` turns a :class:`~.model.GraphData` into one symmetric sparse
+matrix (scipy CSR) over entity nodes then passage nodes, with edges
+
+* passage–entity: mention weight (``1 + ln count``) x ``mention``; a passage and the
+  entity it is about (its title) x ``about``;
+* entity–entity: sentence co-occurrence, normalised PMI x ``relation``;
+* synonyms: name cosine x ``synonym``;
+* passage–passage: passage *p* mentions the entity passage *q* is about, x ``p2p``.
+
+Dates and numbers link many unrelated passages, so their edges are scaled by
+``date``. :meth:`GraphView.link` finds the query's entities with the same title
+lexicon and rules the builder used (plus partial-name and optional name-embedding
+matches), weighted by specificity (``1 / passages mentioning it``, HippoRAG's node
+specificity). :meth:`GraphView.recall` runs PageRank from those entities plus a
+small share of the dense/sparse passage scores and ranks passages by their mass.
+Also :meth:`neighbors` and :meth:`paths` for the graph units.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+
+from .extract import BuiltinExtractor, Lexicon, choose_mentions
+from .model import GraphData, Relation
+from .resolve import entity_key
+
+Embed = Callable[[list[str]], np.ndarray]
+LOW_KINDS = frozenset({"date", "number"})
+
+
+@dataclass(frozen=True)
+class PPRWeights:
+    """Edge and reset weights of graph recall (each choice explained in the module doc)."""
+
+    mention: float = 1.0
+    about: float = 2.0
+    relation: float = 1.0
+    synonym: float = 1.0
+    p2p: float = 1.0
+    date: float = 0.1            # edge scale for dates and numbers
+    damping: float = 0.5         # probability of following an edge (HippoRAG: 0.5)
+    prior: float = 0.05          # share of the reset mass on the dense/sparse passage scores
+    partial_link: float = 0.5    # link weight of a partial-name match
+    partial_max: int = 5         # a name contained in more entities than this is too vague
+    embed_link: float = 0.8      # min cosine for a name-embedding link
+    specificity: str = "inverse"  # inverse (1/df) | idf (log(N/df)) | none
+    max_iter: int = 50
+    tol: float = 1e-7
+
+
+@dataclass
+class Subgraph:
+    """Entities and the weighted edges between them (a neighbourhood or a path)."""
+
+    nodes: list[str] = field(default_factory=list)
+    edges: list[tuple[str, str, float, Relation | None]] = field(default_factory=list)
+
+
+class GraphView:
+    """The sparse matrix of one GraphData, with query linking, PageRank, neighbours and paths."""
+
+    def __init__(self, graph: GraphData, *, weights: PPRWeights = PPRWeights(),
+                 embed: Embed | None = None,
+                 name_vectors: Mapping[str, np.ndarray] | None = None) -> None:
+        self.graph = graph
+        self.weights = weights
+        self.entity_keys = sorted(graph.entities)
+        self.chunk_keys = sorted(graph.chunk_docs, key=_rowid_order)
+        self.e_index = {k: i for i, k in enumerate(self.entity_keys)}
+        self.c_index = {k: i for i, k in enumerate(self.chunk_keys)}
+        ne, nc = len(self.entity_keys), len(self.chunk_keys)
+        self.n = ne + nc
+        self.n_entities = ne
+        # How many passages mention each entity (about-passages count as mentions).
+        self.df = np.array([max(1, len(set(graph.entities[k].mentions) | set(
+            graph.entities[k].about))) for k in self.entity_keys], dtype=np.float64)
+        rows: list[int] = []
+        cols: list[int] = []
+        vals: list[float] = []
+
+        def edge(a: int, b: int, w: float) -> None:
+            if w > 0 and a != b:
+                rows.extend((a, b))
+                cols.extend((b, a))
+                vals.extend((w, w))
+
+        w = weights
+        about_of: dict[str, list[int]] = {}
+        for i, k in enumerate(self.entity_keys):
+            e = graph.entities[k]
+            scale = w.date if e.kind in LOW_KINDS else 1.0
+            about = set(e.about)
+            for ck, mw in e.mentions.items():
+                j = self.c_index.get(ck)
+                if j is not None and ck not in about:
+                    edge(i, ne + j, w.mention * mw * scale)
+            for ck in e.about:
+                j = self.c_index.get(ck)
+                if j is not None:
+                    edge(i, ne + j, w.about)
+                    about_of.setdefault(k, []).append(ne + j)
+        for r in graph.relations:
+            a, b = self.e_index.get(r.subject), self.e_index.get(r.object)
+            if a is None or b is None:
+                continue
+            scale = min(w.date if graph.entities[r.subject].kind in LOW_KINDS else 1.0,
+                        w.date if graph.entities[r.object].kind in LOW_KINDS else 1.0)
+            edge(a, b, w.relation * max(r.weight, 0.0) * scale)
+        for s in graph.synonyms:
+            a, b = self.e_index.get(s.a), self.e_index.get(s.b)
+            if a is not None and b is not None:
+                edge(a, b, w.synonym * s.similarity)
+        if w.p2p > 0:
+            for k, targets in about_of.items():
+                e = graph.entities[k]
+                if len(targets) > 8:  # a title shared by many documents is no pointer
+                    continue
+                for ck, mw in e.mentions.items():
+                    j = self.c_index.get(ck)
+                    if j is None or ck in e.about:
+                        continue
+                    for t in targets:
+                        edge(ne + j, t, w.p2p * mw)
+        adj = sp.csr_matrix((np.asarray(vals, dtype=np.float64), (rows, cols)),
+                            shape=(self.n, self.n))
+        adj.sum_duplicates()
+        self.adjacency = adj
+        out = np.asarray(adj.sum(axis=0)).ravel()
+        self.dangling = out == 0
+        inv = np.where(out > 0, 1.0 / np.where(out > 0, out, 1.0), 0.0)
+        # Column-stochastic transition: mass at j moves to i in proportion to w(i, j).
+        self.transition = (adj @ sp.diags(inv)).tocsr()
+        self.lexicon = Lexicon(e.name for e in graph.entities.values() if e.kind == "title")
+        self.extractor = BuiltinExtractor()
+        self.by_word: dict[str, list[str]] = {}
+        for k in self.entity_keys:
+            if graph.entities[k].kind in LOW_KINDS:
+                continue
+            for word in set(k.split()):
+                self.by_word.setdefault(word, []).append(k)
+        # Embedding links need the query embedder and the entities' name vectors (as the
+        # builder keeps them in ``GraphCache.name_vectors``, by name); the view never embeds
+        # the whole vocabulary itself.
+        self.embed = embed
+        self.name_vectors: np.ndarray | None = None
+        self.vector_keys: list[str] = []
+        if embed is not None and name_vectors:
+            self.vector_keys = [k for k in self.entity_keys
+                                if graph.entities[k].name in name_vectors]
+            if self.vector_keys:
+                vecs = np.stack([np.asarray(name_vectors[graph.entities[k].name], np.float32)
+                                 for k in self.vector_keys])
+                self.name_vectors = vecs / np.maximum(
+                    np.linalg.norm(vecs, axis=1, keepdims=True), 1e-12)
+
+    # --- linking -----------------------------------------------------------------------
+
+    def specificity(self, key: str) -> float:
+        """How specific an entity is: ``1 / passages mentioning it`` (or idf / 1)."""
+        i = self.e_index[key]
+        mode = self.weights.specificity
+        if mode == "none":
+            return 1.0
+        if mode == "idf":
+            return math.log(1 + len(self.chunk_keys) / self.df[i])
+        return 1.0 / self.df[i]
+
+    def link(self, query: str) -> dict[str, float]:
+        """The query's entities with their reset weights (empty when it names none).
+
+        Exact matches (title lexicon, names, acronyms, quoted spans, dates of the
+        builtin rules) first; a name with no exact match links the entities that
+        contain all of its words (``partial_link``), or, given an embedder and name
+        vectors, the nearest entity name above cosine ``embed_link``.
+        """
+        text = " ".join(str(query).split())
+        if not text:
+            return {}
+        found = self.extractor.extract_text(text).mentions
+        titles = self.lexicon.scan(text)
+        out: dict[str, float] = {}
+        unmatched: list[str] = []
+        for m in choose_mentions([*titles, *found]):
+            key = entity_key(m.surface)
+            if not key:
+                continue
+            if key in self.e_index:
+                kind_scale = self.weights.date if self.graph.entities[key].kind in LOW_KINDS \
+                    else 1.0
+                out[key] = max(out.get(key, 0.0), self.specificity(key) * kind_scale)
+            elif m.kind not in LOW_KINDS:
+                unmatched.append(key)
+        for key in unmatched:
+            if any(key in k for k in out):
+                continue
+            words = key.split()
+            pools = [set(self.by_word.get(wd, ())) for wd in words]
+            partial = set.intersection(*pools) if pools and all(pools) else set()
+            if partial and len(partial) <= self.weights.partial_max:
+                for k in partial:
+                    out[k] = max(out.get(k, 0.0),
+                                 self.weights.partial_link * self.specificity(k) / len(partial))
+            elif self.embed is not None and self.name_vectors is not None:
+                v = np.asarray(self.embed([key]), dtype=np.float32)[0]
+                v = v / max(float(np.linalg.norm(v)), 1e-12)
+                sims = self.name_vectors @ v
+                best = int(np.argmax(sims))
+                if sims[best] >= self.weights.embed_link:
+                    k = self.vector_keys[best]
+                    out[k] = max(out.get(k, 0.0), float(sims[best]) * self.specificity(k))
+        return dict(sorted(out.items()))
+
+    # --- PageRank ----------------------------------------------------------------------
+
+    def personalized_pagerank(self, entities: Mapping[str, float],
+                              chunks: Mapping[str, float] | None = None, *,
+                              damping: float | None = None, max_iter: int | None = None,
+                              tol: float | None = None) -> np.ndarray:
+        """Stationary scores of all nodes (entities first, then passages) for a reset vector
+        on ``entities`` and ``chunks`` (weights normalised to sum 1). Power iteration;
+        mass at nodes with no edge returns to the reset vector."""
+        d = self.weights.damping if damping is None else damping
+        reset = np.zeros(self.n)
+        for k, v in entities.items():
+            i = self.e_index.get(k)
+            if i is not None and v > 0:
+                reset[i] += v
+        for k, v in (chunks or {}).items():
+            j = self.c_index.get(k)
+            if j is not None and v > 0:
+                reset[self.n_entities + j] += v
+        total = reset.sum()
+        if total <= 0:
+            return np.zeros(self.n)
+        reset /= total
+        r = reset.copy()
+        for _ in range(max_iter or self.weights.max_iter):
+            nxt = d * (self.transition @ r)
+            nxt += (1 - d + d * r[self.dangling].sum()) * reset
+            delta = float(np.abs(nxt - r).sum())
+            r = nxt
+            if delta < (tol or self.weights.tol):
+                break
+        return r
+
+    def recall(self, query: str | None = None, *, links: Mapping[str, float] | None = None,
+               prior: Mapping[str, float] | None = None, k: int = 100) -> list[tuple[str, float]]:
+        """Passages ranked by PageRank mass, best first (``[]`` when the query links no entity:
+        fall back to hybrid). ``prior``: dense/sparse passage scores (>= 0), which get
+        ``weights.prior`` of the reset mass."""
+        links = dict(links) if links is not None else self.link(query or "")
+        if not links:
+            return []
+        reset_e = _normalised(links)
+        reset_c: dict[str, float] = {}
+        if prior:
+            p = _normalised({c: max(0.0, s) for c, s in prior.items() if c in self.c_index})
+            share = self.weights.prior
+            reset_e = {e: (1 - share) * v for e, v in reset_e.items()}
+            reset_c = {c: share * v for c, v in p.items()}
+        scores = self.personalized_pagerank(reset_e, reset_c)[self.n_entities:]
+        order = np.argsort(-scores, kind="stable")[:k]
+        return [(self.chunk_keys[i], float(scores[i])) for i in order if scores[i] > 0]
+
+    def entity_scores(self, scores: np.ndarray, k: int = 20) -> list[tuple[str, float]]:
+        """The best ``k`` entities of a PageRank result."""
+        ent = scores[:self.n_entities]
+        order = np.argsort(-ent, kind="stable")[:k]
+        return [(self.entity_keys[i], float(ent[i])) for i in order if ent[i] > 0]
+
+    # --- neighbourhoods and paths ------------------------------------------------------
+
+    def _entity_edges(self) -> dict[str, list[tuple[str, float, Relation | None]]]:
+        cached = getattr(self, "_edges", None)
+        if cached is not None:
+            return cached
+        edges: dict[str, list[tuple[str, float, Relation | None]]] = {}
+        for r in self.graph.relations:
+            edges.setdefault(r.subject, []).append((r.object, r.weight, r))
+            edges.setdefault(r.object, []).append((r.subject, r.weight, r))
+        for s in self.graph.synonyms:
+            edges.setdefault(s.a, []).append((s.b, s.similarity, None))
+            edges.setdefault(s.b, []).append((s.a, s.similarity, None))
+        for v in edges.values():
+            v.sort(key=lambda t: (-t[1], t[0]))
+        self._edges = edges
+        return edges
+
+    def neighbors(self, seeds: Iterable[str], hops: int = 1, *,
+                  limit: int = 50) -> Subgraph:
+        """Entities within ``hops`` of ``seeds`` over relation and synonym edges (the
+        strongest edges first, at most ``limit`` nodes) and the edges among them."""
+        edges = self._entity_edges()
+        nodes = [s for s in dict.fromkeys(seeds) if s in self.graph.entities]
+        seen = set(nodes)
+        frontier = list(nodes)
+        for _ in range(max(0, hops)):
+            nxt: list[str] = []
+            for a in frontier:
+                for b, _w, _r in edges.get(a, ()):
+                    if b not in seen and len(seen) < limit:
+                        seen.add(b)
+                        nxt.append(b)
+            nodes.extend(nxt)
+            frontier = nxt
+        out = Subgraph(nodes=nodes)
+        done: set[tuple[str, str, int]] = set()
+        for a in nodes:
+            for b, w, r in edges.get(a, ()):
+                if b in seen:
+                    ident = (min(a, b), max(a, b), id(r))
+                    if ident not in done:
+                        done.add(ident)
+                        out.edges.append((a, b, w, r))
+        return out
+
+    def paths(self, keys: Sequence[str], *, max_hops: int = 4,
+              limit: int = 200) -> list[Subgraph]:
+        """Weighted shortest paths (cost ``-ln`` of the edge weight share) between every
+        pair of ``keys`` through relation and synonym edges, at most ``max_hops`` long."""
+        import networkx as nx
+
+        keys = [k for k in dict.fromkeys(keys) if k in self.graph.entities]
+        if len(keys) < 2:
+            return []
+        sub = self.neighbors(keys, hops=max(1, max_hops // 2), limit=limit)
+        g = nx.Graph()
+        for a, b, w, r in sub.edges:
+            cost = 1.0 + -math.log(max(min(w, 1.0), 1e-6))
+            if not g.has_edge(a, b) or g[a][b]["cost"] > cost:
+                g.add_edge(a, b, cost=cost, weight=w, relation=r)
+        out = []
+        for i, a in enumerate(keys):
+            for b in keys[i + 1:]:
+                if a not in g or b not in g:
+                    continue
+                try:
+                    nodes = nx.shortest_path(g, a, b, weight="cost")
+                except nx.NetworkXNoPath:
+                    continue
+                if len(nodes) - 1 > max_hops:
+                    continue
+                path = Subgraph(nodes=list(nodes))
+                for x, y in zip(nodes, nodes[1:]):
+                    data = g[x][y]
+                    path.edges.append((x, y, data["weight"], data["relation"]))
+                out.append(path)
+        return out
+
+    def to_networkx(self, nodes: Iterable[str] | None = None) -> Any:
+        """The entity graph (or the subgraph on ``nodes``) as a networkx Graph."""
+        import networkx as nx
+
+        g = nx.Graph()
+        keep = set(nodes) if nodes is not None else None
+        for k in (keep if keep is not None else self.entity_keys):
+            e = self.graph.entities.get(k)
+            if e is not None:
+                g.add_node(k, name=e.name, kind=e.kind)
+        for a, targets in self._entity_edges().items():
+            if keep is not None and a not in keep:
+                continue
+            for b, w, r in targets:
+                if keep is None or b in keep:
+                    g.add_edge(a, b, weight=w, relation=r.relation if r else "synonym")
+        return g
+
+
+def _normalised(weights: Mapping[str, float]) -> dict[str, float]:
+    total = sum(v for v in weights.values() if v > 0)
+    return {k: v / total for k, v in weights.items() if v > 0} if total > 0 else {}
+
+
+def _rowid_order(key: str) -> tuple[int, str]:
+    digits = key[1:] if key[:1] == "r" else ""
+    return (int(digits), key) if digits.isdigit() else (1 << 62, key)
+

@@ -1,0 +1,64 @@
+"""Typed views of the graph and memory results (§7.9, §7.17) the clients return.
+
+The clients hand back the wire ``result`` as a plain dict, like every other method; these
+``TypedDict`` s say which keys it has (camelCase, as on the wire), so type checkers and
+editors know ``result["nodes"][0]["id"]``. A server may add keys (§4.6), and which keys are
+present depends on the op. :mod:`rcp_agentic.wire` has the same shapes as pydantic models
+(``GraphResult.model_validate(result)``) for callers who want validation.
+"""
+
+from __future__ import annotations
+
+from typing import Any, TypedDict
+
+
+class GraphNode(TypedDict, total=False):
+    """A node of a ``neighbors`` result: a ``node`` unit id, its score, and its name."""
+
+    id: str
+    score: float
+    name: str
+
+
+class GraphEdge(TypedDict, total=False):
+    """A weighted edge between two nodes (unit ids)."""
+
+    src: str
+    dst: str
+    weight: float
+
+
+class GraphResult(TypedDict, total=False):
+    """``graph``: ``hits`` for ``local``; ``nodes`` and ``edges`` for ``neighbors``."""
+
+    hits: list[dict[str, Any]]
+    nodes: list[GraphNode]
+    edges: list[GraphEdge]
+    summary: str
+    communities: list[dict[str, Any]]
+    followups: list[str]
+    indexVersion: str
+    usage: dict[str, Any]
+
+
+class MemoryBuildResult(TypedDict, total=False):
+    """``memory/build``: the memory's id (pass it to recall) and its size in tokens."""
+
+    memoryId: str
+    tokens: int
+
+
+class MemoryClue(TypedDict, total=False):
+    """One clue: a surrogate query, the seed node ids it starts from, and its weight."""
+
+    query: str
+    seedIds: list[str]
+    weight: float
+
+
+class MemoryRecallResult(TypedDict, total=False):
+    """``memory/recall``: clues (feed them to ``retrieve`` or ``graph``) and draft hits."""
+
+    clues: list[MemoryClue]
+    hits: list[dict[str, Any]]
+    usage: dict[str, Any]

@@ -1,0 +1,361 @@
+"""``graph`` (§7.9), ``memory/build`` and ``memory/recall`` (§7.17) over RCP: advertised only with
+a knowledge graph, params checked against the schema's shapes, and the same answers through
+the in-process dispatcher, a real ``serve --stdio`` subprocess and a real ``serve --http`` one.
+
+A real engine with ``build_graph`` over the wiki corpus of ``test_graph_index`` (a band, its
+drummer, their songs and cities). Results are validated against the RCP JSON Schema; hostile
+params (hypothesis) are always answered with a specific error, never -32603.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+from conftest import DOCS, REPO, free_port, initialized, rpc_call, running_server
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from test_graph_index import corpus
+
+from rcp_agentic import Engine
+from rcp_agentic.client import RCPClient
+from rcp_agentic.errors import CapabilityMissing, InvalidParams, OptionUnsupported
+from rcp_agentic.protocol.dispatcher import Dispatcher
+
+SCHEMA = json.loads((REPO / "tests" / "schema" / "rcp-1.0.json").read_text("utf-8"))
+TOKEN = "graph-token"
+QUESTION = "Where was the drummer of Toto born?"
+
+
+def validator(name: str) -> jsonschema.Draft202012Validator:
+    return jsonschema.Draft202012Validator({"$schema": SCHEMA["$schema"], "$defs": SCHEMA["$defs"],
+                                            "$ref": f"#/$defs/{name}"})
+
+
+@pytest.fixture(scope="module")
+def graph_dir(tmp_path_factory: pytest.TempPathFactory, embedder: Any) -> Path:
+    path = tmp_path_factory.mktemp("graph-protocol") / "e"
+    with Engine(path, embedder=embedder, build_graph=True) as eng:
+        eng.add_documents(corpus())
+    return path
+
+
+@pytest.fixture(scope="module")
+def eng(graph_dir: Path, embedder: Any) -> Iterator[Engine]:
+    with Engine(graph_dir, embedder=embedder) as engine:  # build_graph kept in its config
+        yield engine
+
+
+@pytest.fixture(scope="module")
+def rpc(eng: Engine) -> Dispatcher:
+    return initialized(eng)
+
+
+def result(rpc: Dispatcher, method: str, params: Any) -> dict[str, Any]:
+    out = rpc_call(rpc, method, params)
+    assert "result" in out, out
+    return out["result"]  # type: ignore[no-any-return]
+
+
+def error(rpc: Dispatcher, method: str, params: Any) -> dict[str, Any]:
+    out = rpc_call(rpc, method, params)
+    assert "error" in out, out
+    return out["error"]  # type: ignore[no-any-return]
+
+
+def seed_of(rpc: Dispatcher) -> str:
+    """The node id of the best-linked entity of QUESTION, from a local hit."""
+    hits = result(rpc, "graph", {"op": "local", "query": QUESTION, "k": 1})["hits"]
+    return str(hits[0]["provenance"]["nodes"][0])
+
+
+# --- capabilities -----------------------------------------------------------------------------
+
+def test_a_graph_is_advertised_with_the_ops_that_work(rpc: Dispatcher) -> None:
+    caps = result(rpc, "info", {})["capabilities"]
+    assert caps["graph"] == {"ops": ["local", "neighbors"]}
+    assert caps["memory"] == {"scopes": ["global", "session"], "clues": True}
+    assert caps["x-rcp-agentic"]["graphRecall"] is True  # the x-rcp-agentic-graphRecall option
+    limits = caps["x-rcp-agentic"]["limits"]
+    assert {limits[n] for n in ("maxGraphHops", "maxSeedIds", "maxClues")} and all(
+        isinstance(limits[n], int) and limits[n] > 0
+        for n in ("maxGraphHops", "maxGraphNodes", "maxSeedIds", "maxClues",
+                  "maxMemoryDocuments"))
+    validator("Capabilities").validate(caps)
+
+
+def test_no_graph_nothing_advertised_and_methods_refused(filled_engine: Engine) -> None:
+    rpc = initialized(filled_engine)
+    caps = result(rpc, "info", {})["capabilities"]
+    assert "graph" not in caps and "memory" not in caps
+    assert "graphRecall" not in caps["x-rcp-agentic"]
+    assert "maxGraphHops" not in caps["x-rcp-agentic"]["limits"]
+    for method, params in (("graph", {"op": "local", "query": "x"}),
+                           ("memory/build", {}), ("memory/recall", {"query": "x"})):
+        assert error(rpc, method, params)["code"] == -32003, method
+    err = error(rpc, "retrieve", {"query": "x", "x-rcp-agentic-graphRecall": True})
+    assert err["code"] == -32005 and err["data"]["option"] == "x-rcp-agentic-graphRecall"
+
+
+# --- graph ------------------------------------------------------------------------------------
+
+def test_local_hits_name_their_entities(rpc: Dispatcher, eng: Engine) -> None:
+    out = result(rpc, "graph", {"op": "local", "query": QUESTION, "k": 3})
+    validator("GraphResult").validate(out)
+    hits = out["hits"]
+    assert len(hits) == 3 and all(h["unit"] == "chunk" for h in hits)
+    assert {h["chunk"]["docId"] for h in hits} >= {"jeff-porcaro"}
+    assert all(h["provenance"]["nodes"] and h["provenance"]["leaves"] == [h["id"]] for h in hits)
+    names = {n["id"]: n["name"] for n in result(rpc, "graph", {
+        "op": "neighbors", "seedIds": hits[0]["provenance"]["nodes"][:1]})["nodes"]}
+    assert names  # the seed itself, at least
+    # The same hits as retrieve with graph recall: `local` is that, annotated.
+    same = result(rpc, "retrieve", {"query": QUESTION, "k": 3, "x-rcp-agentic-graphRecall": True})
+    assert [h["id"] for h in same["hits"]] == [h["id"] for h in hits]
+    assert all("graph" in h["scores"] for h in same["hits"])
+
+
+def test_neighbors_are_bounded_and_weighted(rpc: Dispatcher) -> None:
+    seed = seed_of(rpc)
+    one = result(rpc, "graph", {"op": "neighbors", "seedIds": [seed], "hops": 1, "k": 50})
+    validator("GraphResult").validate(one)
+    ids = [n["id"] for n in one["nodes"]]
+    assert ids[0] == seed and len(ids) == len(set(ids)) > 1
+    assert all(e["src"] in ids and e["dst"] in ids and e["weight"] > 0 for e in one["edges"])
+    assert [e["weight"] for e in one["edges"]] == sorted((e["weight"] for e in one["edges"]),
+                                                         reverse=True)
+    two = result(rpc, "graph", {"op": "neighbors", "seedIds": [seed], "hops": 2, "k": 50})
+    assert set(ids) <= {n["id"] for n in two["nodes"]} and len(two["nodes"]) > len(ids)
+    # Above the advertised limits: clamped, not refused (§12).
+    limits = result(rpc, "info", {})["capabilities"]["x-rcp-agentic"]["limits"]
+    far = result(rpc, "graph", {"op": "neighbors", "seedIds": [seed], "hops": 10 ** 9,
+                                "k": 10 ** 12})
+    at = result(rpc, "graph", {"op": "neighbors", "seedIds": [seed],
+                               "hops": limits["maxGraphHops"], "k": limits["maxGraphNodes"]})
+    assert far["nodes"] == at["nodes"] and far["edges"] == at["edges"]
+    small = result(rpc, "graph", {"op": "neighbors", "seedIds": [seed], "hops": 2, "k": 2})
+    assert len(small["nodes"]) == 2 and small["nodes"][0]["id"] == seed
+
+
+@pytest.mark.parametrize(("params", "code", "where"), [
+    ({}, -32602, "op"),
+    ({"op": "bogus"}, -32602, "op"),
+    ({"op": 5}, -32602, "op"),
+    ({"op": ["local"]}, -32602, "op"),
+    ({"op": "global"}, -32005, "op"),
+    ({"op": "drift", "query": "x"}, -32005, "op"),
+    ({"op": "communities"}, -32005, "op"),
+    ({"op": "local"}, -32602, "query"),
+    ({"op": "local", "query": 5}, -32602, "query"),
+    ({"op": "local", "query": "\ud800"}, -32602, "query"),
+    ({"op": "local", "query": "x", "k": 0}, -32602, "k"),
+    ({"op": "local", "query": "x", "k": -3}, -32602, "k"),
+    ({"op": "local", "query": "x", "k": "3"}, -32602, "k"),
+    ({"op": "local", "query": "x", "k": True}, -32602, "k"),
+    ({"op": "local", "query": "x", "k": 1.5}, -32602, "k"),
+    ({"op": "local", "query": "x", "sessionId": 7}, -32602, "sessionId"),
+    ({"op": "local", "query": "x", "level": 1}, -32005, "level"),
+    ({"op": "local", "query": "x", "level": -1}, -32602, "level"),
+    ({"op": "neighbors"}, -32602, "seedIds"),
+    ({"op": "neighbors", "seedIds": "node:1"}, -32602, "seedIds"),
+    ({"op": "neighbors", "seedIds": []}, -32602, "seedIds"),
+    ({"op": "neighbors", "seedIds": [1]}, -32602, "seedIds[0]"),
+    ({"op": "neighbors", "seedIds": ["node:nope"]}, -32602, "seedIds[0]"),
+    ({"op": "neighbors", "seedIds": ["node:x"] * 65}, -32602, "seedIds"),
+    ({"op": "neighbors", "seedIds": ["node:x"], "hops": 0}, -32602, "hops"),
+])
+def test_graph_params_are_checked(rpc: Dispatcher, params: dict[str, Any], code: int,
+                                  where: str) -> None:
+    err = error(rpc, "graph", params)
+    assert err["code"] == code, err
+    assert err["data"]["field" if code == -32602 else "option"] == where, err
+
+
+# --- memory -----------------------------------------------------------------------------------
+
+def test_memory_build_and_recall_round_trip(rpc: Dispatcher, eng: Engine) -> None:
+    built = result(rpc, "memory/build", {})
+    validator("MemoryBuildResult").validate(built)
+    assert built["memoryId"] == f"graph@{eng.index_version}" and built["tokens"] > 0
+    recalled = result(rpc, "memory/recall", {"query": QUESTION, "memoryId": built["memoryId"],
+                                             "n": 3})
+    validator("MemoryRecallResult").validate(recalled)
+    clues = recalled["clues"]
+    assert 1 <= len(clues) <= 3 and clues[0]["weight"] == 1.0
+    assert all(c["seedIds"] and all(s.startswith("node:") for s in c["seedIds"]) for c in clues)
+    assert "Toto" in clues[0]["query"]
+    # A clue is what the client feeds back: its seeds to `graph`, its query to `retrieve`.
+    around = result(rpc, "graph", {"op": "neighbors", "seedIds": clues[-1]["seedIds"]})
+    assert {n["id"] for n in around["nodes"]} >= set(clues[-1]["seedIds"])
+    assert result(rpc, "retrieve", {"query": clues[-1]["query"], "k": 2})["hits"]
+    # n above the advertised limit is clamped.
+    assert result(rpc, "memory/recall", {"query": QUESTION, "n": 10 ** 9})["clues"]
+
+
+def test_session_memory_keeps_the_trajectory(rpc: Dispatcher) -> None:
+    built = result(rpc, "memory/build", {"scope": "session", "sessionId": "trail-1",
+                                         "documents": [{"text": "Jeff Porcaro and Hartford"}]})
+    assert built["memoryId"] == "session:trail-1" and built["tokens"] > 0
+    again = result(rpc, "memory/build", {"scope": "session", "memoryId": "session:trail-1",
+                                         "documents": [{"text": "Columbia Records"}]})
+    assert again["memoryId"] == "session:trail-1" and again["tokens"] > built["tokens"]
+    plain = result(rpc, "memory/recall", {"query": "Toto IV", "n": 5})
+    steered = result(rpc, "memory/recall", {"query": "Toto IV", "n": 5,
+                                            "sessionId": "trail-1"})
+    assert plain["clues"] and steered["clues"]
+    assert plain["clues"] != steered["clues"]  # the remembered entities seed recall too
+
+
+@pytest.mark.parametrize(("method", "params", "code", "where"), [
+    ("memory/recall", {}, -32602, "query"),
+    ("memory/recall", {"query": 3}, -32602, "query"),
+    ("memory/recall", {"query": "x", "n": 0}, -32602, "n"),
+    ("memory/recall", {"query": "x", "n": "5"}, -32602, "n"),
+    ("memory/recall", {"query": "x", "memoryId": 5}, -32602, "memoryId"),
+    ("memory/recall", {"query": "x", "memoryId": "someone-else"}, -32602, "memoryId"),
+    ("memory/recall", {"query": "x", "sessionId": ["s"]}, -32602, "sessionId"),
+    ("memory/build", {"scope": "forever"}, -32602, "scope"),
+    ("memory/build", {"scope": "session"}, -32602, "sessionId"),
+    ("memory/build", {"documents": "text"}, -32602, "documents"),
+    ("memory/build", {"documents": ["text"]}, -32602, "documents[0]"),
+    ("memory/build", {"documents": [{"text": 5}]}, -32602, "documents[0].text"),
+    ("memory/build", {"documents": [{"text": "x", "id": 5}]}, -32602, "documents[0].id"),
+    ("memory/build", {"documents": [{"text": "a\udc00"}]}, -32602, "documents[0].text"),
+    ("memory/build", {"memoryId": 5}, -32602, "memoryId"),
+])
+def test_memory_params_are_checked(rpc: Dispatcher, method: str, params: dict[str, Any],
+                                   code: int, where: str) -> None:
+    err = error(rpc, method, params)
+    assert err["code"] == code and err["data"]["field"] == where, err
+
+
+def test_memory_build_with_documents_adds_them(tmp_path: Path, embedder: Any) -> None:
+    with Engine(tmp_path / "e", embedder=embedder, build_graph=True) as engine:
+        engine.add_documents(corpus(["Toto (band)", "Jeff Porcaro"]))
+        rpc = initialized(engine)
+        before = engine.stats()["documents"]
+        out = result(rpc, "memory/build", {"documents": [
+            {"id": "rosanna", "text": "Rosanna is a song by Toto from Toto IV."}]})
+        assert engine.stats()["documents"] == before + 1
+        assert out["memoryId"] == f"graph@{engine.index_version}"
+        graph = engine.graph_data()
+        assert graph is not None and "rosanna" in graph.chunk_docs.values()  # in the graph
+
+
+# --- hostile input ----------------------------------------------------------------------------
+
+_json = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) |
+                     st.text(max_size=20), lambda inner: st.lists(inner, max_size=3) |
+                     st.dictionaries(st.text(max_size=8), inner, max_size=3), max_leaves=8)
+_params = st.fixed_dictionaries({}, optional={
+    "op": st.sampled_from(["local", "neighbors", "global", "x"]) | _json,
+    "query": st.text(max_size=60) | _json, "k": st.integers() | _json,
+    "seedIds": st.lists(st.text(max_size=24), max_size=4) | _json,
+    "hops": st.integers() | _json, "level": _json, "sessionId": st.text(max_size=12) | _json,
+    "n": st.integers() | _json, "memoryId": st.sampled_from(["graph@v1", "graph@v999",
+                                                             "session:", "graph@v01"]) | _json,
+    "scope": st.sampled_from(["global", "session", "x"]) | _json,
+})
+
+
+@settings(max_examples=120, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(method=st.sampled_from(["graph", "memory/recall", "memory/build"]), params=_params)
+def test_hostile_params_get_a_specific_error(rpc: Dispatcher, method: str,
+                                             params: dict[str, Any]) -> None:
+    if method == "memory/build":
+        params.pop("documents", None)  # no corpus writes from the fuzzer
+    out = rpc_call(rpc, method, params)
+    assert ("result" in out) != ("error" in out)
+    if "error" in out:
+        assert out["error"]["code"] != -32603, out
+
+
+# --- real transports --------------------------------------------------------------------------
+
+def _exercise(client: RCPClient) -> None:
+    """The same checks over any transport."""
+    caps = client.initialize()["capabilities"]
+    assert caps["graph"]["ops"] == ["local", "neighbors"] and "memory" in caps
+    local = client.graph("local", QUESTION, k=2)
+    assert len(local["hits"]) == 2 and local["hits"][0]["provenance"]["nodes"]
+    seed = local["hits"][0]["provenance"]["nodes"][0]
+    near = client.graph("neighbors", seed_ids=[seed], hops=1, k=5)
+    assert near["nodes"][0]["id"] == seed and near["edges"]
+    clues = client.memory_recall(QUESTION, n=2)["clues"]
+    assert clues and clues[0]["seedIds"]
+    assert client.memory_build()["memoryId"].startswith("graph@v")
+    with pytest.raises(OptionUnsupported):  # refused by the client: not advertised
+        client.graph("global")
+    with pytest.raises(OptionUnsupported) as err:  # sent anyway: the server says the same
+        client.graph("global", strict=False)
+    assert err.value.code == -32005 and err.value.option == "op"
+    with pytest.raises(InvalidParams) as bad:
+        client.graph("neighbors", seed_ids=["node:nope"])
+    assert bad.value.field == "seedIds[0]"
+
+
+def test_over_stdio(graph_dir: Path) -> None:
+    with RCPClient.stdio(engine=graph_dir, env=dict(os.environ), timeout=300) as client:
+        _exercise(client)
+
+
+def test_over_http(graph_dir: Path) -> None:
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+
+    def ready() -> bool:
+        try:
+            urllib.request.urlopen(f"{url}/rcp/ping", data=b"{}", timeout=2)
+        except urllib.error.HTTPError:
+            return True  # answering (401 without the token): up
+        except OSError:
+            return False
+        return True
+
+    with running_server([sys.executable, "-m", "rcp_agentic.cli", "serve", "--http", "--engine",
+                         str(graph_dir), "--port", str(port)], ready, timeout=120,
+                        env={**os.environ, "RCP_AGENTIC_TOKEN": TOKEN}):
+        with RCPClient.http(url, TOKEN, timeout=300) as client:
+            _exercise(client)
+        # Without a graph capability a client refuses before sending; a raw frame gets -32602.
+        req = urllib.request.Request(
+            f"{url}/rcp/graph", method="POST", data=json.dumps(
+                {"jsonrpc": "2.0", "id": 1, "method": "graph",
+                 "params": {"op": "neighbors", "seedIds": []}}).encode(),
+            headers={"Content-Type": "application/json", "Authorization": f"Bearer {TOKEN}"})
+        with urllib.request.urlopen(req, timeout=60) as resp:
+            answer = json.loads(resp.read())
+        assert answer["error"]["code"] == -32602 and answer["error"]["data"]["field"] == "seedIds"
+
+
+def test_client_never_calls_graph_on_an_engine_without_one(tmp_path: Path,
+                                                           embedder: Any) -> None:
+    with Engine(tmp_path / "e", embedder=embedder) as engine:
+        engine.add_documents(DOCS[:2])
+        rpc = Dispatcher(engine)
+        seen: list[str] = []
+        inner = rpc.handle
+
+        def spy(message: Any, *args: Any, **kwargs: Any) -> Any:
+            seen.extend(m.get("method") for m in (message if isinstance(message, list)
+                                                  else [message]))
+            return inner(message, *args, **kwargs)
+
+        rpc.handle = spy  # type: ignore[method-assign]
+        with RCPClient.in_process(rpc) as client:
+            with pytest.raises(CapabilityMissing):
+                client.graph("local", "x")
+            with pytest.raises(CapabilityMissing):
+                client.memory_recall("x")
+            with pytest.raises(OptionUnsupported):
+                client.retrieve("x", graph_recall=True)
+        assert not {"graph", "memory/recall", "retrieve"} & set(seen)
