@@ -34,7 +34,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..models.tokenizer import count_tokens
-from .index import node_uid, triplet_uid
+from .index import node_uid
+from .index import triplet_uids as stored_triplet_uids
 from .model import Entity, GraphData, Relation
 from .ppr import GraphView
 
@@ -169,18 +170,7 @@ def triplet_uids(graph: GraphData) -> list[str]:
         got = _triplet_cache.get(id(graph))
         if got is not None and got[0] is graph:
             return got[1]
-    taken: set[str] = set()
-    out = []
-    for r in graph.relations:
-        uid = triplet_uid(r.subject, r.relation, r.object)
-        if uid in taken:
-            uid = triplet_uid(r.subject, "\x1f".join((r.relation, r.evidence, *r.chunks)),
-                              r.object)
-        n = 1
-        while uid in taken:
-            uid, n = triplet_uid(r.subject, f"{r.relation}\x1f{n}", r.object), n + 1
-        taken.add(uid)
-        out.append(uid)
+    out = stored_triplet_uids(graph)
     with _scoped_lock:
         _triplet_cache[id(graph)] = (graph, out)
         while len(_triplet_cache) > 4:

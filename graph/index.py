@@ -155,17 +155,8 @@ def graph_units(graph: GraphData, chunks: Sequence[ChunkText] = ()) -> list[_Uni
                 "synonyms": sorted(synonyms.get(key, [])),
                 "spans": _spans(e.spans, text, len(header) + 1, texts)}
         units.append(_Unit(node_uid(key), NODE, text, meta, covers))
-    taken: set[str] = set()
-    for r in graph.relations:
+    for uid, r in zip(triplet_uids(graph), graph.relations):
         subject, obj = graph.entities[r.subject], graph.entities[r.object]
-        uid = triplet_uid(r.subject, r.relation, r.object)
-        if uid in taken:  # the same words joining the same pair twice: told apart by sources
-            uid = triplet_uid(r.subject, "\x1f".join((r.relation, r.evidence, *r.chunks)),
-                              r.object)
-        n = 1
-        while uid in taken:
-            uid, n = triplet_uid(r.subject, f"{r.relation}\x1f{n}", r.object), n + 1
-        taken.add(uid)
         # An offline relation is the words between two mentions: shown in reading order.
         swap = not r.typed and _first_at(obj, r.evidence) < _first_at(subject, r.evidence)
         header = triplet_header(*((obj.name, r.relation, subject.name) if swap
@@ -180,6 +171,25 @@ def graph_units(graph: GraphData, chunks: Sequence[ChunkText] = ()) -> list[_Uni
             "span": _spans((r.span,), text, len(header) + 1, texts)[0] if r.span else None,
             "chunks": [_row(k) for k in r.chunks]}, [_row(k) for k in r.chunks]))
     return units
+
+
+def triplet_uids(graph: GraphData) -> list[str]:
+    """The stored ``triplet`` unit id of each relation of ``graph``, in order: a hash of
+    (subject, relation, object); the same words joining the same pair twice are told apart
+    by their evidence and sources."""
+    taken: set[str] = set()
+    out = []
+    for r in graph.relations:
+        uid = triplet_uid(r.subject, r.relation, r.object)
+        if uid in taken:
+            uid = triplet_uid(r.subject, "\x1f".join((r.relation, r.evidence, *r.chunks)),
+                              r.object)
+        n = 1
+        while uid in taken:
+            uid, n = triplet_uid(r.subject, f"{r.relation}\x1f{n}", r.object), n + 1
+        taken.add(uid)
+        out.append(uid)
+    return out
 
 
 def _embedded_text(u: _Unit) -> str:

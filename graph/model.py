@@ -14,14 +14,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..raptor.summarize import Span  # one span type for summaries and graph evidence
 
-@dataclass(frozen=True)
-class Span:
-    """Character offsets ``[start, end)`` of a text in its source document."""
-
-    doc_id: str
-    start: int
-    end: int
+__all__ = ["ChunkText", "Entity", "GraphData", "Mention", "Relation", "Span", "Synonym"]
 
 
 @dataclass(frozen=True)

@@ -244,7 +244,8 @@ def _where(hit: Any) -> str:
 def cmd_query(args: argparse.Namespace) -> int:
     engine = _open(args, create=False)
     options: dict[str, Any] = {"mode": args.mode, "unit": args.unit, "level": args.level,
-                               "tree_search": args.tree_search}
+                               "tree_search": args.tree_search,
+                               "graph_recall": args.graph_recall or None}
     if args.filter:
         try:
             options["filter"] = json.loads(args.filter)
@@ -438,6 +439,9 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--tree-search", choices=TREE_SEARCHES,
                    help="tree-node without --level: one pool of every level (collapsed, the "
                    "default) or top-down through the tree (traversal)")
+    q.add_argument("--graph-recall", action="store_true",
+                   help="add the knowledge graph's personalised PageRank to recall (an engine "
+                   "built with --graph): finds the passages a multi-hop question needs")
     q.add_argument("--filter", metavar="JSON", help='RCP filter, e.g. \'{"field":"file_type",'
                    '"op":"eq","value":"md"}\'')
     q.add_argument("--json", action="store_true", help="print the RCP retrieve result")

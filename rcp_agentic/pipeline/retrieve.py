@@ -29,7 +29,7 @@ from .cursor import CursorState, query_hash
 from .filters import compile_filter
 from .hits import build_composed_hit, build_hit
 from .mmr import mmr_order
-from .packing import pack
+from .packing import Packed, pack
 from .params import PARAM_NAMES, Plan, make_plan, parse_params
 from .recency import decay
 
@@ -53,6 +53,16 @@ GRAPH_PRIOR_DEPTH = 20
 # Measured through the engine (bench/graph.py engine; R@5 HotpotQA / 2Wiki): share 0 gives
 # 0.895 / 0.764, 0.05 gives 0.915 / 0.916, 0.1 gives 0.908 / 0.819, 0.2 gives 0.868 / 0.747.
 GRAPH_MIN_SHARE = 0.05
+
+
+def _note_budget(plan: Plan, packed: Packed) -> None:
+    """What the token budget passed over, as usage notes."""
+    if packed.skipped:
+        plan.notes.append(f"tokenBudget: skipped {packed.skipped} hit(s) larger than the "
+                          "budget left")
+    if packed.oversized:
+        plan.notes.append(f"tokenBudget: {packed.oversized} hit(s) larger than the whole "
+                          "budget can never be packed")
 
 
 class GraphList(list[tuple[int, float]]):
@@ -232,12 +242,7 @@ class Retrieval:
         if packed.contained:
             plan.notes.append(f"skipped {packed.contained} hit(s) contained in or containing a "
                               "hit already packed")
-        if packed.skipped:
-            plan.notes.append(f"tokenBudget: skipped {packed.skipped} hit(s) larger than the "
-                              "budget left")
-        if packed.oversized:
-            plan.notes.append(f"tokenBudget: {packed.oversized} hit(s) larger than the whole "
-                              "budget can never be packed")
+        _note_budget(plan, packed)
         top = [ranked_list[i] for i in packed.taken]
         ctl.check()
         next_cursor = None
@@ -663,6 +668,10 @@ class Retrieval:
             mass = {p: s for p, s in mass.items() if p in inside}
         ranked = sorted(mass.items(), key=lambda ps: (-ps[1], ps[0]))
         floor = GRAPH_MIN_SHARE * ranked[0][1] if ranked else 0.0
+        if self.calibrator is not None and ranked:
+            plan.notes.append("confidence is calibrated on dense/sparse signals only: a hit "
+                              "that graph recall found through a bridge entity may be "
+                              "relevant despite a low confidence")
         return GraphList([ps for ps in ranked[:depth] if ps[1] >= floor], mass)
 
     def _graph_positions(self, plan: Plan, index: UnitIndex, served: int, view: GraphView,
@@ -778,12 +787,7 @@ class Retrieval:
         packed = pack([c.tokens for c in ranked], plan.k, plan.token_budget,
                       start=state.start if state else 0,
                       exclude=state.exclude if state else frozenset())
-        if packed.skipped:
-            plan.notes.append(f"tokenBudget: skipped {packed.skipped} hit(s) larger than the "
-                              "budget left")
-        if packed.oversized:
-            plan.notes.append(f"tokenBudget: {packed.oversized} hit(s) larger than the whole "
-                              "budget can never be packed")
+        _note_budget(plan, packed)
         top = [ranked[i] for i in packed.taken]
         next_cursor = None
         if packed.more and not plan.session_id:
