@@ -2,6 +2,7 @@
 
     python bench/graph.py recall [--sets hotpotqa 2wikimultihopqa] [--extractors builtin spacy]
     python bench/graph.py build [--limit N]
+    python bench/graph.py scifact [--queries N]
 
 Results merge under each subcommand's key into ``bench/results/graph.json``.
 
@@ -24,6 +25,13 @@ Results merge under each subcommand's key into ``bench/results/graph.json``.
   run (same machine load); then +10 % documents through ``update_graph`` (time, and
   equality with the full build). ``--scale``: the same on SciFact + both multi-hop
   corpora at 64/8 (≈ 46k chunks).
+* ``scifact`` — issue 11's guard: SciFact train (5,183 abstracts, 505 queries) indexed in an
+  Engine with ``build_graph=True`` (kept under ``bench/.cache/graph-engine-scifact``; the
+  chunks are embedded through ``bench/embedcache.py``, so a rerun embeds nothing), then
+  nDCG@10 over documents (a chunk counts for its document at its first occurrence) of
+  hybrid (``k=candidate_k=100``) against hybrid + ``graph_recall=True`` in the same run,
+  how many queries link an entity, the graph build (time, ``derived_status()``) and the
+  p50 retrieve latency of both on a second pass (query embeddings cached by then).
 """
 
 from __future__ import annotations
@@ -354,6 +362,106 @@ def run_build(args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
+# --- SciFact nDCG guard (issue 11) --------------------------------------------------------
+
+def scifact_engine(docs: list[dict[str, Any]]) -> tuple[Engine, dict[str, Any]]:
+    """The SciFact engine with the graph, built once; returns it and its build record."""
+    from bench.embedcache import EmbeddingCache, LangChainCachedEmbeddings, text_key
+
+    path = CACHE / "graph-engine-scifact"
+    done = path / "indexed.json"         # written once the whole corpus and graph are in
+    if path.exists() and not done.exists():
+        import shutil
+
+        shutil.rmtree(path)              # an interrupted run: start over
+    cache = EmbeddingCache(show_progress=True)
+    engine = Engine(path, embedder=LangChainCachedEmbeddings(cache), build_graph=True)
+    if done.exists():
+        return engine, json.loads(done.read_text())
+    texts = [c.text for c in corpus_chunks(docs, engine.config.chunk_size,
+                                           engine.config.chunk_overlap)]
+    hits = sum(text_key(t) in cache._index for t in texts)
+    print(f"  embedding cache: {hits}/{len(texts)} chunk vectors cached", flush=True)
+    t0 = time.perf_counter()
+    res = engine.add_documents(docs)
+    record: dict[str, Any] = {
+        "chunks": res.chunks, "cache_hits": f"{hits}/{len(texts)}",
+        "ingest_s": round(time.perf_counter() - t0, 1),
+        "embedding_s": round(res.seconds_embedding, 1),
+        "derived": [{k: v for k, v in d.__dict__.items()} for d in res.derived]}
+    done.write_text(json.dumps(record, default=str))
+    return engine, record
+
+
+def run_scifact(args: argparse.Namespace) -> dict[str, Any]:
+    from bench.metrics import ndcg_at_k
+    from bench.raptor import scifact_docs
+
+    docs, queries, qrels = scifact_docs()
+    if args.queries:
+        queries = dict(list(queries.items())[:args.queries])
+    engine, build = scifact_engine(docs)
+    status = engine.derived_status()
+    graph_s = sum(float(d.get("seconds") or 0.0) for d in build["derived"])
+    print(f"SciFact: {len(docs)} docs, {build['chunks']} chunks (cache {build['cache_hits']}), "
+          f"ingest {build['ingest_s']} s of which embedding {build['embedding_s']} s, "
+          f"graph build {graph_s:.1f} s", flush=True)
+    for d in build["derived"]:
+        print(f"  derived {d['unit']}: mode {d['mode']}, {d['added']} units, "
+              f"{d['seconds']:.1f} s (extract {d['seconds_extracting']:.1f} s, embed "
+              f"{d['seconds_embedding']:.1f} s), counts {d['counts']}", flush=True)
+    print(f"  derived_status: {status}", flush=True)
+    variants = {"hybrid": {}, "hybrid + graph_recall": {"graph_recall": True}}
+    runs: dict[str, dict[str, list[str]]] = {v: {} for v in variants}
+    ms: dict[str, list[float]] = {v: [] for v in variants}
+    linked: set[str] = set()
+    for rnd in (1, 2):                   # round 1 fills the query-embedding cache; 2 is timed
+        for qid, text in queries.items():
+            for label, extra in variants.items():
+                t0 = time.perf_counter()
+                res = engine.retrieve(text, k=DEPTH, mode="hybrid", candidate_k=DEPTH,
+                                      include_text=False, **extra)
+                elapsed = (time.perf_counter() - t0) * 1000
+                if rnd == 2:
+                    ms[label].append(elapsed)
+                    continue
+                runs[label][qid] = [h.chunk.doc_id for h in res.hits if h.chunk is not None]
+                notes = (res.usage.notes if res.usage else None) or []
+                if extra and not any("names no entity" in n for n in notes):
+                    linked.add(qid)
+        print(f"  pass {rnd} done", flush=True)
+    out: dict[str, Any] = {"documents": len(docs), "queries": len(queries), "depth": DEPTH,
+                           "build": build, "graph_build_s": round(graph_s, 2),
+                           "derived_status": status,
+                           "queries_linking_an_entity": len(linked)}
+    changed = sum(runs["hybrid"][q][:10] != runs["hybrid + graph_recall"][q][:10]
+                  for q in queries)
+    print(f"\n{'variant':24s} {'nDCG@10':>8s} {'p50 ms':>8s}")
+    for label in variants:
+        row = {"ndcg10": round(ndcg_at_k(runs[label], qrels, 10), 4),
+               "p50_ms": round(float(np.median(ms[label])), 2)}
+        out[label] = row
+        print(f"{label:24s} {row['ndcg10']:8.4f} {row['p50_ms']:8.2f}")
+    delta = out["hybrid + graph_recall"]["ndcg10"] - out["hybrid"]["ndcg10"]
+    out["ndcg10_delta"] = round(delta, 4)
+    out["queries_top10_changed"] = changed
+    sub_qrels = {q: qrels[q] for q in linked}
+    per_query = {label: {q: ndcg_at_k({q: runs[label][q]}, {q: qrels[q]}, 10) for q in linked}
+                 for label in variants}
+    out["linked_only"] = {label: round(ndcg_at_k(runs[label], sub_qrels, 10), 4)
+                          for label in variants}
+    out["linked_wins_losses"] = [
+        sum(per_query["hybrid + graph_recall"][q] > per_query["hybrid"][q] + 1e-9 for q in linked),
+        sum(per_query["hybrid + graph_recall"][q] < per_query["hybrid"][q] - 1e-9 for q in linked)]
+    print(f"delta {delta:+.4f}; {len(linked)}/{len(queries)} queries link an entity; "
+          f"top-10 documents changed for {changed}")
+    print(f"linked queries only: hybrid {out['linked_only']['hybrid']:.4f}, + graph "
+          f"{out['linked_only']['hybrid + graph_recall']:.4f}; graph better on "
+          f"{out['linked_wins_losses'][0]}, worse on {out['linked_wins_losses'][1]}")
+    engine.close()
+    return out
+
+
 # --- main ----------------------------------------------------------------------------------
 
 def save(key: str, value: dict[str, Any], path: Path = RESULTS) -> None:
@@ -379,11 +487,14 @@ def main(argv: list[str] | None = None) -> int:
     bld.add_argument("--sample", type=int, default=640, help="chunks timed for the leaf "
                      "embedding estimate")
     bld.add_argument("--scale", action="store_true", help="also ~46k chunks (64/8)")
-    for p in (rec, bld):
+    sci = sub.add_parser("scifact")
+    sci.add_argument("--queries", type=int, default=None, help="first N queries only")
+    for p in (rec, bld, sci):
         p.add_argument("--key", default=None)
     args = ap.parse_args(argv)
     started = time.perf_counter()
-    result = {"recall": run_recall, "build": run_build}[args.command](args)
+    result = {"recall": run_recall, "build": run_build,
+              "scifact": run_scifact}[args.command](args)
     result["wall_s"] = round(time.perf_counter() - started, 1)
     key = args.key or args.command
     save(key, result)
