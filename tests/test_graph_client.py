@@ -72,7 +72,8 @@ def test_sync_client_graph_and_memory(eng: Engine) -> None:
         built = client.memory_build()
         recalled = client.memory_recall(QUESTION, memory_id=built["memoryId"], n=2)
         MemoryRecallResult.model_validate(recalled)
-        assert 1 <= len(recalled["clues"]) <= 2
+        # n=2: the query's entity, then one bridging fact joining it to a neighbour
+        assert [len(c["seedIds"]) for c in recalled["clues"]] == [1, 2]
         assert rec.sent("memory/recall")[-1] == {"query": QUESTION,
                                                  "memoryId": built["memoryId"], "n": 2}
         session = client.memory_build([{"text": "Columbia Records released Toto IV"}],

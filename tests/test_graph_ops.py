@@ -103,7 +103,8 @@ def test_memory_build_is_stable_per_corpus_version(ops: GraphOps) -> None:
 
 def test_memory_recall_gives_bridging_clues(ops: GraphOps) -> None:
     res = ops.memory_recall(QUESTION, n=4)
-    assert 1 <= len(res.clues) <= 4
+    # n=4 asks for more than the tiny wiki holds: the query entity and its two bridges
+    assert len(res.clues) == 3
     first = res.clues[0]
     assert first.seed_ids == [node_uid("midnight harbor")] and first.weight == 1.0
     bridges = [c for c in res.clues[1:] if node_uid("velvet lantern") in (c.seed_ids or [])]
