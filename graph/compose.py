@@ -113,28 +113,6 @@ def scoped_view(view: GraphView, allowed: frozenset[str] | None) -> GraphView:
 
 # --- PageRank ---------------------------------------------------------------------------------
 
-def _normalised(weights: Mapping[str, float]) -> dict[str, float]:
-    total = sum(v for v in weights.values() if v > 0)
-    return {k: v / total for k, v in weights.items() if v > 0} if total > 0 else {}
-
-
-def pagerank(view: GraphView, links: Mapping[str, float],
-             prior: Mapping[str, float] | None = None) -> np.ndarray:
-    """Stationary PageRank mass of every node (entities, then passages) for a reset on the
-    linked entities plus ``view.weights.prior`` of it on the passage ``prior`` (scores >= 0
-    by chunk key) — the reset :meth:`GraphView.recall` uses. Zeros when nothing links."""
-    reset_e = _normalised(links)
-    if not reset_e:
-        return np.zeros(view.n)
-    reset_c: dict[str, float] = {}
-    p = _normalised({c: max(0.0, s) for c, s in (prior or {}).items() if c in view.c_index})
-    if p:
-        share = view.weights.prior
-        reset_e = {e: (1 - share) * v for e, v in reset_e.items()}
-        reset_c = {c: share * v for c, v in p.items()}
-    return view.personalized_pagerank(reset_e, reset_c)
-
-
 def chunk_masses(view: GraphView, scores: np.ndarray) -> dict[str, float]:
     """Passage masses by chunk key (positive ones)."""
     part = scores[view.n_entities:]
@@ -426,7 +404,7 @@ class Composer:
     def __call__(self, view: GraphView, links: Mapping[str, float],
                  prior: Mapping[str, float] | None, *, k: int,
                  token_budget: int | None) -> list[Composed]:
-        scores = pagerank(view, links, prior)
+        scores = view.mass(links, prior)
         ev = _Evidence(self.engine, view.graph)
         if self.unit == "path":
             return compose_paths(view, links, scores, ev)

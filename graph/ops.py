@@ -36,7 +36,7 @@ from ..errors import CapabilityMissing, InvalidParams, OptionUnsupported
 from ..pipeline.params import query_text
 from ..wire import (GraphEdge, GraphNode, GraphResult, Hit, MemoryBuildResult, MemoryClue,
                     MemoryRecallResult, Usage)
-from .compose import reading_order, install, pagerank, relevance
+from .compose import reading_order, install, relevance
 from .index import node_uid
 from .memory import SessionMemory
 from .ppr import GraphView
@@ -150,7 +150,7 @@ class GraphOps:
         res = self.engine.retrieve_params(raw)
         text = query_text(query, max_chars=self.engine.config.max_query_chars)
         links = view.link(text)
-        rel = relevance(view, pagerank(view, links)) if links else {}
+        rel = relevance(view, view.mass(links)) if links else {}
         hits = [self._anchor(view, h, rel) for h in res.hits]
         return GraphResult(hits=hits, index_version=res.index_version, usage=res.usage)
 
@@ -194,7 +194,7 @@ class GraphOps:
             seeds.append(keys[sid])
         seeds = list(dict.fromkeys(seeds))
         sub = view.neighbors(seeds, hops=hops, limit=min(MAX_NODES, max(k, len(seeds))))
-        scores = pagerank(view, {s: 1.0 for s in seeds})
+        scores = view.mass({s: 1.0 for s in seeds})
         ent = scores[:view.n_entities]
         mass = {key: float(ent[view.e_index[key]]) for key in sub.nodes}
         order = sorted(sub.nodes, key=lambda e: (e not in seeds, -mass[e], e))
@@ -326,7 +326,7 @@ class GraphOps:
                         remembered)
         clues: list[MemoryClue] = []
         if seeds:
-            rel = relevance(view, pagerank(view, seeds))
+            rel = relevance(view, view.mass(seeds))
             names = view.graph.entities
             anchors = sorted(links, key=lambda e: (-links[e], e))
             if anchors:

@@ -220,6 +220,22 @@ class GraphView:
 
     # --- PageRank ----------------------------------------------------------------------
 
+    def mass(self, links: Mapping[str, float],
+             prior: Mapping[str, float] | None = None) -> np.ndarray:
+        """PageRank mass of every node (entities, then passages) for a reset on the linked
+        entities plus ``weights.prior`` of it on the passage ``prior`` (dense/sparse scores
+        >= 0 by chunk key). Zeros when nothing links."""
+        reset_e = _normalised(links)
+        if not reset_e:
+            return np.zeros(self.n)
+        reset_c: dict[str, float] = {}
+        p = _normalised({c: max(0.0, s) for c, s in (prior or {}).items() if c in self.c_index})
+        if p:
+            share = self.weights.prior
+            reset_e = {e: (1 - share) * v for e, v in reset_e.items()}
+            reset_c = {c: share * v for c, v in p.items()}
+        return self.personalized_pagerank(reset_e, reset_c)
+
     def personalized_pagerank(self, entities: Mapping[str, float],
                               chunks: Mapping[str, float] | None = None, *,
                               damping: float | None = None, max_iter: int | None = None,
@@ -259,14 +275,7 @@ class GraphView:
         links = dict(links) if links is not None else self.link(query or "")
         if not links:
             return []
-        reset_e = _normalised(links)
-        reset_c: dict[str, float] = {}
-        if prior:
-            p = _normalised({c: max(0.0, s) for c, s in prior.items() if c in self.c_index})
-            share = self.weights.prior
-            reset_e = {e: (1 - share) * v for e, v in reset_e.items()}
-            reset_c = {c: share * v for c, v in p.items()}
-        scores = self.personalized_pagerank(reset_e, reset_c)[self.n_entities:]
+        scores = self.mass(links, prior)[self.n_entities:]
         order = np.argsort(-scores, kind="stable")[:k]
         return [(self.chunk_keys[i], float(scores[i])) for i in order if scores[i] > 0]
 

@@ -506,6 +506,7 @@ class Retrieval:
         cache: dict[int, frozenset[str] | None] = {}
         said: dict[int, list[str]] = {}
         weights: dict[str, float] = {}
+        bests: dict[int, frozenset[str]] = {}  # a unit's best query-matching sentences
         terms = set(analyze(query))
 
         def leaves(i: int) -> frozenset[str] | None:
@@ -538,13 +539,16 @@ class Retrieval:
                 weights[term] = float(np.log1p((index.size - df + 0.5) / (df + 0.5)))
             return weights[term]
 
+        def best(j: int) -> frozenset[str]:
+            if j not in bests:
+                fine = sentences(j)
+                scores = [sum(weight(t) for t in terms.intersection(analyze(s))) for s in fine]
+                top = max(scores, default=0.0)
+                bests[j] = frozenset(s for s, sc in zip(fine, scores) if sc == top)
+            return bests[j]
+
         def keeps(i: int, j: int) -> bool:
-            fine = sentences(j)
-            if not fine:
-                return True
-            scores = [sum(weight(t) for t in terms.intersection(analyze(s))) for s in fine]
-            top = max(scores)
-            return not {s for s, sc in zip(fine, scores) if sc == top}.isdisjoint(sentences(i))
+            return not best(j) or not best(j).isdisjoint(sentences(i))
         return leaves, keeps
 
     def _traverse(self, plan: Plan, index: UnitIndex, qvec: np.ndarray,
@@ -651,8 +655,6 @@ class Retrieval:
         chunks; in a collapsed tree only the chunks; a node its entity's mass; a triplet the
         mean of its two entities'. None (hybrid alone, with a note) when there is no graph
         or the query names no entity of it."""
-        from ..graph.compose import pagerank
-
         view, allowed_keys = self._graph_scope(plan, served, fields)
         if view is None:
             return None
@@ -662,7 +664,7 @@ class Retrieval:
                               "dense/sparse recall only")
             return None
         prior = self._chunk_prior(plan, served, index, lists, qvec, term_ids, allowed_keys)
-        mass = self._graph_positions(plan, index, served, view, pagerank(view, links, prior))
+        mass = self._graph_positions(plan, index, served, view, view.mass(links, prior))
         if allowed is not None:
             inside = set(allowed.tolist())
             mass = {p: s for p, s in mass.items() if p in inside}
