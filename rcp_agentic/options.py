@@ -37,6 +37,8 @@ class RetrieveOption:
     wire: str
     doc: str
     # Whether the LangChain / LlamaIndex retrievers have it as a field (and per-call keyword).
+    # A vendor option may be one only when it is a switch the server advertises
+    # (``capabilities["x-rcp-agentic"][<name>]``), so clients gate it before sending.
     field: bool = False
     # The values a string option may take, when this vocabulary fixes them (vendor options).
     choices: tuple[str, ...] | None = None
@@ -99,7 +101,8 @@ OPTIONS: tuple[RetrieveOption, ...] = (
                    choices=TREE_SEARCHES),
     RetrieveOption("graph_recall", f"{VENDOR}-graphRecall", "True adds the knowledge graph's "
                    "personalised-PageRank list to recall, fused with dense/sparse (needs a "
-                   "graph; falls back to them when the query names no entity).", boolean=True),
+                   "graph; falls back to them when the query names no entity).", field=True,
+                   boolean=True),
 )
 
 BY_NAME: Mapping[str, RetrieveOption] = {o.name: o for o in OPTIONS}

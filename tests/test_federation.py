@@ -8,6 +8,10 @@ HTTP servers (stdlib ``ThreadingHTTPServer``) whose capabilities, hits and delay
 each test sets and whose received params each test reads: they prove what went
 over the wire (``_meta.federation``, ``_meta.deadlineMs``, ``strict``) and make
 ties and slowness exact. Reference fusions are computed here, independently.
+
+The knowledge-graph methods (§16.4) run over two real engines built with ``build_graph``
+on ``examples/wiki`` (the whole wiki in process; two of its notes behind ``serve --stdio``)
+and ``alpha``, which has no graph.
 """
 
 from __future__ import annotations
@@ -27,13 +31,14 @@ from typing import Any
 
 import pytest
 
-from conftest import DOCS, free_port, running_server
+from conftest import DOCS, REPO, free_port, running_server
 from rcp_agentic import Engine
 from rcp_agentic.client import (AsyncRCPClient, BackendUnavailable, CapabilityMissing,
                                 InvalidParams, OptionUnsupported, RCPClient, TransportError,
                                 Unauthorized)
 from rcp_agentic.client.registry import load_registry
 from rcp_agentic.federation import Federation
+from rcp_agentic.federation.graphs import unpack_memory_id
 from rcp_agentic.integrations.common import HitSource
 
 TOKEN = "federation-test-token"
@@ -42,9 +47,9 @@ URI = "https://example.org/papers/rrf"
 SHORT = {"id": "ua", "uri": URI, "text": "Cormack 2009: reciprocal rank fusion."}
 LONG = {"id": "ug", "uri": URI, "text": "Cormack, Clarke and Buettcher (SIGIR 2009) show that "
         "reciprocal rank fusion outperforms Condorcet and individual rank learning methods."}
-ALPHA_DOCS = [*DOCS[:5], SHORT]        # d1..d5
+ALPHA_DOCS: list[dict[str, Any]] = [*DOCS[:5], SHORT]        # d1..d5
 BETA_DOCS = DOCS[3:]                    # d4..d8: shares d4, d5 with alpha
-GAMMA_DOCS = [DOCS[0], DOCS[5], LONG]   # shares d1 with alpha, d6 with beta
+GAMMA_DOCS: list[dict[str, Any]] = [DOCS[0], DOCS[5], LONG]   # shares d1 with alpha, d6 with beta
 QUERY = "how do retrievers rank documents"
 
 
@@ -60,6 +65,9 @@ class Scripted:
         self.delay = 0.0  # before answering retrieve
         self.init_delay = 0.0  # before answering initialize
         self.received: list[dict[str, Any]] = []
+        # Other methods (graph, memory/*): the scripted result, and the params each call carried.
+        self.answers: dict[str, Any] = {}
+        self.calls: list[tuple[str, dict[str, Any]]] = []
         scripted = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -81,6 +89,10 @@ class Scripted:
                     scripted.received.append(params)
                     time.sleep(scripted.delay)
                     result = {"hits": scripted.hits[:params["k"]]}
+                elif method in scripted.answers:
+                    scripted.calls.append((method, params))
+                    time.sleep(scripted.delay)
+                    result = scripted.answers[method]
                 else:
                     result = {}
                 data = json.dumps({"jsonrpc": "2.0", "id": body["id"], "result": result}).encode()
@@ -592,3 +604,198 @@ def test_a_federation_is_a_hit_source(real: Real) -> None:
         direct = fed.retrieve(QUERY, 4, token_budget=400)
         assert ids(source.retrieve(QUERY, 4, {"token_budget": 400})) == ids(direct)
         assert ids(asyncio.run(source.aretrieve(QUERY, 4, {"token_budget": 400}))) == ids(direct)
+
+
+# --- graph and memory (§7.9, §7.17, §16.4) -----------------------------------------------
+
+WIKI = REPO / "examples" / "wiki"
+GRAPH_Q = "In which city was the group behind the single Midnight Harbor founded?"
+
+
+class Graphs:
+    """Two real graph engines: the whole wiki in process, two of its notes over stdio."""
+
+    wiki: Engine
+    wiki_client: RCPClient
+    bands: RCPClient
+
+    def clients(self, real: Real) -> dict[str, Any]:
+        return {"wiki": self.wiki_client, "bands": self.bands, "alpha": real.alpha_client}
+
+
+@pytest.fixture(scope="module")
+def graphs(tmp_path_factory: pytest.TempPathFactory, embedder: Any) -> Iterator[Graphs]:
+    root = tmp_path_factory.mktemp("federation-graph")
+    g = Graphs()
+    g.wiki = Engine(root / "wiki", embedder=embedder, build_graph=True)
+    g.wiki.index_paths([WIKI])
+    with Engine(root / "bands", embedder=embedder, build_graph=True) as bands:
+        bands.index_paths([WIKI / "velvet-lanterns.md", WIKI / "oskar-brandvik.md"])
+    g.wiki_client = RCPClient.in_process(g.wiki)
+    g.bands = RCPClient.stdio(engine=root / "bands")
+    yield g
+    g.bands.close()
+    g.wiki_client.close()
+    g.wiki.close()
+
+
+def node_of(client: RCPClient, name: str) -> str:
+    """The node id of entity ``name`` in the engine behind ``client``."""
+    hit = client.retrieve(name, 1, unit="node")["hits"][0]
+    assert hit["meta"]["name"] == name
+    return str(hit["id"])
+
+
+def test_graph_local_is_fused_over_the_engines_offering_it(graphs: Graphs, real: Real) -> None:
+    k = 4
+    with Federation(graphs.clients(real), deadline=60) as fed:
+        out = fed.graph("local", GRAPH_Q, k=k)
+        again = asyncio.run(fed.agraph("local", GRAPH_Q, k=k))
+    own = {e: c.graph("local", GRAPH_Q, k=2 * k)["hits"]
+           for e, c in graphs.clients(real).items() if e != "alpha"}
+    ref = ref_rrf(own, {"wiki": 1.0, "bands": 1.0})
+    assert ids(out) == [i for i, _s in ref[:k]] == ids(again)
+    assert [h["score"] for h in out["hits"]] == pytest.approx([s for _i, s in ref[:k]])
+    assert {h["meta"]["engine"] for h in out["hits"]} == {"wiki", "bands"}
+    # Both hops of the question, from the engine that holds both.
+    wiki_docs = {h["chunk"]["docId"] for h in out["hits"] if h["meta"]["engine"] == "wiki"}
+    assert {"wiki/midnight-harbor.md", "wiki/velvet-lanterns.md"} <= wiki_docs
+    # alpha has no graph: skipped, noted, and not a degradation (it never could answer).
+    assert out["_meta"]["engines"]["alpha"] == {"skipped": "does not advertise graph"}
+    assert out["_meta"]["degraded"] == []
+    assert "engine 'alpha' skipped: does not advertise graph" in out["usage"]["notes"]
+    assert "indexVersion" in out["_meta"]["engines"]["wiki"] and "indexVersion" not in out
+
+
+def test_graph_neighbors_qualifies_ids_and_routes_seeds(graphs: Graphs, real: Real) -> None:
+    band = node_of(graphs.wiki_client, "Velvet Lanterns")
+    assert node_of(graphs.bands, "Velvet Lanterns") == band  # one entity, one id in both
+    with Federation(graphs.clients(real), deadline=60) as fed:
+        both = fed.graph("neighbors", seed_ids=[band], k=6)
+        nodes, edges = both["nodes"], both["edges"]
+        assert [n["id"] for n in nodes[:2]] == [f"wiki::{band}", f"bands::{band}"]  # seeds first
+        assert len(nodes) <= 6 and all(n["id"] == f"{n['engine']}::" + n["id"].split("::")[1]
+                                       for n in nodes)
+        for engine, client in (("wiki", graphs.wiki_client), ("bands", graphs.bands)):
+            mine = client.graph("neighbors", seed_ids=[band], k=6)
+            theirs = [n for n in nodes if n["engine"] == engine]
+            # Each engine's nodes keep their order and scores, under qualified ids.
+            assert [(n["id"], n["score"]) for n in theirs] == [
+                (f"{engine}::{n['id']}", n["score"]) for n in mine["nodes"]][:len(theirs)]
+        kept = {n["id"] for n in nodes}
+        assert edges and all(e["src"] in kept and e["dst"] in kept for e in edges)
+        # A qualified id goes to its own engine only; the others are not asked.
+        bergen = next(n["id"] for n in nodes if n["engine"] == "bands" and n["name"] == "Bergen")
+        routed = fed.graph("neighbors", seed_ids=[bergen], k=3)
+        assert {n["engine"] for n in routed["nodes"]} == {"bands"}
+        assert routed["nodes"][0]["id"] == bergen
+        assert routed["_meta"]["engines"]["wiki"] == {
+            "skipped": "not asked: no seed names this engine"}
+        # An unqualified seed only one engine knows: the other is skipped, not failed.
+        single = node_of(graphs.wiki_client, "Midnight Harbor")
+        one = asyncio.run(fed.agraph("neighbors", seed_ids=[single], k=3))
+        assert {n["engine"] for n in one["nodes"]} == {"wiki"} and one["_meta"]["degraded"] == []
+        assert one["_meta"]["engines"]["bands"]["skipped"].startswith("does not know the seeds")
+        with pytest.raises(InvalidParams) as err:  # nobody knows it: the engines' own error
+            fed.graph("neighbors", seed_ids=["node:0000000000000000"])
+        assert err.value.field == "seedIds[0]"
+
+
+def test_memory_build_and_recall_across_engines(graphs: Graphs, real: Real) -> None:
+    with Federation(graphs.clients(real), deadline=60) as fed:
+        built = fed.memory_build()
+        own = unpack_memory_id(built["memoryId"])
+        assert set(own) == {"wiki", "bands"} and built["memoryId"].startswith("federation:")
+        assert built["_meta"]["engines"]["alpha"] == {"skipped": "does not advertise memory"}
+        recalled = fed.memory_recall(GRAPH_Q, memory_id=built["memoryId"], n=4)
+        assert recalled["_meta"]["engines"]["alpha"] == {
+            "skipped": "not asked: not part of this memory"}
+        clues = recalled["clues"]
+        assert len(clues) == 4
+        for engine, client in (("wiki", graphs.wiki_client), ("bands", graphs.bands)):
+            mine = client.memory_recall(GRAPH_Q, memory_id=own[engine], n=4)["clues"]
+            theirs = [c for c in clues if c["engine"] == engine]
+            assert theirs, engine  # RRF interleaves the engines' clues
+            assert [(c["query"], c["seedIds"]) for c in theirs] == [
+                (c["query"], [f"{engine}::{s}" for s in c["seedIds"]])
+                for c in mine][:len(theirs)]
+        # A clue's qualified seeds go straight back into the federation's graph.
+        seeds = clues[0]["seedIds"]
+        near = fed.graph("neighbors", seed_ids=seeds, k=4)
+        assert {n["engine"] for n in near["nodes"]} == {clues[0]["engine"]}
+        assert [n["id"] for n in near["nodes"][:len(seeds)]] == seeds
+        async_clues = asyncio.run(fed.amemory_recall(GRAPH_Q, memory_id=built["memoryId"], n=4))
+        assert async_clues["clues"] == clues
+        # A session memory takes texts (nothing is written to any corpus).
+        session = fed.memory_build([{"text": "Velvet Lanterns toured Bergen in 1975."}],
+                                   scope="session", session_id="fed-s1")
+        assert set(unpack_memory_id(session["memoryId"])) == {"wiki", "bands"}
+        # Refused before any I/O: a corpus write to every engine, a foreign memoryId.
+        with pytest.raises(OptionUnsupported) as refused:
+            fed.memory_build([{"text": "x"}])
+        assert refused.value.option == "documents"
+        for bad in ("graph@v2", "federation:!!!", "federation:" + "e30"):
+            with pytest.raises(InvalidParams) as err:
+                fed.memory_recall(GRAPH_Q, memory_id=bad)
+            assert err.value.field == "memoryId"
+
+
+def test_graph_errors_and_capabilities(graphs: Graphs, real: Real) -> None:
+    with Federation({"alpha": real.alpha_client}) as fed:
+        with pytest.raises(CapabilityMissing, match="advertises graph"):
+            fed.graph("local", GRAPH_Q)
+        with pytest.raises(CapabilityMissing, match="advertises memory"):
+            fed.memory_recall(GRAPH_Q)
+    with Federation(graphs.clients(real), deadline=60) as fed:
+        with pytest.raises(OptionUnsupported) as err:
+            fed.graph("communities")  # RCP defines it; no engine here offers it
+        assert err.value.option == "op"
+        with pytest.raises(InvalidParams) as bad:
+            fed.graph("walk", GRAPH_Q)
+        assert bad.value.field == "op"
+        for kwargs, name in (({"k": 0}, "k"), ({"hops": True}, "hops"),
+                             ({"seed_ids": "node:x"}, "seedIds")):
+            with pytest.raises(InvalidParams) as bad:
+                fed.graph("neighbors", **kwargs)
+            assert bad.value.field == name
+        with pytest.raises(InvalidParams):
+            fed.graph("local")  # local needs a query
+        caps = fed.capabilities
+    union, inter = caps["union"], caps["intersection"]
+    assert union["graph"] == {"ops": ["local", "neighbors"]}
+    assert union["memory"] == {"scopes": ["global", "session"]}
+    assert union["x-rcp-agentic"]["graphRecall"] is True
+    assert "graph" not in inter and "graphRecall" not in inter["x-rcp-agentic"]
+    assert {"node", "path"} <= set(union["retrieve"]["units"])
+    assert "node" not in inter["retrieve"]["units"]
+
+
+def test_graph_deadline_required_and_wire(graphs: Graphs, scripted: Scripted) -> None:
+    scripted.caps = {"graph": {"ops": ["neighbors"]}}
+    scripted.answers["graph"] = {"nodes": [{"id": "n1", "score": 1.0}, {"id": "n2", "score": 0.5}],
+                                 "edges": [{"src": "n1", "dst": "n2", "weight": 2.0}]}
+    band = node_of(graphs.wiki_client, "Velvet Lanterns")
+    engines = {"wiki": graphs.wiki_client, "s": scripted.client()}
+    with Federation(engines, deadline=30) as fed:
+        out = fed.graph("neighbors", seed_ids=["s::n1", f"wiki::{band}"], hops=2, k=3)
+        method, sent = scripted.calls[-1]
+        assert method == "graph" and sent["seedIds"] == ["n1"] and sent["hops"] == 2
+        assert sent["_meta"]["federation"] == {"depth": 3, "path": []}
+        assert 0 < sent["_meta"]["deadlineMs"] < 30_000
+        assert out["nodes"][:2] == [  # the seeds first, in RRF order: rank 1 of each engine
+            {"id": f"wiki::{band}", "score": out["nodes"][0]["score"], "name": "Velvet Lanterns",
+             "engine": "wiki"},
+            {"id": "s::n1", "score": 1.0, "engine": "s"}]
+        assert {"src": "s::n1", "dst": "s::n2", "weight": 2.0} not in out["edges"]  # n2 cut (k)
+        # Too slow: dropped at the deadline, noted, degraded.
+        scripted.delay = 2.0
+        slow = fed.graph("neighbors", seed_ids=["s::n1", f"wiki::{band}"], k=3, timeout=0.8)
+        assert slow["_meta"]["degraded"] == ["s"] and {n["engine"] for n in slow["nodes"]} == {
+            "wiki"}
+        assert any("'s' timed out" in n for n in slow["usage"]["notes"])
+        scripted.delay = 0.0
+    # A required engine without the op fails the whole call with its refusal.
+    with Federation(engines, deadline=30, required=["s"]) as fed:
+        with pytest.raises(OptionUnsupported, match="required engine 's'"):
+            fed.graph("local", GRAPH_Q)
+    engines["s"].close()

@@ -305,7 +305,7 @@ def _wire(options: dict[str, Any]) -> dict[str, Any]:
     """
     names = {"token_budget": "tokenBudget", "session_id": "sessionId", "min_score": "minScore",
              "candidate_k": "candidateK", "include_text": "includeText",
-             "index_version": "indexVersion"}
+             "index_version": "indexVersion", "graph_recall": "x-rcp-agentic-graphRecall"}
     nested = {"rrf_k": "rrfK", "half_life_days": "halfLifeDays"}
     return {names.get(n, n): ({nested.get(a, a): b for a, b in v.items()} if isinstance(v, dict)
                               and n != "filter" else v)
@@ -320,14 +320,16 @@ def test_every_option_reaches_the_engine_and_overrides_win(
         "session_id": f"s-{uuid.uuid4()}", "mmr": {"lambda": 0.5}, "rerank": False,
         "recency": {"field": "modified", "half_life_days": 30}, "min_score": -1.0,
         "candidate_k": 50, "fusion": {"method": "rrf", "rrf_k": 60}, "include_text": True,
-        "index_version": _index_version(filled_engine), "seed": 7, "strict": True}
+        "index_version": _index_version(filled_engine), "seed": 7, "strict": True,
+        "graph_recall": False}  # no graph here; True: test_graph_retrievers.py
     assert set(fields) == set(RETRIEVE_OPTIONS)  # a new option needs a case here
     overrides: dict[str, Any] = {
         "mode": "sparse", "unit": "document", "level": None, "token_budget": 300,
         "filter": LANG_DE, "session_id": f"s-{uuid.uuid4()}", "mmr": {"lambda": 0.9},
         "rerank": None, "recency": None, "min_score": -2.0, "candidate_k": 20,
         "fusion": {"method": "weighted", "weights": {"dense": 0.2, "sparse": 0.8}},
-        "include_text": False, "index_version": None, "seed": 8, "strict": False}
+        "include_text": False, "index_version": None, "seed": 8, "strict": False,
+        "graph_recall": None}
     retriever = RCPRetriever.from_engine(filled_engine, k=3, **fields)
 
     def run(query: str, **kw: Any) -> list[Document]:

@@ -43,14 +43,18 @@ def test_the_vocabulary_is_well_formed() -> None:
         assert o.doc and "\n" not in o.doc and o.doc.endswith("."), o.name
         assert o.name.isidentifier() and o.name == o.name.lower(), o.name
         if o.vendor:
-            assert o.wire.startswith(f"{VENDOR}-") and not o.field, o.name
+            assert o.wire.startswith(f"{VENDOR}-"), o.name
             assert bool(o.choices) != o.boolean, o.name  # fixed strings, or a true/false switch
+            # A vendor option is a retriever field only when servers advertise it and clients
+            # gate it: a true/false switch (capabilities["x-rcp-agentic"][<name>]).
+            assert not o.field or o.boolean, o.name
         else:
             assert client_params.camel(o.name) == o.wire or (o.name, o.wire) == ("meta", "_meta")
         assert option(o.name) is option(o.wire) is o
     assert option("x-rcp-agentic-treeSearch").choices == TREE_SEARCHES == ("collapsed",
                                                                              "traversal")
     assert option("rank_by").choices == RANK_BY
+    assert [o.name for o in OPTIONS if o.vendor and o.field] == ["graph_recall"]
     assert FIELD_NAMES == tuple(o.name for o in OPTIONS if o.field)
     with pytest.raises(KeyError):
         option("top_k")

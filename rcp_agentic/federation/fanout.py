@@ -14,6 +14,9 @@ weighted min-max or floor-anchored convex scores, deduplicated by id (or
 ``citation.uri``) and tagged with their origin (§16.3). ``_meta.federation``
 carries the hop budget and path downstream (loop detection) and each engine's
 client sends the remaining deadline as ``_meta.deadlineMs``.
+
+:class:`FanOut` is the engines, their clients, this deadline-bounded fan-out and federated
+``retrieve``; :class:`~.graphcalls.Federation` adds ``graph`` and ``memory/*`` on it.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..client import AsyncRCPClient, RCPClient
 from ..client.errors import (
@@ -37,26 +40,31 @@ from ..client.errors import (
     RCPError,
     Timeout,
 )
-from ..client.gating import DEFAULT_UNITS, check_options
+from ..client.gating import DEFAULT_UNITS, check_options, switch_offered
 from ..client.params import RETRIEVE_OPTIONS, wire_options
 from ..client.registry import EngineSpec, Registry, load_registry
 from ..closing import Closable
 from ..engine import Engine
+from ..options import OPTIONS, VENDOR
 from .fusion import fuse
 
 if TYPE_CHECKING:
     import os
+
+    from typing_extensions import Self
 
 
 FUSIONS = ("rrf", "weighted", "convex")
 DEDUP = ("id", "uri")
 # Options meaningless across engines: cursors and snapshot tokens live in one engine's id space.
 NOT_FEDERATED = ("cursor", "indexVersion")
+# The vendor switches an engine advertises under capabilities["x-rcp-agentic"] (graphRecall).
+_VENDOR_SWITCHES = tuple(o.wire for o in OPTIONS if o.vendor and o.boolean)
 RESERVE = 0.05  # seconds kept back from each engine's deadline for fusion (§16.2)
 
 
 @dataclass
-class _Member:
+class Member:
     id: str
     source: Any  # RCPClient | AsyncRCPClient | EngineSpec | Engine
     weight: float = 1.0
@@ -76,13 +84,20 @@ class _Plan:
     start: float
     deadline: float
     meta: dict[str, Any]
-    members: list[_Member]
+    members: list[Member]
     skipped: dict[str, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
 
 
+class Deadlined(Protocol):
+    """A fanned-out call: when it started and by when every engine must have answered."""
+
+    start: float
+    deadline: float
+
+
 @dataclass
-class _Outcome:
+class Outcome:
     id: str
     result: dict[str, Any] | None = None
     error: RCPError | None = None
@@ -90,15 +105,16 @@ class _Outcome:
     latency_ms: float | None = None
     notes: list[str] = field(default_factory=list)
     caps: Mapping[str, Any] = field(default_factory=dict)
+    refusal: RCPError | None = None  # why a skipped engine could not take the call
 
 
-def _as_rcp(exc: BaseException) -> RCPError:
+def as_rcp(exc: BaseException) -> RCPError:
     return exc if isinstance(exc, RCPError) else InternalError(f"{type(exc).__name__}: {exc}")
 
 
-def _spawn(fn: Callable[..., _Outcome], *args: Any) -> Future[_Outcome]:
+def spawn(fn: Callable[..., Outcome], *args: Any) -> Future[Outcome]:
     """Run ``fn(*args)`` in a daemon thread: an engine stuck past the deadline never blocks exit."""
-    future: Future[_Outcome] = Future()
+    future: Future[Outcome] = Future()
 
     def run() -> None:
         try:
@@ -110,8 +126,8 @@ def _spawn(fn: Callable[..., _Outcome], *args: Any) -> Future[_Outcome]:
     return future
 
 
-class Federation(Closable):
-    """A facade over several RCP engines: concurrent fan-out, partial failure, fusion (§16).
+class FanOut(Closable):
+    """Several RCP engines behind one facade: concurrent fan-out, partial failure, fusion (§16).
 
     ``engines`` maps a client-local id to an RCPClient, AsyncRCPClient, EngineSpec
     or Engine (or is a loaded Registry). ``deadline`` bounds every query (seconds);
@@ -120,7 +136,8 @@ class Federation(Closable):
     answering engine advertises ``retrieve.scoreFloor``). ``depth`` is the hop budget
     sent downstream; ``identity`` names this federation in ``_meta.federation.path``;
     ``local`` is the engine that is this aggregator's own index (asked even when the
-    hop budget is spent). Clients it opens it also closes.
+    hop budget is spent). Clients it opens it also closes. Use
+    :class:`~rcp_agentic.federation.Federation`, which adds the graph methods.
     """
 
     def __init__(self, engines: Mapping[str, Any] | Registry, *, deadline: float = 10.0,
@@ -135,13 +152,13 @@ class Federation(Closable):
         if deadline <= 0 or rrf_k < 0 or depth < 0 or overfetch < 1:
             raise ValueError("need deadline > 0, rrf_k >= 0, depth >= 0 and overfetch >= 1")
         weights, required = dict(weights or {}), set(required or ())
-        self._members: dict[str, _Member] = {}
+        self._members: dict[str, Member] = {}
         for id_, source in engines.items():
             if not isinstance(source, (RCPClient, AsyncRCPClient, EngineSpec, Engine)):
                 raise TypeError(f"engine {id_!r}: expected an RCPClient, AsyncRCPClient, "
                                 f"EngineSpec or Engine, not {type(source).__name__}")
             spec = source if isinstance(source, EngineSpec) else None
-            self._members[id_] = _Member(
+            self._members[id_] = Member(
                 id_, source, float(weights.get(id_, spec.weight if spec else 1.0)),
                 id_ in required or bool(spec and spec.required),
                 source if isinstance(source, RCPClient) else None)
@@ -158,7 +175,7 @@ class Federation(Closable):
 
     @classmethod
     def from_registry(cls, source: str | os.PathLike[str] | Mapping[str, Any],
-                      **kwargs: Any) -> Federation:
+                      **kwargs: Any) -> Self:
         """A federation over every engine of an ``rcp.json`` (path or parsed mapping)."""
         return cls(load_registry(source), **kwargs)
 
@@ -169,7 +186,7 @@ class Federation(Closable):
 
     # --- clients --------------------------------------------------------------------------
 
-    def _sync_client(self, m: _Member) -> RCPClient:
+    def _sync_client(self, m: Member) -> RCPClient:
         with self._lock:
             if m.sync is None:
                 if isinstance(m.source, AsyncRCPClient):
@@ -180,7 +197,7 @@ class Federation(Closable):
                 m.owned = True
             return m.sync
 
-    def _async_client(self, m: _Member) -> AsyncRCPClient | None:
+    def _async_client(self, m: Member) -> AsyncRCPClient | None:
         """This loop's async client for ``m`` (None: a given sync client, run in a thread)."""
         if isinstance(m.source, AsyncRCPClient):
             return m.source
@@ -205,11 +222,11 @@ class Federation(Closable):
         """The asyncio :meth:`connect`, for this event loop's clients."""
         return {id_: o.error for id_, o in (await self._ainit_all()).items() if o.error}
 
-    def _init_all(self) -> dict[str, _Outcome]:
-        futures = {m.id: _spawn(self._ask_sync, m, None) for m in self._members.values()}
+    def _init_all(self) -> dict[str, Outcome]:
+        futures = {m.id: spawn(self._ask_sync, m, None) for m in self._members.values()}
         return {id_: f.result() for id_, f in futures.items()}
 
-    async def _ainit_all(self) -> dict[str, _Outcome]:
+    async def _ainit_all(self) -> dict[str, Outcome]:
         outcomes = await asyncio.gather(*(self._ask_async(m, None)
                                           for m in self._members.values()))
         return {o.id: o for o in outcomes}
@@ -241,7 +258,8 @@ class Federation(Closable):
         """``{"union", "intersection", "engines", "unavailable"}`` over the reachable engines.
 
         Initializes engines not yet connected. ``union``/``intersection`` hold the
-        top-level capability keys (``{}`` values) and ``retrieve.modes``/``units``.
+        top-level capability keys (``{}`` values), ``retrieve.modes``/``units``,
+        ``graph.ops``, ``memory.scopes`` and ``x-rcp-agentic.graphRecall``.
         """
         return _combine(self._init_all())
 
@@ -264,16 +282,8 @@ class Federation(Closable):
         ``federation``/``deadlineMs`` when this federation serves an aggregator.
         """
         plan = self._plan(query, k, timeout, dedup, strict, options)
-        futures = {_spawn(self._ask_sync, m, plan): m for m in plan.members}
-        outcomes: dict[str, _Outcome] = {}
-        pending = set(futures)
-        while pending and (left := plan.deadline - time.monotonic()) > 0:
-            done, pending = wait(pending, timeout=left, return_when=FIRST_COMPLETED)
-            for f in done:
-                outcomes[futures[f].id] = self._checked(futures[f], f.result())
-        for f in pending:
-            outcomes[futures[f].id] = self._checked(futures[f], self._late(futures[f], plan))
-        return self._finish(plan, outcomes)
+        futures = {spawn(self._ask_sync, m, plan): m for m in plan.members}
+        return self._finish(plan, self._collect(futures, plan))
 
     async def aretrieve(self, query: Any, k: int = 10, *, timeout: float | None = None,
                         dedup: str | None = None, strict: bool | None = None,
@@ -281,7 +291,26 @@ class Federation(Closable):
         """The asyncio :meth:`retrieve` (``asyncio`` tasks over AsyncRCPClients)."""
         plan = self._plan(query, k, timeout, dedup, strict, options)
         tasks = {asyncio.create_task(self._ask_async(m, plan)): m for m in plan.members}
-        outcomes: dict[str, _Outcome] = {}
+        return self._finish(plan, await self._acollect(tasks, plan))
+
+    def _collect(self, futures: dict[Future[Outcome], Member],
+                 plan: Deadlined) -> dict[str, Outcome]:
+        """Each engine's outcome by the deadline (a late one: Timeout); a required engine's
+        failure is raised."""
+        outcomes: dict[str, Outcome] = {}
+        pending = set(futures)
+        while pending and (left := plan.deadline - time.monotonic()) > 0:
+            done, pending = wait(pending, timeout=left, return_when=FIRST_COMPLETED)
+            for f in done:
+                outcomes[futures[f].id] = self._checked(futures[f], f.result())
+        for f in pending:
+            outcomes[futures[f].id] = self._checked(futures[f], self._late(futures[f], plan))
+        return outcomes
+
+    async def _acollect(self, tasks: dict[asyncio.Task[Outcome], Member],
+                        plan: Deadlined) -> dict[str, Outcome]:
+        """The asyncio :meth:`_collect`; tasks still running at the deadline are cancelled."""
+        outcomes: dict[str, Outcome] = {}
         pending = set(tasks)
         try:
             while pending and (left := plan.deadline - time.monotonic()) > 0:
@@ -296,7 +325,7 @@ class Federation(Closable):
                 t.cancel()
                 self._tasks.add(t)
                 t.add_done_callback(self._tasks.discard)
-        return self._finish(plan, outcomes)
+        return outcomes
 
     def _plan(self, query: Any, k: int, timeout: float | None, dedup: str | None,
               strict: bool | None, options: Mapping[str, Any]) -> _Plan:
@@ -347,12 +376,12 @@ class Federation(Closable):
                 plan.members.append(m)
         return plan
 
-    def _engine_timeout(self, plan: _Plan) -> float:
+    def _engine_timeout(self, plan: Deadlined) -> float:
         left = plan.deadline - time.monotonic()
         return max(0.001, left - min(RESERVE, left * 0.1))  # strictly less downstream
 
-    def _gate(self, m: _Member, caps: Mapping[str, Any], plan: _Plan | None,
-              t0: float) -> _Outcome | tuple[dict[str, Any], bool | None, list[str]]:
+    def _gate(self, m: Member, caps: Mapping[str, Any], plan: _Plan | None,
+              t0: float) -> Outcome | tuple[dict[str, Any], bool | None, list[str]]:
         """How to ask one engine, by its capabilities: (options, strict, notes) or an outcome.
 
         ``plan`` None means initialize only. An engine that cannot honour an option
@@ -360,7 +389,7 @@ class Federation(Closable):
         ``filter`` (its hits would break the caller's constraint): then it is skipped.
         """
         if plan is None:
-            return _Outcome(m.id, caps=caps)
+            return Outcome(m.id, caps=caps)
         unsupported = []
         for name, value in plan.options.items():
             try:
@@ -372,27 +401,27 @@ class Federation(Closable):
                 else f"cannot honour {names} (strict)" if unsupported and plan.strict
                 else "cannot apply the filter" if "filter" in unsupported else None)
         if skip and not m.required:
-            return _Outcome(m.id, skipped=skip, caps=caps)
+            return Outcome(m.id, skipped=skip, caps=caps)
         if skip:  # "required" means the query needs this engine: skipping it is a failure
             cls = CapabilityMissing if "retrieve" not in caps else OptionUnsupported
-            return _Outcome(m.id, error=cls(f"required engine {m.id!r} {skip}"), caps=caps,
-                            latency_ms=_ms(t0))
+            return Outcome(m.id, error=cls(f"required engine {m.id!r} {skip}"), caps=caps,
+                            latency_ms=elapsed_ms(t0))
         opts = {**plan.options, "_meta": plan.meta}
         if not unsupported:
             return opts, plan.strict, []
         return opts, False, [f"engine {m.id!r}: sent with strict=false ({names} not advertised)"]
 
-    def _ask_sync(self, m: _Member, plan: _Plan | None) -> _Outcome:
+    def _ask_sync(self, m: Member, plan: _Plan | None) -> Outcome:
         """Initialize ``m`` and (with a plan) ask it; every failure becomes the outcome."""
         t0, caps = time.monotonic(), {}
         try:
             if plan is None and isinstance(m.source, AsyncRCPClient) and m.source.server:
-                return _Outcome(m.id, caps=m.source.capabilities)
+                return Outcome(m.id, caps=m.source.capabilities)
             client = self._sync_client(m)
             client.initialize()
             caps = client.capabilities
             call = self._gate(m, caps, plan, t0)
-            if isinstance(call, _Outcome):
+            if isinstance(call, Outcome):
                 return call
             assert plan is not None
             opts, strict, notes = call
@@ -400,19 +429,19 @@ class Federation(Closable):
                                      strict=strict, **opts)
             return _answered(m.id, result, t0, notes, caps)
         except Exception as exc:  # noqa: BLE001 - one engine's failure is data here (§16.2)
-            return _Outcome(m.id, error=_as_rcp(exc), caps=caps, latency_ms=_ms(t0))
+            return Outcome(m.id, error=as_rcp(exc), caps=caps, latency_ms=elapsed_ms(t0))
 
-    async def _ask_async(self, m: _Member, plan: _Plan | None) -> _Outcome:
+    async def _ask_async(self, m: Member, plan: _Plan | None) -> Outcome:
         """The asyncio :meth:`_ask_sync`; a given sync client runs in a daemon thread."""
         t0, caps = time.monotonic(), {}
         try:
             client = self._async_client(m)
             if client is None:
-                return await asyncio.wrap_future(_spawn(self._ask_sync, m, plan))
+                return await asyncio.wrap_future(spawn(self._ask_sync, m, plan))
             await client.initialize()
             caps = client.capabilities
             call = self._gate(m, caps, plan, t0)
-            if isinstance(call, _Outcome):
+            if isinstance(call, Outcome):
                 return call
             assert plan is not None
             opts, strict, notes = call
@@ -420,42 +449,56 @@ class Federation(Closable):
                                            timeout=self._engine_timeout(plan), **opts)
             return _answered(m.id, result, t0, notes, caps)
         except Exception as exc:  # noqa: BLE001 - one engine's failure is data here (§16.2)
-            return _Outcome(m.id, error=_as_rcp(exc), caps=caps, latency_ms=_ms(t0))
+            return Outcome(m.id, error=as_rcp(exc), caps=caps, latency_ms=elapsed_ms(t0))
 
-    def _late(self, m: _Member, plan: _Plan) -> _Outcome:
+    def _late(self, m: Member, plan: Deadlined) -> Outcome:
         seconds = plan.deadline - plan.start
-        return _Outcome(m.id, error=Timeout(f"engine {m.id!r} did not answer within the "
+        return Outcome(m.id, error=Timeout(f"engine {m.id!r} did not answer within the "
                                             f"federation deadline ({seconds:.3g} s)"),
-                        latency_ms=_ms(plan.start))
+                        latency_ms=elapsed_ms(plan.start))
 
     @staticmethod
-    def _checked(m: _Member, outcome: _Outcome) -> _Outcome:
+    def _checked(m: Member, outcome: Outcome) -> Outcome:
         """A required engine's failure fails the whole query with that engine's error (§16.2)."""
         if m.required and outcome.error is not None:
             outcome.error.data.setdefault("engine", m.id)
             raise outcome.error
         return outcome
 
-    def _finish(self, plan: _Plan, outcomes: dict[str, _Outcome]) -> dict[str, Any]:
-        notes, degraded = list(plan.notes), []
+    def _report(self, outcomes: dict[str, Outcome], notes: list[str],
+                answered: Callable[[Outcome], dict[str, Any]],
+                degrades: Callable[[Outcome], bool]) -> tuple[dict[str, Any], list[str]]:
+        """``_meta.engines`` and ``_meta.degraded``; each engine's notes appended to ``notes``."""
+        degraded: list[str] = []
         engines: dict[str, Any] = {}
-        for id_, reason in plan.skipped.items():
-            outcomes[id_] = _Outcome(id_, skipped=reason)
         for id_ in self._members:
             o = outcomes[id_]
             if o.result is not None:
-                engines[id_] = {"hits": len(o.result["hits"]), "latencyMs": o.latency_ms}
+                engines[id_] = answered(o)
                 notes += o.notes
             elif o.error is not None:
-                engines[id_] = {"hits": 0, "latencyMs": o.latency_ms, "error": o.error.to_wire()}
+                engines[id_] = {"latencyMs": o.latency_ms, "error": o.error.to_wire()}
                 kind = "timed out" if isinstance(o.error, Timeout) else "failed"
                 notes.append(f"engine {id_!r} {kind} ({o.error.code}): {o.error.message}")
                 degraded.append(id_)
             else:
-                engines[id_] = {"hits": 0, "skipped": o.skipped}
+                engines[id_] = {"skipped": o.skipped}
                 notes.append(f"engine {id_!r} skipped: {o.skipped}")
-                if o.skipped != "does not advertise retrieve":
+                if degrades(o):
                     degraded.append(id_)
+        return engines, degraded
+
+    def _finish(self, plan: _Plan, outcomes: dict[str, Outcome]) -> dict[str, Any]:
+        notes = list(plan.notes)
+        for id_, reason in plan.skipped.items():
+            outcomes[id_] = Outcome(id_, skipped=reason)
+        engines, degraded = self._report(
+            outcomes, notes,
+            lambda o: {"hits": len(o.result["hits"]),  # type: ignore[index]
+                       "latencyMs": o.latency_ms},
+            lambda o: o.skipped != "does not advertise retrieve")
+        for entry in engines.values():
+            entry.setdefault("hits", 0)
         answered = {id_: o for id_, o in outcomes.items() if o.result is not None}
         if not answered:
             errors = {i: o.error.to_wire() for i, o in outcomes.items() if o.error is not None}
@@ -467,13 +510,13 @@ class Federation(Closable):
         hits, candidates, method = self._fuse(answered, plan, notes)
         return {"hits": hits,
                 "usage": {"candidates": candidates,
-                          "latencyMs": _ms(plan.start),
+                          "latencyMs": elapsed_ms(plan.start),
                           "notes": notes},
                 "_meta": {"degraded": degraded, "engines": engines, "fusion": method}}
 
     # --- fusion (§16.3) -------------------------------------------------------------------
 
-    def _fuse(self, answered: dict[str, _Outcome], plan: _Plan,
+    def _fuse(self, answered: dict[str, Outcome], plan: _Plan,
               notes: list[str]) -> tuple[list[dict[str, Any]], int, str]:
         """Fused hits (top k), the number of distinct candidates, and the method used."""
         lists = {id_: answered[id_].result["hits"]  # type: ignore[index]
@@ -485,35 +528,45 @@ class Federation(Closable):
                     notes=notes)
 
 
-def _ms(t0: float) -> float:
+def elapsed_ms(t0: float) -> float:
     return round((time.monotonic() - t0) * 1000, 3)
 
 
 def _answered(id_: str, result: Any, t0: float, notes: list[str],
-              caps: Mapping[str, Any]) -> _Outcome:
-    latency = _ms(t0)
+              caps: Mapping[str, Any]) -> Outcome:
+    latency = elapsed_ms(t0)
     if not isinstance(result, dict) or not isinstance(result.get("hits"), list) \
             or not all(isinstance(h, dict) for h in result["hits"]):
-        return _Outcome(id_, error=InternalError(f"engine {id_!r} returned a malformed result"),
+        return Outcome(id_, error=InternalError(f"engine {id_!r} returned a malformed result"),
                         latency_ms=latency, caps=caps)
     own = (result.get("usage") or {}).get("notes") or []
-    return _Outcome(id_, result=result, latency_ms=latency, caps=caps,
+    return Outcome(id_, result=result, latency_ms=latency, caps=caps,
                     notes=notes + [f"engine {id_!r}: {n}" for n in own])
 
 
-def _combine(outcomes: Mapping[str, _Outcome]) -> dict[str, Any]:
-    """Union (effective) and intersection (guaranteed) of the engines' capabilities (§16.4)."""
+def _combine(outcomes: Mapping[str, Outcome]) -> dict[str, Any]:
+    """Union (effective) and intersection (guaranteed) of the engines' capabilities (§16.4):
+    top-level keys, ``retrieve.modes``/``units``, ``graph.ops``, ``memory.scopes`` and the
+    ``x-rcp-agentic`` switches (``graphRecall``)."""
     caps = {id_: dict(o.caps) for id_, o in outcomes.items() if o.error is None}
     union: dict[str, Any] = {key: {} for c in caps.values() for key in sorted(c)}
     common = set.intersection(*(set(c) for c in caps.values())) if caps else set()
     inter: dict[str, Any] = {key: {} for key in sorted(common)}
-    with_retrieve = [c["retrieve"] for c in caps.values() if isinstance(c.get("retrieve"), dict)]
-    for name, default in (("modes", ()), ("units", DEFAULT_UNITS)):
-        sets = [set(r.get(name) or default) for r in with_retrieve]
+    for cap, name, default in (("retrieve", "modes", ()), ("retrieve", "units", DEFAULT_UNITS),
+                               ("graph", "ops", ()), ("memory", "scopes", ())):
+        sets = [set(c[cap].get(name) or default) for c in caps.values()
+                if isinstance(c.get(cap), dict)]
         if sets:
-            union["retrieve"][name] = sorted(set.union(*sets))
-        if sets and "retrieve" in inter:
-            inter["retrieve"][name] = sorted(set.intersection(*sets))
+            union[cap][name] = sorted(set.union(*sets))
+        if sets and cap in inter:
+            inter[cap][name] = sorted(set.intersection(*sets))
+    for wire in _VENDOR_SWITCHES:  # x-rcp-agentic-graphRecall: capabilities["x-rcp-agentic"]
+        offered = [switch_offered(wire, c) for c in caps.values()]
+        name = wire.removeprefix(f"{VENDOR}-")
+        if any(offered):
+            union[VENDOR][name] = True
+        if offered and all(offered):
+            inter[VENDOR][name] = True
     return {"union": union, "intersection": inter, "engines": caps,
             "unavailable": {id_: o.error.to_wire() for id_, o in outcomes.items()
                             if o.error is not None}}

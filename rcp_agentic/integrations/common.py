@@ -20,6 +20,7 @@ from typing import Any
 from ..client import AsyncRCPClient, RCPClient
 from ..client.registry import EngineSpec
 from ..engine import Engine
+from ..federation.fanout import FanOut
 from ..options import FIELD_NAMES, OPTIONS
 
 # The retrieve options a retriever exposes as fields (Python names), from the one vocabulary.
@@ -111,11 +112,14 @@ class HitSource:
 
     @property
     def capabilities(self) -> dict[str, Any]:
-        """The source's advertised capabilities ({} for a source that has none)."""
+        """The source's advertised capabilities ({} for a source that has none); a federation's
+        are the union of its engines' (its effective set, RCP §16.4)."""
         client = self.sync_client()
         if isinstance(client, RCPClient):
             client.initialize()
             return client.capabilities
+        if isinstance(client, FanOut):
+            return dict(client.capabilities["union"])
         caps = getattr(client, "capabilities", {})
         return dict(caps() if callable(caps) else caps)
 

@@ -13,8 +13,10 @@ vendor options (``tree_search="traversal"``, ``rank_by="confidence"``). ``ainvok
 is natively async (an asyncio RCP client, no worker thread). On an engine with a knowledge
 graph, ``unit="node"|"triplet"|"path"|"subgraph"`` returns the graph's units (their
 ``metadata["provenance"]`` holds the entity ``path``, ``nodes``, weighted ``edges`` and the
-``leaves`` that attest them) and ``graph_recall=True`` per call adds the graph's PageRank
-list to recall for any unit. Tracing callbacks see
+``leaves`` that attest them) and ``graph_recall=True`` (a field, or per call) adds the
+graph's PageRank list to recall for any unit; an engine that does not advertise
+``x-rcp-agentic.graphRecall`` refuses it with ``OptionUnsupported`` before anything is sent,
+unless ``strict=False`` lets it degrade (noted in ``usage.notes``). Tracing callbacks see
 ``ls_retriever_name="rcp"`` and the effective ``rcp_k``/``rcp_mode``/``rcp_unit``/
 ``rcp_session_id`` of the call, plus ``rcp_engine``/``rcp_transport`` from the
 retriever's default metadata.
@@ -107,6 +109,7 @@ class RCPRetriever(BaseRetriever, Closable):
     index_version: str | None = Field(default=None, description=doc("index_version"))
     seed: int | None = Field(default=None, description=doc("seed"))
     strict: bool | None = Field(default=None, description=doc("strict"))
+    graph_recall: bool | None = Field(default=None, description=doc("graph_recall"))
 
     _hits: HitSource = PrivateAttr()
 

@@ -15,8 +15,10 @@ knowledge graph's units (``node``, ``triplet``, ``path``, ``subgraph``) are link
 way: ``SOURCE`` when all their evidence lies in one document, no ``PARENT``/``CHILD`` (an
 entity or a path is attested by its chunks, not made of them); their ``provenance`` (entity
 path, nodes, weighted edges, leaves) stays in the metadata, out of the LLM's text.
-It works wherever LlamaIndex takes a ``BaseRetriever`` (query engines, node
-postprocessors, instrumentation), sync and async.
+``graph_recall=True`` (a keyword and attribute, or per call in ``retrieve_with``) adds the
+graph's PageRank list to recall; an engine without ``x-rcp-agentic.graphRecall`` refuses it
+with ``OptionUnsupported`` unless ``strict=False``. It works wherever LlamaIndex takes a
+``BaseRetriever`` (query engines, node postprocessors, instrumentation), sync and async.
 """
 
 from __future__ import annotations
@@ -235,6 +237,7 @@ class RCPRetriever(BaseRetriever, Closable):
     index_version: str | None
     seed: int | None
     strict: bool | None
+    graph_recall: bool | None
 
     def __init__(self, source: Any = None, *, k: int | None = None,
                  similarity_top_k: int | None = None, score_mode: ScoreMode = "confidence",
