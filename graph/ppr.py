@@ -13,7 +13,9 @@ Dates and numbers link many unrelated passages, so their edges are scaled by
 ``date``. :meth:`GraphView.link` finds the query's entities with the same title
 lexicon and rules the builder used (plus partial-name and optional name-embedding
 matches), weighted by specificity (``1 / passages mentioning it``, HippoRAG's node
-specificity). :meth:`GraphView.recall` runs PageRank from those entities plus a
+specificity; for an entity no passage is about, also the passages holding its words).
+:meth:`GraphView.subject_share` says how much of a query's links fall on entities some
+passage is about, which scales the list's weight in the engine's fusion. :meth:`GraphView.recall` runs PageRank from those entities plus a
 small share of the dense/sparse passage scores and ranks passages by their mass.
 Also :meth:`neighbors` and :meth:`paths` for the graph units.
 """
@@ -50,6 +52,7 @@ class PPRWeights:
     prior: float = 0.05          # share of the reset mass on the dense/sparse passage scores
     partial_link: float = 0.5    # link weight of a partial-name match
     partial_max: int = 5         # a name contained in more entities than this is too vague
+    partial_cover: float = 0.5   # ... or covering less than this share of the entity's words
     embed_link: float = 0.8      # min cosine for a name-embedding link
     specificity: str = "inverse"  # inverse (1/df) | idf (log(N/df)) | none
     max_iter: int = 50
@@ -69,9 +72,12 @@ class GraphView:
 
     def __init__(self, graph: GraphData, *, weights: PPRWeights = PPRWeights(),
                  embed: Embed | None = None,
-                 name_vectors: Mapping[str, np.ndarray] | None = None) -> None:
+                 name_vectors: Mapping[str, np.ndarray] | None = None,
+                 word_df: Callable[[str], int] | None = None) -> None:
         self.graph = graph
         self.weights = weights
+        self.word_df = word_df
+        self._specificity: dict[str, float] = {}
         self.entity_keys = sorted(graph.entities)
         self.chunk_keys = sorted(graph.chunk_docs, key=_rowid_order)
         self.e_index = {k: i for i, k in enumerate(self.entity_keys)}
@@ -164,21 +170,42 @@ class GraphView:
     # --- linking -----------------------------------------------------------------------
 
     def specificity(self, key: str) -> float:
-        """How specific an entity is: ``1 / passages mentioning it`` (or idf / 1)."""
-        i = self.e_index[key]
+        """How specific an entity is: ``1 / passages mentioning it`` (or idf / 1).
+
+        For an entity no passage is about, the passages counted are also those holding its
+        words in any case (``word_df``, the engine's BM25 document frequency): a word the
+        rules took for a name ("Increased" opening a sentence) is as specific as the word.
+        """
         mode = self.weights.specificity
         if mode == "none":
             return 1.0
-        if mode == "idf":
-            return math.log(1 + len(self.chunk_keys) / self.df[i])
-        return 1.0 / self.df[i]
+        if key not in self._specificity:
+            i = self.e_index[key]
+            df = float(self.df[i])
+            if self.word_df is not None and not self.graph.entities[key].about:
+                df = max(df, float(self.word_df(key)))
+            self._specificity[key] = (math.log(1 + len(self.chunk_keys) / df) if mode == "idf"
+                                      else 1.0 / df)
+        return self._specificity[key]
+
+    def subject_share(self, links: Mapping[str, float]) -> float:
+        """The share of a query's link weight on entities some passage is about (a document
+        or section titled by them), in [0, 1]. Graph recall's vote scales with it: an entity
+        that is only mentioned leads PageRank to the passages that mention it, which the
+        sparse list already ranks, and measured on SciFact's claims that re-ranking hurts
+        (bench/RESULTS.md, "Knowledge graph")."""
+        total = sum(links.values())
+        if total <= 0:
+            return 0.0
+        return sum(w for k, w in links.items() if self.graph.entities[k].about) / total
 
     def link(self, query: str) -> dict[str, float]:
         """The query's entities with their reset weights (empty when it names none).
 
         Exact matches (title lexicon, names, acronyms, quoted spans, dates of the
         builtin rules) first; a name with no exact match links the entities that
-        contain all of its words (``partial_link``), or, given an embedder and name
+        contain all of its words and at most ``1 / partial_cover`` times as many
+        (``partial_link``), or, given an embedder and name
         vectors, the nearest entity name above cosine ``embed_link``.
         """
         text = " ".join(str(query).split())
@@ -204,6 +231,9 @@ class GraphView:
             words = key.split()
             pools = [set(self.by_word.get(wd, ())) for wd in words]
             partial = set.intersection(*pools) if pools and all(pools) else set()
+            # "asymptomatic" is no link to a paper titled "Asymptomatic spinal cord lesions …"
+            partial = {k for k in partial
+                       if len(words) >= self.weights.partial_cover * len(k.split())}
             if partial and len(partial) <= self.weights.partial_max:
                 for k in partial:
                     out[k] = max(out.get(k, 0.0),

@@ -33,6 +33,7 @@ from .corpus.metadata import check_meta_shape, filterable_meta, is_valid_field_n
 from .control import RequestControl, checked
 from .errors import (BackendUnavailable, CapabilityMissing, Conflict, InternalError,
                      InvalidParams, NotFound, OptionUnsupported, PayloadTooLarge, RCPError)
+from .models.analyzer import analyze
 from .models.reranker import Reranker, as_reranker
 from .models.embedder import SentenceTransformerEmbedder, TimedEmbedder, as_embedder
 from .pipeline.filters import BUILTIN_FIELDS, OPERATORS
@@ -415,7 +416,14 @@ class Engine(Retrieval):
             return None
         from .graph.ppr import GraphView
 
-        view = GraphView(graph)
+        chunks = self._index([("chunk", 0)], v)
+
+        def word_df(name: str) -> int:
+            # Passages holding the name's rarest word (an upper bound of the name's own count).
+            return min((chunks.doc_freq(self.store.term_id(w)) for w in analyze(name)),
+                       default=0)
+
+        view = GraphView(graph, word_df=word_df)
         with self._graph_lock:
             self._graph_views[v] = view
             while len(self._graph_views) > _GRAPH_CACHE:

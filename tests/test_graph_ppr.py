@@ -67,6 +67,31 @@ def test_link_exact_partial_specificity_and_no_entity() -> None:
     assert view.recall("what is the weather like") == []           # fall back to hybrid
 
 
+def test_partial_links_must_cover_half_the_name() -> None:
+    graph = hand_graph()
+    graph.entities["delta force command"] = Entity("delta force command", "Delta Force Command",
+                                                   "name", mentions={"r4": 1.0})
+    # One word of a three-word name is no link ("asymptomatic" is not a paper's long title).
+    assert GraphView(graph).link("what about Command?") == {}
+    assert set(GraphView(graph, weights=PPRWeights(partial_cover=0.3)).link(
+        "what about Command?")) == {"delta force command"}
+
+
+def test_subject_share_and_word_frequency_specificity() -> None:
+    view = GraphView(hand_graph())
+    # beta is the subject of r2; "gamma ray" is only mentioned.
+    assert view.subject_share({"beta": 0.5, "gamma ray": 0.5}) == pytest.approx(0.5)
+    assert view.subject_share({"gamma ray": 1.0}) == 0.0
+    assert view.subject_share({}) == 0.0
+    # An entity no passage is about also counts the passages holding its words; a title
+    # (gamma: mentioned in r2, about r3) keeps its own count.
+    counted = GraphView(hand_graph(), word_df=lambda name: 4)
+    assert view.specificity("gamma ray") == pytest.approx(1.0)
+    assert counted.specificity("gamma ray") == pytest.approx(0.25)
+    assert counted.specificity("gamma") == pytest.approx(0.5)
+    assert counted.link("what about Gamma Ray?") == {"gamma ray": pytest.approx(0.25)}
+
+
 def test_recall_ranks_passages_and_uses_the_prior() -> None:
     view = GraphView(hand_graph())
     ranked = view.recall("Tell me about Alpha")

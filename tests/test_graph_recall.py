@@ -103,6 +103,21 @@ def test_no_entity_in_the_query_falls_back_to_hybrid(eng: Engine) -> None:
     assert any("names no entity" in n for n in res.usage.notes or [])
 
 
+def test_entities_no_passage_is_about_do_not_vote(eng: Engine) -> None:
+    # Lena Varg is only mentioned (no passage is titled by her): the sparse list already
+    # ranks the passages that mention her, so the graph list stays out of the fusion...
+    q = "Which album did Lena Varg produce?"
+    plain = eng.retrieve(q, k=4)
+    res = eng.retrieve(q, k=4, **GRAPH)
+    assert [h.id for h in res.hits] == [h.id for h in plain.hits]
+    assert any("no passage is about" in n for n in res.usage.notes or [])
+    # ... unless the request gives the graph list a weight of its own.
+    weighted = eng.retrieve(q, k=4, fusion={"method": "rrf", "weights": {"graph": 1.0}},
+                            **GRAPH)
+    assert any((h.scores or {}).get("graph", 0) > 0 for h in weighted.hits)
+    assert not any("no passage is about" in n for n in weighted.usage.notes or [])
+
+
 def test_graph_recall_needs_a_graph(tmp_path: Any, embedder: Any) -> None:
     with Engine(tmp_path / "plain", embedder=embedder) as plain:
         plain.add_documents(corpus()[:2])

@@ -113,8 +113,10 @@ class Plan:
     # The (stored unit, level) pairs pooled for recall: one, or every layer of a collapsed tree.
     kinds: list[tuple[str, int]] = field(default_factory=list)
     tree_search: str = "collapsed"
-    # Whether the graph's PageRank list joins recall (x-rcp-agentic-graphRecall).
+    # Whether the graph's PageRank list joins recall (x-rcp-agentic-graphRecall), and whether
+    # the request set its fusion weight (else it scales with the query's subject share).
     graph_recall: bool = False
+    graph_weight_given: bool = False
 
     @property
     def pooled(self) -> bool:
@@ -359,6 +361,7 @@ def make_plan(p: RetrieveParams, config: EngineConfig = DEFAULT_CONFIG, *,
         token_budget=p.token_budget, session_id=p.session_id, cursor=p.cursor,
         rerank_top_n=rerank_top_n, rank_by_confidence=rank_by_confidence,
         mmr_lambda=mmr_lambda, graph_recall=graph_recall,
+        graph_weight_given=fusion.weights is not None and "graph" in fusion.weights,
         recency_field=recency_field,
         recency_half_life_days=float(half_life) if half_life is not None else None,
         max_hit_chars=config.max_hit_chars, notes=notes)

@@ -68,11 +68,15 @@ def _note_budget(plan: Plan, packed: Packed) -> None:
 class GraphList(list[tuple[int, float]]):
     """The graph's ranked recall list (positions, PageRank mass, best first, cut to the recall
     depth), with the mass of every position PageRank reached (``scores``: fills the ``graph``
-    stage score of units beyond the cut)."""
+    stage score of units beyond the cut) and the query's subject share (``share``: the part
+    of its link weight on entities some passage is about, which scales the list's default
+    fusion weight)."""
 
-    def __init__(self, ranked: list[tuple[int, float]], scores: dict[int, float]) -> None:
+    def __init__(self, ranked: list[tuple[int, float]], scores: dict[int, float],
+                 share: float = 1.0) -> None:
         super().__init__(ranked)
         self.scores = scores
+        self.share = share
 
 
 class Retrieval:
@@ -353,16 +357,20 @@ class Retrieval:
     def _fuse_lists(self, plan: Plan, lists: dict[str, list[tuple[int, float]]],
                     index: UnitIndex, qvec: np.ndarray | None,
                     term_ids: list[int]) -> list[tuple[int, float]]:
+        weights = plan.weights
+        graph = lists.get("graph")
+        if isinstance(graph, GraphList) and not plan.graph_weight_given:
+            weights = {**weights, "graph": weights["graph"] * graph.share}
         if plan.fusion == "rrf":
             leaf = None
             if plan.pooled:
                 chunk = units.get("chunk").stored
                 leaf = lambda p: index.units[p] == chunk  # noqa: E731
-            return fusion.rrf(lists, plan.weights, plan.rrf_k, leaf=leaf)
+            return fusion.rrf(lists, weights, plan.rrf_k, leaf=leaf)
         union = sorted({p for ranked in lists.values() for p, _s in ranked})
         fill = {name: self._fill(index, name, union, qvec, term_ids, lists) for name in lists}
         if plan.fusion == "weighted":
-            return fusion.weighted(lists, plan.weights, fill)
+            return fusion.weighted(lists, weights, fill)
         return fusion.convex(lists, plan.alpha, fill)
 
     def _hits(self, plan: Plan, index: UnitIndex, top: list[tuple[int, float]],
@@ -533,9 +541,7 @@ class Retrieval:
 
         def weight(term: str) -> float:
             if term not in weights:
-                tid = self.store.term_id(term)
-                df = (int(index.indptr[tid + 1] - index.indptr[tid])
-                      if tid is not None and tid + 1 < len(index.indptr) else 0)
+                df = index.doc_freq(self.store.term_id(term))
                 weights[term] = float(np.log1p((index.size - df + 0.5) / (df + 0.5)))
             return weights[term]
 
@@ -654,7 +660,9 @@ class Retrieval:
         the plan's unit: a chunk its passage mass; a page or document the best mass of its
         chunks; in a collapsed tree only the chunks; a node its entity's mass; a triplet the
         mean of its two entities'. None (hybrid alone, with a note) when there is no graph
-        or the query names no entity of it."""
+        or the query names no entity of it. By default the list's fusion weight scales with
+        the query's subject share (``GraphView.subject_share``); with none (only entities no
+        passage is about), hybrid alone, with a note."""
         view, allowed_keys = self._graph_scope(plan, served, fields)
         if view is None:
             return None
@@ -662,6 +670,11 @@ class Retrieval:
         if not links:
             plan.notes.append("graph recall: the query names no entity of the graph; "
                               "dense/sparse recall only")
+            return None
+        share = 1.0 if plan.graph_weight_given else view.subject_share(links)
+        if share <= 0:
+            plan.notes.append("graph recall: no passage is about the entities the query names "
+                              "(they are only mentioned); dense/sparse recall only")
             return None
         prior = self._chunk_prior(plan, served, index, lists, qvec, term_ids, allowed_keys)
         mass = self._graph_positions(plan, index, served, view, view.mass(links, prior))
@@ -674,7 +687,7 @@ class Retrieval:
             plan.notes.append("confidence is calibrated on dense/sparse signals only: a hit "
                               "that graph recall found through a bridge entity may be "
                               "relevant despite a low confidence")
-        return GraphList([ps for ps in ranked[:depth] if ps[1] >= floor], mass)
+        return GraphList([ps for ps in ranked[:depth] if ps[1] >= floor], mass, share)
 
     def _graph_positions(self, plan: Plan, index: UnitIndex, served: int, view: GraphView,
                          scores: np.ndarray) -> dict[int, float]:

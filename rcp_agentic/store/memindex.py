@@ -141,6 +141,12 @@ class UnitIndex:
             matched = np.intersect1d(matched, candidates, assume_unique=True)
         return _top(scores, k, matched)
 
+    def doc_freq(self, term_id: int | None) -> int:
+        """How many units hold the term (0 for an unknown one)."""
+        if term_id is None or term_id + 1 >= len(self.indptr):
+            return 0
+        return int(self.indptr[term_id + 1] - self.indptr[term_id])
+
     def sparse_scores(self, term_ids: list[int], positions: np.ndarray) -> np.ndarray:
         """BM25 of the units at ``positions`` (postings of a term are sorted by row)."""
         scores = np.zeros(len(positions), dtype=np.float64)
