@@ -2,7 +2,7 @@
 
     python bench/confidence.py [--sets scifact hotpotqa 2wikimultihopqa] [--k 20] [--folds 5]
                                [--rerank-k 20 100] [--plot bench/results/reliability.png]
-                               [--write-params] [--tree-node] [--reuse-samples]
+                               [--write-params] [--tree-node] [--graph] [--reuse-samples]
 
 For every judged query of every set, retrieves the top ``k`` hits in each mode (dense,
 sparse, hybrid) and unit (chunk, document) from the set's engine, and the query's
@@ -37,10 +37,26 @@ hits packing passed over as contained). Tree-node models use the hit-only featur
 the pool's chunk hits under the shipped chunk models (``bench/raptor.py scifact
 --write-params`` adds tree-node models to the shipped file without touching the others).
 
+``--graph`` also fits the knowledge graph's models on each set's engine built with
+``build_graph=True`` (SciFact: ``bench/.cache/graph-engine-scifact``, all 5,183 abstracts,
+built by ``bench/graph.py scifact``; a multi-hop set: ``bench/.cache/conf-graph-engine-<set>``,
+a copy of ``bench/graph.py``'s passage engine with the graph built in it on first use):
+the top ``k`` hits of graph-recall requests (``x-rcp-agentic-graphRecall``; chunk and
+document in every mode, node and triplet in hybrid), scored as ``<mode>+graph`` models,
+and of node and triplet requests in every mode without it. The signals are recorded as
+the engine scores them (``RecordingCalibrator``). A node or triplet is relevant when a
+document of its provenance leaves is; a request whose query links no entity runs hybrid
+alone and gives no sample. It prints the held-out tables of the new models, the same
+hits under their mode's model (as graph-recall hits were scored before), and, per set,
+the supporting chunks graph recall brought into the top ``k`` (not in plain hybrid's)
+whose confidence reaches the corrective loop's lower threshold (0.05) before and after.
+Without ``--graph``, ``--write-params`` keeps the shipped graph models.
+
 Engines live in ``bench/.cache/engine-<set>`` (SciFact: ``bench/scifact_engine.py
 --engine bench/.cache/engine-scifact``; the multi-hop ones are built on first use, as
 ``bench/corrective.py`` builds them); ``--reuse-samples`` reads the labelled hits of a
-previous run from ``bench/.cache/confidence-<set>.pkl``.
+previous run from ``bench/.cache/confidence-<set>.pkl`` (and ``confidence-graph-<set>.pkl``;
+delete those to re-collect after the graph or its linking changes).
 """
 
 from __future__ import annotations
@@ -48,6 +64,7 @@ from __future__ import annotations
 import argparse
 import json
 import pickle
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -257,16 +274,25 @@ class RecordingCalibrator:
         self.inner = inner
         self.calls: list[dict[str, Any]] = []
 
-    def supports(self, mode: str, unit: str) -> bool:
+    def supports(self, mode: str, unit: str, graph: bool = False) -> bool:
         return True
 
+    def model_for(self, mode: str, unit: str, graph: bool = False) -> conf.LogisticModel | None:
+        return None if self.inner is None else self.inner.model_for(mode, unit, graph)
+
     def predict(self, *, mode: str, unit: str, dense: Any, sparse: Any, ceiling: Any,
-                ranks: Any, pool: Any = None) -> np.ndarray:
+                ranks: Any, pool: Any = None, graph: Any = None, docs: Any = None,
+                graph_share: Any = None) -> np.ndarray:
         self.calls.append({"mode": mode, "family": unit, "dense": dense, "sparse": sparse,
-                           "ceiling": ceiling, "ranks": np.asarray(ranks), "pool": pool})
-        if self.inner is not None and self.inner.supports(mode, unit):
+                           "ceiling": ceiling, "ranks": np.asarray(ranks), "pool": pool,
+                           "graph": graph, "graph_share": graph_share})
+        if self.inner is not None and self.inner.supports(mode, unit, graph is not None):
+            model = self.inner.model_for(mode, unit, graph is not None)
+            if model is not None and "docs" in model.needs and docs is None:
+                docs = np.ones(len(np.asarray(ranks)))  # the recorder asked for none
             return self.inner.predict(mode=mode, unit=unit, dense=dense, sparse=sparse,
-                                      ceiling=ceiling, ranks=ranks, pool=pool)
+                                      ceiling=ceiling, ranks=ranks, pool=pool, graph=graph,
+                                      docs=docs, graph_share=graph_share)
         return np.full(len(np.asarray(ranks)), 0.5)
 
 
@@ -376,19 +402,237 @@ def write_tree_models(tree: conf.Calibrator, path: Path = CALIBRATION) -> None:
     merge_tree_models(shipped, tree).save(path)
 
 
+# --- graph recall and the graph's units (issue 11) ----------------------------------------
+
+# Chunks and documents are sampled with graph recall only (without it they are the format-2
+# samples above) in every mode; the graph's stored units in every mode without it and in
+# hybrid with it (their graph masses cost ~0.3 s a request on these graphs: a node or
+# triplet request with graph recall in dense or sparse mode is scored by that mode's model).
+GRAPH_UNITS = ("chunk", "document", "node", "triplet")
+GRAPH_UNIT_GRAPH_MODES = ("hybrid",)
+ALL_UNITS = ("chunk", "document", "node", "triplet", "tree-node")
+
+
+def graph_engine_path(name: str) -> Path:
+    return CACHE / ("graph-engine-scifact" if name == "scifact" else f"conf-graph-engine-{name}")
+
+
+def graph_engine_for(name: str) -> Engine:
+    """The set's engine with a knowledge graph (``build_graph=True``).
+
+    SciFact: ``bench/.cache/graph-engine-scifact``, built by ``bench/graph.py scifact``. A
+    multi-hop set: ``bench/.cache/conf-graph-engine-<set>``, a copy of ``bench/graph.py``'s
+    engine cache (``graph-engine-<set>``: the passages, no graph — that bench builds its
+    graph outside the engine) with the graph built in it on first use; the source cache is
+    only read.
+    """
+    path = graph_engine_path(name)
+    if name == "scifact":
+        if not (path / "indexed.json").exists():
+            raise SystemExit(f"no graph engine at {path}: build it with bench/graph.py scifact")
+        from bench.embedcache import EmbeddingCache, LangChainCachedEmbeddings
+
+        # Built through the bench's MiniLM cache (the same model; its identity differs).
+        return Engine(path, embedder=LangChainCachedEmbeddings(EmbeddingCache()),
+                      build_graph=True)
+    if not path.exists():
+        src = CACHE / f"graph-engine-{name}"
+        tmp = CACHE / f".conf-graph-engine-{name}.tmp"
+        if tmp.exists():
+            shutil.rmtree(tmp)  # our own interrupted copy
+        if (src / "indexed.txt").exists():
+            shutil.copytree(src, tmp)
+            tmp.rename(path)
+    engine = Engine(path, build_graph=True)
+    if not engine.store.live_leaves("chunk"):
+        corpus, _q, _r = load_set(name)
+        engine.add_documents(corpus)  # builds the graph too
+    if "node" not in engine.derived_status():
+        t0 = time.perf_counter()
+        engine.update_derived(full=True)
+        print(f"  built the graph of {name} in {time.perf_counter() - t0:.0f} s", flush=True)
+    return engine
+
+
+def _hit_docs(h: Any) -> list[str]:
+    """The documents a hit covers: a chunk's or document's own; a graph unit's leaves'."""
+    if h.chunk is not None:
+        return [str(h.chunk.doc_id)]
+    meta = h.meta or {}
+    return [str(d) for d in (meta.get("doc_ids") or ([meta["doc_id"]] if "doc_id" in meta
+                                                     else []))]
+
+
+def collect_graph_samples(engine: Engine, queries: dict[str, str],
+                          qrels: dict[str, dict[str, int]], *, k: int = CONF_K,
+                          source: str = "", modes: tuple[str, ...] = conf.MODES,
+                          ) -> tuple[list[conf.Sample], dict[str, Any]]:
+    """Labelled top-``k`` hits of graph-recall requests (every unit of ``GRAPH_UNITS``) and
+    of node/triplet requests without it, with the signals exactly as the engine scores them
+    (``RecordingCalibrator``: the recall lists of the hit's family, its graph mass).
+
+    A chunk or document is relevant when its document is; a node or triplet when it covers
+    one (a chunk of a relevant document is among its ``provenance.leaves``). A graph-recall
+    request whose query links no entity runs hybrid alone (scored by the mode's model): it
+    gives no sample. Also returns, per query, the hit ids of the ``hybrid+graph`` chunk list
+    and of the plain hybrid one (``bridges`` counts the hits only the graph brought in) and
+    how many queries linked an entity.
+    """
+    shipped = engine.calibrator
+    recorder = RecordingCalibrator(shipped)
+    engine.calibrator = recorder  # type: ignore[assignment]
+    samples: list[conf.Sample] = []
+    ids: dict[str, dict[str, list[str]]] = {"hybrid+graph": {}, "hybrid": {}}
+    linked: set[str] = set()
+    try:
+        for n, (qid, text) in enumerate(queries.items()):
+            if n and n % 100 == 0:
+                print(f"    {source}: {n} of {len(queries)} queries", flush=True)
+            rels = {d for d, g in qrels.get(qid, {}).items() if g > 0}
+            plain = engine.retrieve(text, k=k, mode="hybrid", unit="chunk", include_text=False)
+            ids["hybrid"][qid] = [h.id for h in plain.hits]
+            for unit in GRAPH_UNITS:
+                for mode in modes:
+                    graphs = (True,) if unit in UNITS else (
+                        (False, True) if mode in GRAPH_UNIT_GRAPH_MODES else (False,))
+                    for graph in graphs:
+                        recorder.calls.clear()
+                        res = engine.retrieve(text, k=k, mode=mode, unit=unit,
+                                              include_text=False, graph_recall=graph)
+                        calls = list(recorder.calls)
+                        if sum(len(c["ranks"]) for c in calls) != len(res.hits):
+                            raise RuntimeError("the engine did not score every hit's confidence")
+                        if graph and not any(c["graph"] is not None for c in calls):
+                            continue  # no entity linked: hybrid alone
+                        if graph:
+                            linked.add(qid)
+                        signal_set = mode + conf.GRAPH if graph else mode
+                        if graph and mode == "hybrid" and unit == "chunk":
+                            ids["hybrid+graph"][qid] = [h.id for h in res.hits]
+                        assert len(calls) <= 1, "one unit family per request"
+                        for call in calls:
+                            for j, h in enumerate(res.hits):
+                                docs = _hit_docs(h)
+                                samples.append(_recorded_sample(
+                                    call, j, query_id=str(qid), mode=signal_set, unit=unit,
+                                    label=int(any(d in rels for d in docs)),
+                                    doc_id=docs[0] if docs else None, source=source,
+                                    docs=float(max(1, len(docs)))))
+    finally:
+        engine.calibrator = shipped
+    return samples, {"ids": ids, "linked": sorted(linked)}
+
+
+def _recorded_sample(call: dict[str, Any], j: int, **fields: Any) -> conf.Sample:
+    """The Sample of the ``j``-th hit of one recorded ``predict`` call."""
+    def at(name: str) -> float | None:
+        x = call[name]
+        return None if x is None else float(np.asarray(x, dtype=float).reshape(-1)[j])
+
+    dense, sparse, graph = at("dense"), at("sparse"), at("graph")
+    ceiling = None if call["ceiling"] is None else float(call["ceiling"])
+    share = call.get("graph_share")
+    return conf.Sample(rank=int(call["ranks"][j]), dense=dense, sparse=sparse, ceiling=ceiling,
+                       graph=graph, graph_share=None if share is None else float(share),
+                       **fields,
+                       **conf.Sample.pool_stats(call["pool"] or {}, dense, sparse, graph))
+
+
+def graph_set_samples(name: str, k: int, reuse: bool, n_off: int = 100,
+                      limit: int | None = None,
+                      ) -> tuple[list[conf.Sample], dict[str, Any], dict[str, Any]]:
+    """The set's graph samples (``collect_graph_samples`` on its graph engine, its own judged
+    queries — the first ``limit`` in file order, if given — plus ``n_off`` off-domain ones),
+    cached in ``bench/.cache/confidence-graph-<set>.pkl``; returns them, the fit note and
+    the per-query extras."""
+    cache = CACHE / f"confidence-graph-{name}.pkl"
+    if reuse and cache.exists():
+        with cache.open("rb") as fh:
+            got: tuple[list[conf.Sample], dict[str, Any], dict[str, Any]] = pickle.load(fh)
+        return got
+    _corpus, queries, qrels = load_set(name)
+    if limit is not None:
+        queries = dict(list((q, t) for q, t in queries.items() if q in qrels)[:limit])
+    off = off_domain(name, n_off)
+    queries = {**queries, **off}
+    qrels = {**qrels, **{qid: {} for qid in off}}
+    engine = graph_engine_for(name)
+    start = time.perf_counter()
+    samples, extra = collect_graph_samples(engine, queries, qrels, k=k, source=name)
+    extra["qrels"] = {q: sorted(d for d, g in r.items() if g > 0) for q, r in qrels.items()}
+    print(f"  {name} (graph): {len(queries)} queries, {len(extra['linked'])} link an entity, "
+          f"{len(samples)} labelled hits in {time.perf_counter() - start:.0f} s", flush=True)
+    note = {"queries": len(queries), "linked": len(extra["linked"]), "off_domain": len(off),
+            "engine_path": str(graph_engine_path(name).relative_to(ROOT)),
+            "graph": {kind: engine.derived_status()[kind]["counts"]["0"]
+                      for kind in ("node", "triplet")},
+            **conf.engine_note(engine)}
+    if str(note.get("embedder", "")).startswith("langchain:bench.embedcache"):
+        from bench.embedcache import MODEL_NAME
+
+        note["embedder"] = MODEL_NAME  # the cache holds that model's vectors
+    engine.close()
+    with cache.open("wb") as fh:
+        pickle.dump((samples, note, extra), fh)
+    return samples, note, extra
+
+
+def bridge_table(samples: list[conf.Sample], after: np.ndarray, before: np.ndarray,
+                 extras: dict[str, dict[str, Any]], lower: float = 0.05,
+                 ) -> dict[str, dict[str, int]]:
+    """Per set: supporting chunks of the ``hybrid+graph`` top-k that graph recall brought in
+    (not in the plain hybrid top-k: ``bridges``; of those, absent from both the dense and the
+    sparse recall lists: ``graph_only``), and how many reach the corrective loop's ``lower``
+    threshold with the graph model (``after``) and with the mode's model (``before``), each
+    made non-increasing down the list as the engine serves it (``after_unclamped``: the
+    graph model's own probability)."""
+    out: dict[str, dict[str, int]] = {}
+    by_q: dict[tuple[str, str], list[int]] = {}
+    for i, x in enumerate(samples):
+        if x.mode == "hybrid+graph" and x.unit == "chunk":
+            by_q.setdefault((x.source, x.query_id), []).append(i)
+    for (src, qid), idx in by_q.items():
+        idx.sort(key=lambda i: samples[i].rank)
+        served = {name: np.minimum.accumulate(p[idx]) for name, p in (("after", after),
+                                                                     ("before", before))}
+        ids = extras[src]["ids"]
+        plain = set(ids["hybrid"].get(qid, []))
+        got = ids["hybrid+graph"].get(qid, [])
+        row = out.setdefault(src, {"supporting": 0, "bridges": 0, "bridges_before": 0,
+                                   "bridges_after": 0, "bridges_after_unclamped": 0,
+                                   "graph_only": 0, "graph_only_before": 0,
+                                   "graph_only_after": 0, "graph_only_after_unclamped": 0})
+        for j, i in enumerate(idx):
+            x = samples[i]
+            if not x.label:
+                continue
+            row["supporting"] += 1
+            if j >= len(got) or got[j] in plain:
+                continue
+            only = (x.rank_dense or 0) >= conf.ABSENT_RANK and (x.rank_sparse or 0) >= \
+                conf.ABSENT_RANK
+            for key, yes in (("bridges", True), ("graph_only", only)):
+                if yes:
+                    row[key] += 1
+                    row[key + "_before"] += int(served["before"][j] >= lower)
+                    row[key + "_after"] += int(served["after"][j] >= lower)
+                    row[key + "_after_unclamped"] += int(after[i] >= lower)
+    return out
+
+
 def transfer_table(samples: list[conf.Sample], probs: np.ndarray) -> tuple[list[str], dict]:
     """ECE / AUROC per mode/unit and data set (rows) of the given probabilities."""
     y = np.array([x.label for x in samples], dtype=float)
     head = ["mode/unit", "data set", "hits", "base", "mean p", "ECE", "AUROC", "target"]
-    widths = [16, 16, 6, 6, 6, 7, 7, 6]
+    widths = [22, 16, 6, 6, 6, 7, 7, 6]
     lines = [_fmt_row(head, widths), "-" * (sum(widths) + 2 * (len(widths) - 1))]
     out: dict[str, dict[str, Any]] = {}
     sources = sorted({x.source for x in samples})
-    for mode in conf.MODES:
-        for unit in UNITS:
+    for mode in conf.SIGNAL_SETS:
+        for unit in ALL_UNITS:
             for src in sources:
                 m = np.array([x.mode == mode and x.unit == unit and x.source == src
-                              for x in samples])
+                              for x in samples]) & np.isfinite(probs)
                 if not m.any():
                     continue
                 p, t = probs[m], y[m]
@@ -424,6 +668,30 @@ def first_step(samples: list[conf.Sample], probs: np.ndarray, upper: float = 0.6
     return out
 
 
+def _graph_key(key: str) -> bool:
+    """A model of the graph: a graph signal set's, or a node's or triplet's."""
+    mode, _, unit = key.partition("/")
+    return mode.endswith(conf.GRAPH) or unit in ("node", "triplet")
+
+
+def leave_one_out_pair(samples: list[conf.Sample], l2: float) -> tuple[np.ndarray, np.ndarray]:
+    """``conf.leave_one_out`` probabilities, and the same with the graph models left out (a
+    graph-recall hit scored by its mode's model, as the engine did before them; NaN for
+    node/triplet hits)."""
+    samples = list(samples)
+    after = np.full(len(samples), np.nan)
+    before = np.full(len(samples), np.nan)
+    for held in sorted({x.source for x in samples}):
+        cal = conf.fit([x for x in samples if x.source != held], l2=l2)
+        plain = conf.Calibrator({k: m for k, m in cal.models.items() if not _graph_key(k)},
+                                fallbacks=cal.fallbacks)
+        test = [i for i, x in enumerate(samples) if x.source == held]
+        held_out = [samples[i] for i in test]
+        after[np.asarray(test)] = conf.predict_samples(cal, held_out)
+        before[np.asarray(test)] = conf.predict_samples(plain, held_out)
+    return after, before
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sets", nargs="+", default=list(SETS), choices=SETS)
@@ -441,6 +709,11 @@ def main(argv: list[str] | None = None) -> int:
                     help="questions of another domain run against each set's corpus")
     ap.add_argument("--reuse-samples", action="store_true",
                     help="read the labelled hits of a previous run from bench/.cache")
+    ap.add_argument("--graph", action="store_true",
+                    help="also fit graph recall (<mode>+graph) and the node/triplet families "
+                         "on each set's engine with a knowledge graph")
+    ap.add_argument("--graph-queries", type=int, default=None,
+                    help="with --graph: the first N judged queries of each set only")
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "confidence.json")
     args = ap.parse_args(argv)
 
@@ -451,14 +724,23 @@ def main(argv: list[str] | None = None) -> int:
     for name in args.sets:
         got, notes[name] = set_samples(name, args.k, args.reuse_samples, args.off_domain)
         samples += got
-    embedders = {n.get("embedder") for n in notes.values()}
+    base_count = len(samples)
+    graph_notes: dict[str, Any] = {}
+    graph_extras: dict[str, Any] = {}
+    if args.graph:
+        print("collecting graph-recall and graph-unit hits on the graph engines")
+        for name in args.sets:
+            got, graph_notes[name], graph_extras[name] = graph_set_samples(
+                name, args.k, args.reuse_samples, args.off_domain, args.graph_queries)
+            samples += got
+    embedders = {n.get("embedder") for n in [*notes.values(), *graph_notes.values()]}
     if len(embedders) != 1:
         raise SystemExit(f"the sets' engines use different embedders: {embedders}")
     results: dict[str, Any] = {"k": args.k, "sets": {n: v["queries"] for n, v in notes.items()}}
 
     if len(args.sets) > 1:
         start = time.perf_counter()
-        loo = conf.leave_one_out(samples, l2=args.l2)
+        loo, loo_before = leave_one_out_pair(samples, l2=args.l2)
         print(f"\nLeave one data set out: fit on the others, score the held-out set "
               f"({time.perf_counter() - start:.1f} s; targets ECE ≤ {ECE_TARGET}, "
               f"AUROC ≥ {AUROC_TARGET})")
@@ -469,6 +751,24 @@ def main(argv: list[str] | None = None) -> int:
         lines, results["leave_one_out_with_off_domain"] = transfer_table(samples, loo)
         print("\n".join(["", "with the off-domain queries (every hit irrelevant):", *lines]))
         results["leave_one_out_first_step"] = first_step(samples, loo)
+        if args.graph:
+            gs = samples[base_count:]
+            on = np.array([not _off(x) for x in gs])
+            _lines, results["graph_before_leave_one_out"] = transfer_table(
+                [x for x in gs if not _off(x)], loo_before[base_count:][on])
+            print("\n".join(["", "graph-recall hits scored by their mode's model (as before; "
+                             "held-out):", *_lines]))
+            results["graph_bridges"] = bridge_table(gs, loo[base_count:],
+                                                    loo_before[base_count:], graph_extras)
+            print("\nSupporting chunks graph recall brought into the hybrid+graph top "
+                  f"{args.k} (not in plain hybrid's), confidence >= lower 0.05 "
+                  "(held-out, as served):")
+            for src, row in results["graph_bridges"].items():
+                print(f"  {src:16s} {row['bridges']:4d} bridges: {row['bridges_before']} before, "
+                      f"{row['bridges_after']} after ({row['bridges_after_unclamped']} "
+                      f"unclamped); {row['graph_only']} absent from both dense and sparse "
+                      f"lists: {row['graph_only_before']} before, {row['graph_only_after']} "
+                      f"after ({row['graph_only_after_unclamped']} unclamped)")
 
     note = {"dataset": "SciFact (BEIR) train split + HotpotQA and 2WikiMultiHopQA dev "
                        "(../shared/data/multihop), each set weighted equally",
@@ -486,6 +786,17 @@ def main(argv: list[str] | None = None) -> int:
     corpora = {k: v for n in notes.values() for k, v in (n.get("corpus") or {}).items()}
     if corpora:
         note["corpus"] = corpora
+    if args.graph:
+        note["graph"] = {
+            "models": "<mode>+graph/<unit> (chunk, document, node, triplet) for requests with "
+                      "x-rcp-agentic-graphRecall whose query linked an entity; <mode>/node and "
+                      "<mode>/triplet without it",
+            "labels": "chunk/document as above; a node or triplet is relevant iff one of its "
+                      "provenance leaves lies in a relevant document",
+            "signals": "recorded as the engine scores them: the hit family's recall lists "
+                       "(dense, sparse and graph recall's PageRank masses, cut as fused)",
+            "engines": {n: {k: v for k, v in g.items() if k not in ("embedder",)}
+                        for n, g in graph_notes.items()}}
     start = time.perf_counter()
     calibrator, _metrics, oof = conf.calibrate_samples(samples, folds=args.folds, l2=args.l2,
                                                        seed=args.seed, fitted_on=note)
@@ -538,12 +849,22 @@ def main(argv: list[str] | None = None) -> int:
                                   if k.endswith("/tree-node")})
         if "tree-node" in shipped.fitted_on:
             calibrator.fitted_on["tree-node"] = shipped.fitted_on["tree-node"]
+    if not args.graph:  # keep the shipped graph models
+        shipped = conf.Calibrator.from_json(json.loads(CALIBRATION.read_text(encoding="utf-8")))
+        calibrator.models.update({k: m for k, m in shipped.models.items() if _graph_key(k)})
+        for key in ("graph", "graph_leave_one_out"):
+            if key in shipped.fitted_on:
+                calibrator.fitted_on[key] = shipped.fitted_on[key]
 
     if "leave_one_out" in results:
         for name in ("leave_one_out", "leave_one_out_with_off_domain"):
             calibrator.fitted_on[name] = {
                 key: {src: {m: r[m] for m in ("ece", "auroc")} for src, r in rows.items()}
-                for key, rows in results[name].items()}
+                for key, rows in results[name].items() if not _graph_key(key)}
+        if args.graph:
+            calibrator.fitted_on["graph_leave_one_out"] = {
+                key: {src: {m: r[m] for m in ("ece", "auroc")} for src, r in rows.items()}
+                for key, rows in results["leave_one_out"].items() if _graph_key(key)}
     print("\nModels fitted on all queries (raw-feature weights; P = sigmoid(b + Σ w·f))")
     for key, model in sorted(calibrator.models.items()):
         terms = ", ".join(f"{f} {w:+.3f}" for f, w in zip(model.features, model.coef))

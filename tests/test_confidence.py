@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from rcp_agentic.pipeline.confidence import (ABSENT_RANK, FEATURES, HIT_FEATURES, POOL_FEATURES,
-                                             Calibrator,
+                                             SIGNAL_SETS, Calibrator,
                                              LogisticModel, Sample, auroc, calibrate_engine,
                                              cross_validate, ece, evaluate, fit, leave_one_out,
                                              predict_samples)
@@ -38,11 +38,15 @@ def signals(mode: str, n: int, rng: np.random.Generator) -> dict[str, Any]:
 def test_default_loads_and_is_cached() -> None:
     cal = Calibrator.default()
     assert cal is Calibrator.default()
-    families = ("chunk", "document", "tree-node")
-    assert set(cal.models) == {f"{m}/{u}" for m in MODES for u in families}
+    families = ("chunk", "document", "tree-node", "node", "triplet")
+    graph = {f"{m}+graph/{u}" for m in MODES for u in ("chunk", "document")} | {
+        "hybrid+graph/node", "hybrid+graph/triplet"}
+    assert set(cal.models) == {f"{m}/{u}" for m in MODES for u in families} | graph
     note = cal.fitted_on
     assert set(note["sets"]) == {"scifact", "hotpotqa", "2wikimultihopqa"} and note["date"]
-    assert set(note["features"]) == set(MODES)
+    # Per signal set, and per group where a family has features of its own (node, triplet).
+    assert set(note["features"]) == set(SIGNAL_SETS) | {
+        k for k in cal.models if k.split("/")[1] in ("node", "triplet")}
     # The chunk and document models read a hit against its query's recall lists.
     for mode in MODES:
         for family in ("chunk", "document"):
@@ -50,7 +54,7 @@ def test_default_loads_and_is_cached() -> None:
     for unit in UNITS:
         for mode in MODES:
             assert cal.supports(mode, unit)
-    assert not cal.supports("dense", "triplet")
+    assert not cal.supports("dense", "path")
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -166,7 +170,7 @@ def test_predict_rejects_bad_calls() -> None:
         cal.predict(mode="dense", unit="chunk", dense=np.ones(4), sparse=None, ceiling=None,
                     ranks=r)
     with pytest.raises(ValueError, match="no calibration"):
-        cal.predict(mode="dense", unit="triplet", dense=np.ones(3), sparse=None, ceiling=None,
+        cal.predict(mode="dense", unit="path", dense=np.ones(3), sparse=None, ceiling=None,
                     ranks=r)
     with pytest.raises(ValueError, match="no calibration"):
         cal.predict(mode="colbert", unit="chunk", dense=np.ones(3), sparse=None, ceiling=None,
@@ -182,7 +186,7 @@ def test_save_load_round_trip(tmp_path) -> None:
     cal.save(path)
     back = Calibrator.load(path)
     assert back.to_json() == cal.to_json()
-    assert json.loads(path.read_text())["format"] == "rcp-agentic-calibration/2"
+    assert json.loads(path.read_text())["format"] == "rcp-agentic-calibration/3"
     rng = np.random.default_rng(3)
     for mode in MODES:
         sig = signals(mode, 50, rng)

@@ -1,20 +1,28 @@
 """Calibrated hit confidence (RCP §7.7.2): retrieval signals → P(the hit is relevant).
 
 A hit's ``confidence`` is the output of a small logistic regression, one model per
-signal set (``dense`` / ``sparse`` / ``hybrid`` mode) and unit family (``chunk`` /
-``document`` / ``tree-node``)::
+signal set and unit family::
 
     P(relevant) = sigmoid(b + Σ w_f · f(hit))
 
+A signal set is the request's mode (``dense`` / ``sparse`` / ``hybrid``) or, when graph
+recall ran (``x-rcp-agentic-graphRecall`` and the query linked an entity of the graph),
+that mode plus graph recall's list (``hybrid+graph`` …). The families are ``chunk``
+(also ``passage``; ``page`` borrows it), ``document``, ``tree-node`` and the knowledge
+graph's stored units ``node`` and ``triplet``. A graph-recall request is scored by its
+mode's graph model when there is one, else by its mode's own (which reads the dense and
+sparse signals only).
+
 Raw scores do not transfer between corpora (a cosine of 0.5 is a strong match in one
-and a weak one in another; BM25 grows with the corpus and the query), so the
-features of format 2 read a hit against its own query: against the query's recall
-lists (its *pool*: the dense and sparse candidates ``retrieve`` recalled, before
-fusion and packing) and against the BM25 ceiling. They depend on the hit and its
-query, never on ``k``, paging or the other hits returned:
+and a weak one in another; BM25 grows with the corpus and the query; a PageRank mass is
+a share of one walk over one graph), so the features of formats 2 and 3 read a hit
+against its own query: against the query's recall lists (its *pool*: the dense, sparse
+and graph candidates ``retrieve`` recalled, before fusion and packing) and against the
+BM25 ceiling. They depend on the hit and its query, never on ``k``, paging or the other
+hits returned:
 
 =======================  ==============================================  ======  ============
-feature                  definition                                      sign    modes
+feature                  definition                                      sign    signal sets
 =======================  ==============================================  ======  ============
 ``dense``                cosine(query, unit), clipped to [-1, 1]         w ≥ 0   dense, hybrid
 ``dense_gap``            the pool's best cosine − the hit's              w ≤ 0   dense, hybrid
@@ -23,23 +31,39 @@ feature                  definition                                      sign   
 ``sparse_rel``           BM25 ÷ the pool's best BM25 in [0, 1]           w ≥ 0   sparse, hybrid
 ``top_sparse_ratio``     the pool's best BM25 ÷ the ceiling              w ≥ 0   sparse
 ``log1p_sparse_rank``    log(1 + the hit's rank in the sparse pool)      w ≤ 0   hybrid
+``graph_rel``            PageRank mass ÷ the graph list's best, [0, 1]   w ≥ 0   ``*+graph``
+``shared_graph_rel``     ``graph_rel`` × the query's subject share       w ≥ 0   ``*+graph``
+``log1p_graph_rank``     log(1 + the hit's rank in the graph list)       w ≤ 0   ``*+graph``
+``log1p_docs``           log(1 + documents of the unit's leaves)         w ≥ 0   node, triplet
 ``log1p_sparse``         log(1 + BM25) (format 1; scale-bound)           w ≥ 0   —
 ``log1p_rank``           log(1 + rank), rank 0-based in the list         w ≤ 0   all
 ``inv_rank``             1 / (1 + rank)                                  w ≥ 0   all
 =======================  ==============================================  ======  ============
 
-The signs are constraints of the fit, so every model is by construction
-non-decreasing in ``dense`` and ``sparse`` and non-increasing in ``ceiling`` and
-``rank``. Because every (mode, unit) model is calibrated against the same
-event (the hit's document is judged relevant), the probabilities are comparable
-across queries, modes and units — that is the §7.7.2 contract.
+A ``*+graph`` set has its mode's features plus the three graph ones; the node and
+triplet models add their unit's breadth (a unit spanning more documents is likelier to
+cover a relevant one). The subject share is the part of the query's link weight on
+entities some passage is about (``GraphList.share``: graph recall scales its list's
+fusion weight by it), so graph mass counts for less when the query only names generic
+entities. A hit missing from a recall list (below its cut, or never reached: BM25 0,
+PageRank mass 0) ranks at the list's length or ``ABSENT_RANK``, whichever is deeper. The
+signs are constraints of the fit, so every model is by construction non-decreasing in
+``dense``, ``sparse``, ``graph`` (the hit's mass) and ``docs`` and non-increasing in
+``ceiling`` and ``rank``.
+Every model is calibrated against the same event — the hit covers a relevant document: a
+chunk or page lies in one, a document is one, a tree-node, node or triplet has one among
+the documents of its leaves (``provenance.leaves``) — so the probabilities are
+comparable across queries, modes and units; that is the §7.7.2 contract. Composed units
+(``path``, ``subgraph``) have no model and carry no confidence.
 
 The shipped parameters (``rcp_agentic/data/calibration.json``) were fitted on
 SciFact's training split and the HotpotQA and 2WikiMultiHopQA dev sets together, each
 set weighted equally, with the engine's default embedder and BM25 settings (see its
-``fitted_on``); ``bench/confidence.py`` measures their transfer by leaving one set
-out. ``calibrate_engine`` refits them for another corpus from BEIR-style queries and
-qrels. Files of format 1 (hit-only features) still load. Only numpy and scipy are needed.
+``fitted_on``); the graph models on engines of the same sets built with
+``build_graph=True``. ``bench/confidence.py`` (``--graph`` for the graph models) measures
+their transfer by leaving one set out. ``calibrate_engine`` refits the chunk and
+document models for another corpus from BEIR-style queries and qrels. Files of format 1
+(hit-only features) and 2 (no graph models) still load. Only numpy and scipy are needed.
 """
 
 from __future__ import annotations
@@ -61,10 +85,16 @@ from scipy.stats import rankdata
 
 from ..units import calibration_family
 
-FORMAT = "rcp-agentic-calibration/2"
-# Format 1 files (hit-only features) read unchanged: every format-1 feature still exists.
-READABLE_FORMATS = ("rcp-agentic-calibration/1", FORMAT)
+FORMAT = "rcp-agentic-calibration/3"
+# Older files read unchanged: every format-1 and format-2 feature and model key still exists
+# (format 3 adds the graph features and the ``<mode>+graph`` signal sets).
+READABLE_FORMATS = ("rcp-agentic-calibration/1", "rcp-agentic-calibration/2", FORMAT)
 MODES = ("dense", "sparse", "hybrid")
+# A request with graph recall (a third, fused recall list) is scored by the model of its
+# mode's graph signal set when there is one (``hybrid+graph/chunk``), else by its mode's.
+GRAPH = "+graph"
+GRAPH_MODES = tuple(m + GRAPH for m in MODES)
+SIGNAL_SETS = MODES + GRAPH_MODES
 # A unit without a fitted model of its own borrows this one's (pages are parts of a
 # document, like chunks; SciFact has no pages to fit on).
 DEFAULT_FALLBACKS = {"page": "chunk"}
@@ -81,6 +111,19 @@ DEFAULT_FEATURES: dict[str, tuple[str, ...]] = {
     "hybrid": ("dense", "dense_gap", "sparse_ratio", "sparse_rel", "log1p_dense_rank",
                "log1p_sparse_rank", "log1p_rank", "inv_rank"),
 }
+# Format 3: with graph recall, each mode's features plus the hit's place in the graph's list.
+GRAPH_FEATURES = ("graph_rel", "shared_graph_rel", "log1p_graph_rank")
+DEFAULT_FEATURES.update({m + GRAPH: DEFAULT_FEATURES[m] + GRAPH_FEATURES for m in MODES})
+# A graph unit (an entity, a fact) is relevant when any document of its leaves is: the more
+# documents it spans, the likelier (its breadth; a feature of these families only).
+BREADTH_FAMILIES = ("node", "triplet")
+DEFAULT_FEATURES.update({f"{m}/{u}": DEFAULT_FEATURES[m] + ("log1p_docs",)
+                         for m in SIGNAL_SETS for u in BREADTH_FAMILIES})
+
+
+def base_mode(signal_set: str) -> str:
+    """The retrieval mode of a signal set (``hybrid+graph`` → ``hybrid``)."""
+    return signal_set.removesuffix(GRAPH)
 
 
 # --- features --------------------------------------------------------------------------
@@ -92,6 +135,11 @@ class Signals:
     ``d``/``s``: the hits' cosine and BM25; ``c``: the BM25 ceiling; ``r``: the hits' ranks in
     the returned list; ``top_d``/``top_s``: the best cosine / BM25 of the query's recall list;
     ``rank_d``/``rank_s``: each hit's 0-based rank in that recall list (its length when absent).
+    ``g``/``top_g``/``rank_g``: the same for graph recall's list of PageRank masses (the hit's
+    mass, the list's best, its rank; 0, 0 and absent when graph recall did not run).
+    ``docs``: how many documents each hit's leaves lie in (1 when not given). ``share``: the
+    query's subject share (how much of its linked entities' weight is on entities a passage
+    is about; graph recall scales its list's fusion weight by it; 1 when not given).
     """
 
     d: np.ndarray
@@ -102,11 +150,16 @@ class Signals:
     top_s: np.ndarray
     rank_d: np.ndarray
     rank_s: np.ndarray
+    g: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    top_g: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    rank_g: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    docs: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    share: np.ndarray = field(default_factory=lambda: np.zeros(0))
 
 
 @dataclass(frozen=True)
 class _Feature:
-    needs: str  # "dense" | "sparse" | "rank"
+    needs: str  # "dense" | "sparse" | "graph" | "docs" | "rank"
     sign: int  # constraint on the weight: +1 (w ≥ 0), -1 (w ≤ 0)
     fn: Callable[[Signals], np.ndarray]
     moves: dict[str, int]  # how the feature moves with each raw signal (+1 up, -1 down)
@@ -131,9 +184,18 @@ FEATURES: dict[str, _Feature] = {
     "top_sparse_ratio": _Feature("sparse", +1, lambda x: _div(x.top_s, x.c), {"ceiling": -1}),
     "log1p_dense_rank": _Feature("dense", -1, lambda x: np.log1p(x.rank_d), {"dense": -1}),
     "log1p_sparse_rank": _Feature("sparse", -1, lambda x: np.log1p(x.rank_s), {"sparse": -1}),
+    # Format 3: graph recall's list (PageRank masses are a share of one walk: only the ratio
+    # to the query's best mass and the rank transfer between graphs).
+    "graph_rel": _Feature("graph", +1, lambda x: _div(x.g, x.top_g), {"graph": +1}),
+    "log1p_graph_rank": _Feature("graph", -1, lambda x: np.log1p(x.rank_g), {"graph": -1}),
+    "log1p_docs": _Feature("docs", +1, lambda x: np.log1p(x.docs), {"docs": +1}),
+    # The hit's relative mass, worth as much as the query's linking is about passages.
+    "shared_graph_rel": _Feature("graph", +1, lambda x: x.share * _div(x.g, x.top_g),
+                                 {"graph": +1}),
 }
 POOL_FEATURES = frozenset({"dense_gap", "sparse_rel", "top_sparse_ratio", "log1p_dense_rank",
-                           "log1p_sparse_rank"})
+                           "log1p_sparse_rank", "graph_rel", "shared_graph_rel",
+                           "log1p_graph_rank"})
 
 
 def _arr(x: Any, n: int, worst: float, lo: float, hi: float) -> np.ndarray:
@@ -173,32 +235,40 @@ def _in_pool(x: np.ndarray, pool: np.ndarray,
 
 def signals(dense: Any, sparse: Any, ceiling: Any, ranks: Any, n: int, *,
             pool: Mapping[str, Any] | None = None, top_dense: Any = None, top_sparse: Any = None,
-            rank_dense: Any = None, rank_sparse: Any = None) -> Signals:
+            rank_dense: Any = None, rank_sparse: Any = None, graph: Any = None,
+            top_graph: Any = None, rank_graph: Any = None, docs: Any = None,
+            graph_share: Any = None) -> Signals:
     """Sanitised signals (missing/NaN → the worst value of each).
 
     The pool statistics come from ``pool`` (the query's recall lists: ``{"dense": cosines,
-    "sparse": BM25 scores}``), else from ``top_*``/``rank_*`` given per hit, else from the
-    hits themselves (their best score, their rank among themselves — exact when they are
-    the head of each recall list).
+    "sparse": BM25 scores, "graph": PageRank masses}``), else from ``top_*``/``rank_*``
+    given per hit, else from the hits themselves (their best score, their rank among
+    themselves — exact when they are the head of each recall list).
     """
     d = _arr(dense, n, -1.0, -1.0, 1.0)
     s = _arr(sparse, n, 0.0, 0.0, _BIG)
+    g = _arr(graph, n, 0.0, 0.0, _BIG)
     c = _arr(ceiling, n, 0.0, 0.0, _BIG)
     r = _arr(ranks, n, 0.0, 0.0, 1e12)
     stats = {}
     for name, x, top, rank in (("dense", d, top_dense, rank_dense),
-                               ("sparse", s, top_sparse, rank_sparse)):
+                               ("sparse", s, top_sparse, rank_sparse),
+                               ("graph", g, top_graph, rank_graph)):
+        # BM25 recall keeps only units that match a query term (score > 0); graph recall
+        # only units PageRank reached.
+        matched = None if name == "dense" else x > 0
         if pool is not None and name in pool:
-            # BM25 recall keeps only units that match a query term (score > 0).
-            stats[name] = _in_pool(x, _pool_of(pool[name]), x > 0 if name == "sparse" else None)
+            stats[name] = _in_pool(x, _pool_of(pool[name]), matched)
         elif top is not None and rank is not None:
             stats[name] = (np.maximum(_arr(top, n, -1.0 if name == "dense" else 0.0, -1.0, _BIG),
                                       x), _arr(rank, n, 0.0, 0.0, 1e12))
         else:
-            stats[name] = _in_pool(x, _pool_of(x), x > 0 if name == "sparse" else None)
+            stats[name] = _in_pool(x, _pool_of(x), matched)
     # Cosines are clipped to [-1, 1] like the hit's own, so the gap is never negative.
     return Signals(d, s, c, r, np.clip(stats["dense"][0], -1.0, 1.0), stats["sparse"][0],
-                   stats["dense"][1], stats["sparse"][1])
+                   stats["dense"][1], stats["sparse"][1], g, stats["graph"][0],
+                   stats["graph"][1], _arr(docs, n, 1.0, 1.0, 1e12),
+                   _arr(1.0 if graph_share is None else graph_share, n, 1.0, 0.0, 1.0))
 
 
 def _design(names: Sequence[str], x: Signals) -> np.ndarray:
@@ -242,7 +312,8 @@ class LogisticModel:
     def monotone(self) -> dict[str, int | None]:
         """Direction of P in each raw signal: +1 non-decreasing, -1 non-increasing, 0 unused,
         None when the weights disagree (not monotone; impossible with the fitted sign bounds)."""
-        out: dict[str, int | None] = {"dense": 0, "sparse": 0, "ceiling": 0, "rank": 0}
+        out: dict[str, int | None] = {"dense": 0, "sparse": 0, "ceiling": 0, "rank": 0,
+                                      "graph": 0, "docs": 0}
         for f, w in zip(self.features, self.coef):
             if w == 0:
                 continue
@@ -269,15 +340,20 @@ def _key(mode: str, unit: str) -> str:
 
 
 class Calibrator:
-    """Maps retrieval signals to P(relevant): one logistic model per (mode, unit family)."""
+    """Maps retrieval signals to P(relevant): one logistic model per (signal set, unit family).
+
+    A signal set is a retrieval mode (``dense``, ``sparse``, ``hybrid``), or a mode with graph
+    recall (``hybrid+graph``: the mode's lists and graph recall's, fused).
+    """
 
     def __init__(self, models: Mapping[str, LogisticModel], *,
                  fallbacks: Mapping[str, str] | None = None,
                  fitted_on: Mapping[str, Any] | None = None) -> None:
         for key in models:
             mode, _, unit = key.partition("/")
-            if mode not in MODES or not unit:
-                raise ValueError(f"calibration model key {key!r} is not '<mode>/<unit>'")
+            if mode not in SIGNAL_SETS or not unit:
+                raise ValueError(f"calibration model key {key!r} is not '<mode>/<unit>' "
+                                 f"(mode one of {', '.join(SIGNAL_SETS)})")
         self.models = dict(models)
         self.fallbacks = dict(DEFAULT_FALLBACKS if fallbacks is None else fallbacks)
         self.fitted_on = dict(fitted_on or {})
@@ -315,13 +391,12 @@ class Calibrator:
 
     # --- prediction -----------------------------------------------------------------
 
-    def model_for(self, mode: str, unit: str) -> LogisticModel | None:
-        """The model scoring hits of this mode and unit (after passage→chunk, fallbacks)."""
+    def _lookup(self, signal_set: str, unit: str) -> LogisticModel | None:
         u = calibration_family(unit)
         seen = set()
         while u not in seen:
             seen.add(u)
-            model = self.models.get(_key(mode, u))
+            model = self.models.get(_key(signal_set, u))
             if model is not None:
                 return model
             if u not in self.fallbacks:
@@ -329,26 +404,46 @@ class Calibrator:
             u = self.fallbacks[u]
         return None
 
-    def supports(self, mode: str, unit: str) -> bool:
-        return self.model_for(mode, unit) is not None
+    def model_for(self, mode: str, unit: str, graph: bool = False) -> LogisticModel | None:
+        """The model scoring hits of this mode and unit (after passage→chunk, fallbacks).
+
+        ``graph``: the request ran graph recall; its mode's graph model scores it when there
+        is one, else its mode's (which reads the dense/sparse signals only). ``mode`` may
+        also name a signal set outright (``hybrid+graph``).
+        """
+        if graph and not mode.endswith(GRAPH):
+            model = self._lookup(mode + GRAPH, unit)
+            if model is not None:
+                return model
+        return self._lookup(mode, unit)
+
+    def supports(self, mode: str, unit: str, graph: bool = False) -> bool:
+        return self.model_for(mode, unit, graph) is not None
 
     def predict(self, *, mode: str, unit: str, dense: np.ndarray | None,
                 sparse: np.ndarray | None, ceiling: float | None,
-                ranks: np.ndarray, pool: Mapping[str, Any] | None = None) -> np.ndarray:
+                ranks: np.ndarray, pool: Mapping[str, Any] | None = None,
+                graph: np.ndarray | None = None, docs: np.ndarray | None = None,
+                graph_share: float | None = None) -> np.ndarray:
         """One probability per hit, in [0, 1] and finite.
 
         ``dense``: cosine similarities (required in dense/hybrid mode); ``sparse``: BM25
         scores and ``ceiling`` = ``engine.sparse_ceiling(query, unit)`` (both required in
         sparse/hybrid mode); ``ranks``: 0-based positions in the returned list. ``pool``:
         the query's recall lists as recalled, before fusion and packing (``{"dense":
-        cosines, "sparse": BM25 scores}``, any order); models of format 2 read a hit's
-        score relative to them (gap to the best, rank in each list). Without it the hits
-        given stand in for the pool, which is exact only when they are the head of each
-        recall list. Signals a mode does not use are ignored; NaN is read as the worst
-        value of its signal. Raises ValueError for an unknown mode/unit, a missing signal
-        or mismatched lengths.
+        cosines, "sparse": BM25 scores, "graph": PageRank masses}``, any order); models of
+        format 2 and 3 read a hit's score relative to them (gap to the best, rank in each
+        list). Without it the hits given stand in for the pool, which is exact only when
+        they are the head of each recall list. ``graph``: the hits' PageRank masses when the
+        request ran graph recall (0 for a unit PageRank did not reach); then the mode's
+        graph model scores them, if there is one; ``graph_share``: the query's subject share
+        (``GraphList.share``, 1 when not given). ``docs``: how many documents each hit's
+        leaves lie in (required by the node and triplet models). Signals a model does not use
+        are ignored;
+        NaN is read as the worst value of its signal. Raises ValueError for an unknown
+        mode/unit, a missing signal or mismatched lengths.
         """
-        model = self.model_for(mode, unit)
+        model = self.model_for(mode, unit, graph is not None)
         if model is None:
             raise ValueError(f"no calibration for mode={mode!r} unit={unit!r} "
                              f"(have: {', '.join(sorted(self.models)) or 'none'})")
@@ -358,19 +453,23 @@ class Calibrator:
             raise ValueError(f"{mode} confidence needs the dense scores")
         if "sparse" in model.needs and (sparse is None or ceiling is None):
             raise ValueError(f"{mode} confidence needs the sparse scores and the sparse ceiling")
-        for name, x in (("dense", dense), ("sparse", sparse)):
+        if "docs" in model.needs and docs is None:
+            raise ValueError(f"{unit} confidence needs each hit's document count (docs)")
+        for name, x in (("dense", dense), ("sparse", sparse), ("graph", graph), ("docs", docs)):
             if x is not None and np.ndim(x) and np.shape(x)[0] != n:
                 raise ValueError(f"{name} has {np.shape(x)[0]} values for {n} ranks")
         if pool is not None and not isinstance(pool, Mapping):
-            raise ValueError("pool must map a retriever name ('dense', 'sparse') to its scores")
+            raise ValueError("pool must map a retriever name ('dense', 'sparse', 'graph') to "
+                             "its scores")
         if n == 0:
             return np.zeros(0)
-        p = expit(model.logit(signals(dense, sparse, ceiling, r, n, pool=pool)))
+        p = expit(model.logit(signals(dense, sparse, ceiling, r, n, pool=pool, graph=graph,
+                                      docs=docs, graph_share=graph_share)))
         return np.clip(np.nan_to_num(p, nan=0.0), 0.0, 1.0)
 
-    def monotone(self, mode: str, unit: str) -> dict[str, int | None]:
+    def monotone(self, mode: str, unit: str, graph: bool = False) -> dict[str, int | None]:
         """What the model says: +1/-1 direction of P in each signal, 0 when it is not used."""
-        model = self.model_for(mode, unit)
+        model = self.model_for(mode, unit, graph)
         if model is None:
             raise ValueError(f"no calibration for mode={mode!r} unit={unit!r}")
         return model.monotone()
@@ -398,26 +497,35 @@ class Sample:
     top_sparse: float | None = None
     rank_sparse: float | None = None
     source: str = ""  # the data set, for leave-one-out and per-set weights
+    # Graph recall (format 3; ``mode`` is then a graph signal set such as ``hybrid+graph``):
+    # the hit's PageRank mass, the graph list's best and the hit's rank in it.
+    graph: float | None = None
+    top_graph: float | None = None
+    rank_graph: float | None = None
+    docs: float | None = None  # how many documents the hit's leaves lie in
+    graph_share: float | None = None  # the query's subject share (graph recall)
 
     @staticmethod
     def pool_stats(pool: Mapping[str, Any], dense: float | None,
-                   sparse: float | None) -> dict[str, Any]:
+                   sparse: float | None, graph: float | None = None) -> dict[str, Any]:
         """``top_*``/``rank_*`` of a hit with these scores against the query's recall lists
         (floats, None for a score not given), as keyword arguments of ``Sample``."""
         out: dict[str, Any] = {}
-        for name, x in (("dense", dense), ("sparse", sparse)):
+        for name, x in (("dense", dense), ("sparse", sparse), ("graph", graph)):
             if x is None or name not in pool:
-                out[f"top_{name}"] = out[f"rank_{name}"] = None
+                if name != "graph":
+                    out[f"top_{name}"] = out[f"rank_{name}"] = None
                 continue
             top, rank = _in_pool(np.array([float(x)]), _pool_of(pool[name]),
-                                 np.array([float(x) > 0]) if name == "sparse" else None)
+                                 None if name == "dense" else np.array([float(x) > 0]))
             out[f"top_{name}"], out[f"rank_{name}"] = float(top[0]), float(rank[0])
         return out
 
 
 def _col(samples: Sequence[Sample], name: str) -> np.ndarray:
-    return np.array([np.nan if getattr(x, name) is None else getattr(x, name) for x in samples],
-                    dtype=np.float64)
+    # getattr with a default: samples pickled before a field existed lack it.
+    values = [getattr(x, name, None) for x in samples]
+    return np.array([np.nan if v is None else v for v in values], dtype=np.float64)
 
 
 def _labels(samples: Sequence[Sample]) -> np.ndarray:
@@ -434,24 +542,34 @@ def _sample_signals(samples: Sequence[Sample], model_features: Sequence[str],
         raise ValueError(f"{key}: every sample needs a dense score")
     if "sparse" in needs and (np.isnan(s).any() or np.isnan(c).any()):
         raise ValueError(f"{key}: every sample needs a sparse score and ceiling")
+    g = _col(samples, "graph")
+    if "graph" in needs and np.isnan(g).any():
+        raise ValueError(f"{key}: every sample needs its graph mass (0 where PageRank did "
+                         "not reach it)")
     pool_needs = {FEATURES[f].needs for f in names & POOL_FEATURES}
     pooled = {}
-    for name in ("dense", "sparse"):
+    for name in ("dense", "sparse", "graph"):
         top, rank = _col(samples, f"top_{name}"), _col(samples, f"rank_{name}")
         if name in pool_needs and (np.isnan(top).any() or np.isnan(rank).any()):
             raise ValueError(f"{key}: pool features need every sample's top_{name} and "
                              f"rank_{name} (collect them with the query's recall lists)")
         pooled[name] = (np.nan_to_num(top, nan=-1.0 if name == "dense" else 0.0),
-                        np.nan_to_num(rank, nan=0.0))
+                        np.nan_to_num(rank, nan=ABSENT_RANK if name == "graph" else 0.0))
+    docs = _col(samples, "docs")
+    if "docs" in needs and np.isnan(docs).any():
+        raise ValueError(f"{key}: every sample needs its document count (docs)")
     return signals(d, s, c, _col(samples, "rank"), len(samples),
                    top_dense=pooled["dense"][0], rank_dense=pooled["dense"][1],
-                   top_sparse=pooled["sparse"][0], rank_sparse=pooled["sparse"][1])
+                   top_sparse=pooled["sparse"][0], rank_sparse=pooled["sparse"][1],
+                   graph=np.nan_to_num(g, nan=0.0), top_graph=pooled["graph"][0],
+                   rank_graph=pooled["graph"][1], docs=np.nan_to_num(docs, nan=1.0),
+                   graph_share=np.nan_to_num(_col(samples, "graph_share"), nan=1.0))
 
 
 def _group(samples: Iterable[Sample]) -> dict[str, list[int]]:
     groups: dict[str, list[int]] = {}
     for i, x in enumerate(samples):
-        if x.mode not in MODES:
+        if x.mode not in SIGNAL_SETS:
             raise ValueError(f"sample {i}: unknown mode {x.mode!r}")
         groups.setdefault(_key(x.mode, calibration_family(x.unit)), []).append(i)
     return groups
@@ -488,12 +606,29 @@ def _fit_logistic(X: np.ndarray, y: np.ndarray, signs: Sequence[int],
     return coef, b_std - float(coef @ mu)
 
 
-def _source_weights(samples: Sequence[Sample]) -> np.ndarray:
-    """Per-sample weights giving every data set (``Sample.source``) the same total weight."""
+# With equal weights per data set, a set that gives a group only a handful of queries (graph
+# recall on SciFact claims, which seldom name an entity a passage is about) would weigh as
+# much as a set of hundreds: within a group, a set with fewer queries is left out.
+MIN_SOURCE_QUERIES = 20
+
+
+def _source_weights(samples: Sequence[Sample],
+                    min_queries: int = MIN_SOURCE_QUERIES) -> tuple[np.ndarray, list[str]]:
+    """Per-sample weights giving every data set (``Sample.source``) the same total weight,
+    0 for a set with fewer than ``min_queries`` queries unless every set is that small;
+    and the sets left out."""
     counts: dict[str, int] = {}
+    queries: dict[str, set[str]] = {}
     for x in samples:
         counts[x.source] = counts.get(x.source, 0) + 1
-    return np.array([len(samples) / (len(counts) * counts[x.source]) for x in samples])
+        queries.setdefault(x.source, set()).add(x.query_id)
+    small = sorted(s for s, q in queries.items() if len(q) < min_queries)
+    if len(small) == len(counts):
+        small = []
+    kept = len(counts) - len(small)
+    n = sum(c for s, c in counts.items() if s not in small)
+    return (np.array([0.0 if x.source in small else n / (kept * counts[x.source])
+                      for x in samples]), small)
 
 
 def fit(samples: Sequence[Sample], *, features: Mapping[str, Sequence[str]] | None = None,
@@ -501,9 +636,12 @@ def fit(samples: Sequence[Sample], *, features: Mapping[str, Sequence[str]] | No
         fallbacks: Mapping[str, str] | None = None, balance: bool = True) -> Calibrator:
     """Fit one model per (mode, unit family) present in ``samples``.
 
-    ``features`` maps a mode to its feature names (default ``DEFAULT_FEATURES``).
+    ``features`` maps a signal set (a mode, or a mode with graph recall such as
+    ``hybrid+graph``) or one of its groups (``hybrid/node``) to feature names (default
+    ``DEFAULT_FEATURES``; a group's entry wins over its signal set's).
     ``balance`` weighs each data set (``Sample.source``) equally within a group, so the
-    largest one does not set the base rate. A group without both relevant and
+    largest one does not set the base rate (a set with fewer than ``MIN_SOURCE_QUERIES``
+    queries in the group is left out of it, named in the model's ``left_out``). A group without both relevant and
     non-relevant samples cannot be fitted and is skipped (named in
     ``fitted_on["skipped"]``); ValueError if nothing could be fitted.
     """
@@ -514,7 +652,7 @@ def fit(samples: Sequence[Sample], *, features: Mapping[str, Sequence[str]] | No
     skipped: list[str] = []
     for key, idx in sorted(_group(samples).items()):
         mode = key.split("/", 1)[0]
-        names = tuple(feats[mode])
+        names = tuple(feats.get(key) or feats[mode])
         ix = np.asarray(idx)
         yy = y[ix]
         if yy.min() == yy.max():
@@ -522,18 +660,23 @@ def fit(samples: Sequence[Sample], *, features: Mapping[str, Sequence[str]] | No
             continue
         group = [samples[i] for i in idx]
         X = _design(names, _sample_signals(group, names, key))
-        weights = _source_weights(group) if balance else None
+        weights, small = _source_weights(group) if balance else (None, [])
         coef, b = _fit_logistic(X, yy, [FEATURES[f].sign for f in names], l2, weights)
         info: dict[str, Any] = {"n": int(len(ix)), "positives": int(yy.sum())}
-        sources = sorted({x.source for x in group if x.source})
+        sources = sorted({x.source for x in group if x.source} - set(small))
         if sources:
             info["sources"] = sources
+        if small:
+            info["left_out"] = small
         models[key] = LogisticModel(names, coef, b, info)
     if not models:
         raise ValueError("no (mode, unit) group has both relevant and non-relevant hits")
     note = dict(fitted_on or {})
     note.setdefault("date", _dt.date.today().isoformat())
-    note.setdefault("features", {m: list(feats[m]) for m in MODES})
+    present = {key.split("/", 1)[0] for key in models}
+    note.setdefault("features", {
+        **{m: list(feats[m]) for m in SIGNAL_SETS if m in MODES or m in present},
+        **{key: list(feats[key]) for key in sorted(models) if key in feats}})
     note.setdefault("model", "logistic regression per (mode, unit), L2 "
                              f"{l2:g} on standardised features, sign-constrained weights"
                              + (", each data set weighted equally" if balance else ""))
@@ -549,6 +692,8 @@ def predict_samples(calibrator: Calibrator, samples: Sequence[Sample]) -> np.nda
     for key, idx in _group(samples).items():
         mode, unit = key.split("/", 1)
         model = calibrator.model_for(mode, unit)
+        if model is None and mode.endswith(GRAPH):  # as predict: the mode's own model
+            model = calibrator.model_for(base_mode(mode), unit)
         if model is None:
             continue
         x = _sample_signals([samples[i] for i in idx], model.features, key)

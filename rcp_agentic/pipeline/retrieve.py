@@ -416,31 +416,43 @@ class Retrieval:
                        ) -> np.ndarray | None:
         """Calibrated P(relevant) of the units at ``positions``, each by the model of its kind's
         calibration family (NaN where that family has no model; None without any); ``lists``,
-        the recall lists, are the query's pool the scores are read against."""
+        the recall lists, are the query's pool the scores are read against. When graph recall
+        ran (a ``graph`` list), the hits' PageRank masses go with them and the mode's graph
+        model scores them."""
         if self.calibrator is None or not positions:
             return None
+        graph_ran = "graph" in per_stage
         families = [units.calibration_family(index.units[p]) for p in positions]
-        if not any(self.calibrator.supports(plan.mode, f) for f in set(families)):
+        if not any(self.calibrator.supports(plan.mode, f, graph_ran) for f in set(families)):
             return None
-        dense = (np.array([per_stage["dense"][p] for p in positions])
-                 if "dense" in per_stage else None)
-        sparse = (np.array([per_stage["sparse"][p] for p in positions])
-                  if "sparse" in per_stage else None)
+        stage = {name: np.array([per_stage[name][p] for p in positions])
+                 for name in ("dense", "sparse", "graph") if name in per_stage}
         ceiling = index.sparse_ceiling(term_ids) if "sparse" in per_stage else None
         probs = np.full(len(positions), np.nan)
         for family in sorted(set(families)):
-            if not self.calibrator.supports(plan.mode, family):
+            if not self.calibrator.supports(plan.mode, family, graph_ran):
                 continue
             at = np.array([i for i, f in enumerate(families) if f == family])
             pool = None if lists is None else {
                 name: np.array([s for p, s in ranked
                                 if units.calibration_family(index.units[p]) == family])
                 for name, ranked in lists.items()}
+            got = {name: x[at] for name, x in stage.items()}
+            model = self.calibrator.model_for(plan.mode, family, graph_ran)
+            docs = (self._doc_counts(index, [positions[i] for i in at])
+                    if model is not None and "docs" in model.needs else None)
             probs[at] = self.calibrator.predict(
-                mode=plan.mode, unit=family, dense=None if dense is None else dense[at],
-                sparse=None if sparse is None else sparse[at], ceiling=ceiling, ranks=ranks[at],
-                pool=pool)
+                mode=plan.mode, unit=family, dense=got.get("dense"), sparse=got.get("sparse"),
+                ceiling=ceiling, ranks=ranks[at], pool=pool, graph=got.get("graph"), docs=docs,
+                graph_share=getattr((lists or {}).get("graph"), "share", None))
         return np.clip(probs, 0.0, 1.0)
+
+    def _doc_counts(self, index: UnitIndex, positions: list[int]) -> np.ndarray:
+        """How many documents each unit's leaves lie in (a graph unit's breadth; 1 for a unit
+        of one document): a feature of the node and triplet confidence models."""
+        rows = self.store.hydrate([int(index.rowids[p]) for p in positions])
+        return np.array([max(1, len((rows.get(int(index.rowids[p])) or {}).get("doc_ids")
+                                    or [None])) for p in positions], dtype=np.float64)
 
     def _confidence(self, plan: Plan, index: UnitIndex, positions: list[int],
                     per_stage: dict[str, dict[int, float]], term_ids: list[int],
@@ -683,10 +695,12 @@ class Retrieval:
             mass = {p: s for p, s in mass.items() if p in inside}
         ranked = sorted(mass.items(), key=lambda ps: (-ps[1], ps[0]))
         floor = GRAPH_MIN_SHARE * ranked[0][1] if ranked else 0.0
-        if self.calibrator is not None and ranked:
-            plan.notes.append("confidence is calibrated on dense/sparse signals only: a hit "
-                              "that graph recall found through a bridge entity may be "
-                              "relevant despite a low confidence")
+        model = (self.calibrator.model_for(plan.mode, units.calibration_family(plan.unit),
+                                           True) if self.calibrator is not None else None)
+        if model is not None and "graph" not in model.needs and ranked:
+            plan.notes.append(f"confidence of {plan.mode}/{plan.unit} hits is calibrated on "
+                              "dense/sparse signals only: a hit that graph recall found "
+                              "through a bridge entity may be relevant despite a low one")
         return GraphList([ps for ps in ranked[:depth] if ps[1] >= floor], mass, share)
 
     def _graph_positions(self, plan: Plan, index: UnitIndex, served: int, view: GraphView,
