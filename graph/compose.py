@@ -103,7 +103,8 @@ def scoped_view(view: GraphView, allowed: frozenset[str] | None) -> GraphView:
         if got is not None:
             _scoped.move_to_end(key)
             return got
-    scoped = GraphView(restrict(view.graph, allowed), weights=view.weights)
+    scoped = GraphView(restrict(view.graph, allowed), weights=view.weights,
+                       word_df=view.word_df)
     with _scoped_lock:
         _scoped[key] = scoped
         while len(_scoped) > _SCOPED_CACHE:
@@ -117,6 +118,27 @@ def chunk_masses(view: GraphView, scores: np.ndarray) -> dict[str, float]:
     """Passage masses by chunk key (positive ones)."""
     part = scores[view.n_entities:]
     return {view.chunk_keys[i]: float(part[i]) for i in np.flatnonzero(part > 0)}
+
+
+_positions_cache: OrderedDict[tuple[int, int], tuple[GraphView, Any, np.ndarray]] = OrderedDict()
+
+
+def chunk_positions(view: GraphView, position: Mapping[int, int]) -> np.ndarray:
+    """For each passage of ``view`` (in its chunk order), its position in a unit index
+    (``position``: rowid -> position; -1 where the index does not hold it). Cached for the
+    last few (view, index) pairs: at 50k chunks the lookups cost more than the PageRank."""
+    key = (id(view), id(position))
+    with _scoped_lock:
+        got = _positions_cache.get(key)
+        if got is not None and got[0] is view and got[1] is position:
+            return got[2]
+    out = np.fromiter((position.get(int(k[1:]), -1) for k in view.chunk_keys),
+                      dtype=np.int64, count=len(view.chunk_keys))
+    with _scoped_lock:
+        _positions_cache[key] = (view, position, out)
+        while len(_positions_cache) > 4:
+            _positions_cache.popitem(last=False)
+    return out
 
 
 def entity_masses(view: GraphView, scores: np.ndarray) -> dict[str, float]:

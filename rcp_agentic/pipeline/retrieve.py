@@ -11,7 +11,7 @@ lives in its own module of this package.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -72,11 +72,33 @@ class GraphList(list[tuple[int, float]]):
     of its link weight on entities some passage is about, which scales the list's default
     fusion weight)."""
 
-    def __init__(self, ranked: list[tuple[int, float]], scores: dict[int, float],
+    def __init__(self, ranked: list[tuple[int, float]], scores: Mapping[int, float],
                  share: float = 1.0) -> None:
         super().__init__(ranked)
         self.scores = scores
         self.share = share
+
+
+class PositionScores(Mapping[int, float]):
+    """Scores by index position, held as two arrays (a dict of every passage PageRank reached
+    costs more than the PageRank itself at 50k chunks)."""
+
+    def __init__(self, positions: np.ndarray, scores: np.ndarray) -> None:
+        order = np.argsort(positions, kind="stable")
+        self._positions = positions[order]
+        self._scores = scores[order]
+
+    def __getitem__(self, position: int) -> float:
+        i = int(np.searchsorted(self._positions, position))
+        if i < len(self._positions) and self._positions[i] == position:
+            return float(self._scores[i])
+        raise KeyError(position)
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._positions.tolist())
+
+    def __len__(self) -> int:
+        return len(self._positions)
 
 
 class Retrieval:
@@ -689,24 +711,39 @@ class Retrieval:
                               "(they are only mentioned); dense/sparse recall only")
             return None
         prior = self._chunk_prior(plan, served, index, lists, qvec, term_ids, allowed_keys)
-        mass = self._graph_positions(plan, index, served, view, view.mass(links, prior))
+        positions, masses = self._graph_positions(plan, index, served, view,
+                                                  view.mass(links, prior))
         if allowed is not None:
-            inside = set(allowed.tolist())
-            mass = {p: s for p, s in mass.items() if p in inside}
-        ranked = sorted(mass.items(), key=lambda ps: (-ps[1], ps[0]))
-        floor = GRAPH_MIN_SHARE * ranked[0][1] if ranked else 0.0
+            inside = np.isin(positions, allowed)
+            positions, masses = positions[inside], masses[inside]
+        best = np.arange(len(masses))
+        if len(best) > depth:  # only the best ``depth`` need an order
+            best = np.argpartition(-masses, depth - 1)[:depth]
+        best = best[np.lexsort((positions[best], -masses[best]))]
+        floor = GRAPH_MIN_SHARE * float(masses.max()) if len(masses) else 0.0
+        ranked = [(int(positions[i]), float(masses[i])) for i in best[:depth]
+                  if masses[i] >= floor]
         model = (self.calibrator.model_for(plan.mode, units.calibration_family(plan.unit),
                                            True) if self.calibrator is not None else None)
         if model is not None and "graph" not in model.needs and ranked:
             plan.notes.append(f"confidence of {plan.mode}/{plan.unit} hits is calibrated on "
                               "dense/sparse signals only: a hit that graph recall found "
                               "through a bridge entity may be relevant despite a low one")
-        return GraphList([ps for ps in ranked[:depth] if ps[1] >= floor], mass, share)
+        return GraphList(ranked, PositionScores(positions, masses), share)
 
     def _graph_positions(self, plan: Plan, index: UnitIndex, served: int, view: GraphView,
-                         scores: np.ndarray) -> dict[int, float]:
-        """PageRank masses mapped onto the positions of ``index`` (see ``_graph_recall``)."""
-        from ..graph.compose import chunk_masses, node_masses, triplet_masses
+                         scores: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """PageRank masses mapped onto the positions of ``index`` (see ``_graph_recall``):
+        the positions reached and their masses."""
+        out = self._graph_masses(plan, index, served, view, scores)
+        if isinstance(out, tuple):
+            return out
+        return (np.fromiter(out.keys(), dtype=np.int64, count=len(out)),
+                np.fromiter(out.values(), dtype=np.float64, count=len(out)))
+
+    def _graph_masses(self, plan: Plan, index: UnitIndex, served: int, view: GraphView,
+                      scores: np.ndarray) -> dict[int, float] | tuple[np.ndarray, np.ndarray]:
+        from ..graph.compose import chunk_masses, chunk_positions, node_masses, triplet_masses
 
         stored = plan.stored_unit
         out: dict[int, float] = {}
@@ -714,13 +751,12 @@ class Retrieval:
             by_uid = (node_masses if stored == "node" else triplet_masses)(view, scores)
             found = index.positions_of_uids(list(by_uid))
             return {int(p): by_uid[index.uids[p]] for p in found}
-        chunks = chunk_masses(view, scores)
         if ("chunk", 0) in plan.kinds:  # chunks, or a collapsed tree whose chunks score
-            for key, m in chunks.items():
-                p = index.position.get(int(key[1:]))
-                if p is not None:
-                    out[p] = m
-            return out
+            at = chunk_positions(view, index.position)
+            passage = scores[view.n_entities:]
+            reached = (at >= 0) & (passage > 0)
+            return at[reached], passage[reached]
+        chunks = chunk_masses(view, scores)
         if stored == "document":
             where = {index.doc_ids[p]: int(p) for p in index.kind_positions("document", 0)}
             for key, m in chunks.items():
