@@ -222,7 +222,7 @@ def multihop(tmp_path_factory: pytest.TempPathFactory, embedder: Any) -> Any:
 def test_loop_escalates_to_graph_recall(multihop: Engine) -> None:
     from test_graph_recall import BRIDGE, QUESTION
 
-    loop = CorrectiveRetriever(multihop, k=2, max_steps=3, min_evidence=2)
+    loop = CorrectiveRetriever(multihop, k=2, max_steps=3, min_evidence=2, graph="escalate")
     assert loop.ladder(0) == ["chunk", "page", "document", "node", "path", "subgraph"]
     res = loop.run(QUESTION)
     first, second = res.trace[0], res.trace[1]
@@ -249,10 +249,15 @@ def test_graph_false_keeps_the_loop_off_the_graph(multihop: Engine) -> None:
 def test_graph_recall_from_the_first_step(multihop: Engine) -> None:
     from test_graph_recall import BRIDGE, QUESTION
 
-    res = CorrectiveRetriever(multihop, k=2, max_steps=2, min_evidence=2,
-                              options={"graph_recall": True}).run(QUESTION)
-    assert res.trace[0].graph and f"doc:{BRIDGE}#c0" in res.trace[0].hit_ids
-    assert "graph" not in [s.action for s in res.trace]
+    # The default on an engine that offers graph recall, and forced by the options.
+    for loop in (CorrectiveRetriever(multihop, k=2, max_steps=2, min_evidence=2),
+                 CorrectiveRetriever(multihop, k=2, max_steps=2, min_evidence=2,
+                                     graph="escalate", options={"graph_recall": True})):
+        res = loop.run(QUESTION)
+        assert res.trace[0].graph and f"doc:{BRIDGE}#c0" in res.trace[0].hit_ids
+        assert "graph" not in [s.action for s in res.trace]
+    with pytest.raises(ValueError):
+        CorrectiveRetriever(multihop, graph="always")  # type: ignore[arg-type]
 
 
 def test_llm_requery_keeps_graph_recall_on(multihop: Engine) -> None:
@@ -260,7 +265,7 @@ def test_llm_requery_keeps_graph_recall_on(multihop: Engine) -> None:
 
     llm = FakeListChatModel(responses=["1. Velvet Lanterns drummer\n- Bergen founding"])
     loop = CorrectiveRetriever(multihop, k=2, llm=llm, max_steps=4,
-                               evaluator=ConfidenceEvaluator(1.0, 0.0))
+                               evaluator=ConfidenceEvaluator(1.0, 0.0), graph="escalate")
     res = loop.run(QUESTION)
     assert [(s.action, s.graph) for s in res.trace] == [
         ("retrieve", False), ("graph", True), ("decompose", True), ("decompose", True)]

@@ -15,8 +15,11 @@ chosen from what was found:
   chunk → page → document → tree-node → node → path → subgraph, over the units the
   engine advertises), then fall back to the next engine, then re-query.
 
-Graph recall, once on, stays on for the rest of that engine's trajectory; ``graph=False``
-keeps the loop off the graph (no graph recall, no graph units).
+By default (``graph=True``) an engine that offers graph recall gets it from the first
+step (the engine itself falls back to hybrid for a query whose entities no passage is
+about); ``graph="escalate"`` keeps it for the retries above. Graph recall, once on, stays
+on for the rest of that engine's trajectory; ``graph=False`` keeps the loop off the graph
+(no graph recall, no graph units).
 
 One ``session_id`` threads every call, so each step only sees evidence the
 trajectory has not seen yet (§7.7.3). Steps and evidence tokens are bounded. The
@@ -32,7 +35,7 @@ import uuid
 from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from .. import units
 from ..client.gating import switch_offered
@@ -120,7 +123,7 @@ class _Run:
     def start(self) -> None:
         unit = self.loop.ladder(0)[0]
         self.queue.append(_Call(self.query, 0, unit, "retrieve", "initial retrieval",
-                                self.loop.graph_from_start))
+                                self.loop.graph_first(0)))
 
     def next_call(self) -> _Call | None:
         if self.stop_reason:
@@ -150,7 +153,7 @@ class _Run:
             nxt = call.engine + 1
             self.queue.appendleft(_Call(self.query, nxt, self.loop.ladder(nxt)[0], "fallback",
                                         f"engine {self.loop.engine_name(call.engine)} failed",
-                                        self.loop.graph_from_start))
+                                        self.loop.graph_first(nxt)))
         elif not self.evidence:
             raise error
         else:
@@ -257,7 +260,7 @@ class _Run:
             return False
         self.queue.append(_Call(self.query, nxt, self.loop.ladder(nxt)[0], "fallback",
                                 f"{why}: trying engine {self.loop.engine_name(nxt)}",
-                                self.loop.graph_from_start))
+                                self.loop.graph_first(nxt)))
         return True
 
     def _requery(self, call: _Call, why: str) -> None:
@@ -371,9 +374,12 @@ class CorrectiveRetriever:
     ``llm`` (a LangChain chat model / Runnable or a LlamaIndex LLM) enables
     rewriting and decomposition. ``min_evidence`` confident hits (≥ the upper
     threshold, over the whole trajectory) are needed before a retrieval counts as
-    correct: 2 suits multi-hop questions. ``graph``: escalate to graph recall and the
-    graph's units where an engine advertises them (False: never); ``graph_recall=True``
-    in ``options`` turns graph recall on from the first step.
+    correct: 2 suits multi-hop questions. ``graph``: where an engine advertises graph
+    recall, recall through the graph from the first step and climb to the graph's units
+    (True); only retry an ambiguous or incorrect step with it (``"escalate"``); never
+    (False). ``graph_recall=True`` in ``options`` turns it on from the first step even with
+    ``"escalate"``. Measured (``bench/corrective.py``): from the first step is the best on
+    the multi-hop sets and level on SciFact, whose claims rarely give the graph a vote.
     """
 
     def __init__(self, source: Any, *, fallbacks: Sequence[Any] = (),
@@ -381,9 +387,12 @@ class CorrectiveRetriever:
                  max_tokens: int = 2000, min_evidence: int = 1, llm: Any = None,
                  llm_queries: int = 2,
                  options: Mapping[str, Any] | None = None,
-                 names: Sequence[str] | None = None, graph: bool = True) -> None:
+                 names: Sequence[str] | None = None,
+                 graph: bool | Literal["escalate"] = True) -> None:
         if min(k, max_steps, max_tokens, min_evidence) < 1:
             raise ValueError("k, max_steps, max_tokens and min_evidence must be at least 1")
+        if graph not in (True, False, "escalate"):
+            raise ValueError("graph must be True, False or 'escalate'")
         self.sources = [s if isinstance(s, HitSource) else HitSource(s)
                         for s in (source, *fallbacks)]
         self.names = list(names) if names else [f"engine{i}" for i in range(len(self.sources))]
@@ -422,6 +431,11 @@ class CorrectiveRetriever:
 
     def supports(self, index: int, feature: str) -> bool:
         return bool((self._retrieve_caps(index) or {}).get(feature))
+
+    def graph_first(self, index: int) -> bool:
+        """Whether this engine's first call already recalls through the graph: with
+        ``graph=True`` when it offers graph recall, or when the options turn it on."""
+        return self.graph_from_start or (self.graph is True and self.graph_recall_offered(index))
 
     def graph_recall_offered(self, index: int) -> bool:
         """Whether the loop may turn graph recall on for this engine (it advertises
