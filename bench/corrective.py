@@ -9,9 +9,26 @@ the confident evidence). Reports Recall@2 and Recall@5 of the labelled supportin
 passages (SciFact: relevant abstracts) in the ranked result / evidence set, recall
 of the whole set (R@set; a single retrieve at k=10 is the same-token baseline), the
 evidence tokens, the engine calls, and the loop's trace statistics, at two
-threshold settings. Engines are built once into ``bench/.cache/engine-<set>``
-(multi-hop corpora take about a minute each; SciFact reuses the cache engine of
-``bench/scifact_engine.py``).
+threshold settings.
+
+Every system of a set runs in the same run on one engine that holds a knowledge graph
+(``build_graph=True``): the single retrieve and the loop with ``graph=False`` never touch
+the graph (hybrid chunks, the graph's units left off the ladder), and the loop with graph
+escalation (``graph="escalate"``) turns graph recall on (``graph_recall``) for an
+ambiguous / incorrect step and may climb to the graph's units (node → path → subgraph).
+At the default thresholds the loop also runs with its default, ``graph=True``: graph recall
+on from the first step; a single retrieve with graph recall is the reference for it. For the graph loops the report adds how many questions took graph recall,
+asked for a graph unit, and kept one in the evidence. A graph unit counts for the documents it shows
+(``meta.doc_ids`` / its citations), in order, at its rank: the issue's "a graph unit is
+relevant when it covers a supporting passage".
+
+Engines: the multi-hop ones are copies of ``bench/graph.py``'s
+``bench/.cache/graph-engine-<set>`` (same chunks and vectors; no embedding) with the graph
+built into the copy, ``bench/.cache/corrective-graph-engine-<set>`` (the originals are
+left untouched); SciFact is ``bench/graph.py scifact``'s ``bench/.cache/graph-engine-scifact``
+(full train set, graph built), opened with its cached MiniLM embedder and the shipped
+calibration (the embedder's identity names the bench wrapper, not the model, so the engine
+would not load the calibration by itself).
 """
 
 from __future__ import annotations
@@ -33,10 +50,12 @@ from bench.data import data_path  # noqa: E402
 from rcp_agentic import Engine  # noqa: E402
 from rcp_agentic.agentic import ConfidenceEvaluator, CorrectiveRetriever  # noqa: E402
 from rcp_agentic.models.tokenizer import count_tokens  # noqa: E402
+from rcp_agentic import units  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 CACHE = REPO / "bench" / ".cache"
 SETTINGS = {"upper 0.6 / lower 0.2": (0.6, 0.2), "upper 0.6 / lower 0.05 (default)": (0.6, 0.05)}
+DEFAULT = "upper 0.6 / lower 0.05 (default)"
 
 
 def load_set(name: str) -> tuple[list[dict[str, Any]], list[tuple[str, set[str]]]]:
@@ -53,21 +72,73 @@ def load_set(name: str) -> tuple[list[dict[str, Any]], list[tuple[str, set[str]]
     return corpus, [(q["question"], set(q["supporting_ids"])) for q in questions]
 
 
-def engine_for(name: str, corpus: list[dict[str, Any]]) -> Engine:
+def engine_for(name: str) -> Engine:
+    """The set's engine with a knowledge graph (see the module docstring), built once."""
     if name == "scifact":
-        return Engine(CACHE / "engine-scifact")
-    path = CACHE / f"engine-{name}"
-    fresh = not (path / "engine.db").exists()
-    eng = Engine(path)
-    if fresh:
+        return _scifact_engine()
+    path = CACHE / f"corrective-graph-engine-{name}"
+    done = path / "graph-built.json"     # written once the copy holds its graph
+    if not done.exists():
+        _copy_engine(CACHE / f"graph-engine-{name}", path)
         t0 = time.perf_counter()
-        eng.add_documents(corpus)
-        print(f"  indexed {len(corpus)} passages of {name} in {time.perf_counter() - t0:.0f} s")
+        eng = Engine(path, build_graph=True)
+        eng.config.save(path)            # reopened later with the graph on
+        reports = eng.update_derived(full=True)
+        done.write_text(json.dumps({"seconds": round(time.perf_counter() - t0, 1),
+                                    "derived": [r.__dict__ for r in reports]}, default=str))
+        print(f"  built the graph of {name} in {time.perf_counter() - t0:.0f} s: "
+              f"{eng.derived_status()}", flush=True)
+        return eng
+    return Engine(path)
+
+
+def _copy_engine(src: Path, dst: Path) -> None:
+    """A consistent copy of an engine directory (SQLite through its backup API)."""
+    import shutil
+    import sqlite3
+
+    if not (src / "indexed.txt").exists():
+        raise SystemExit(f"{src} is missing or incomplete: run `python bench/graph.py recall` "
+                         "first (it indexes the multi-hop corpora there)")
+    if dst.exists():
+        shutil.rmtree(dst)               # an interrupted copy: start over
+    dst.mkdir(parents=True)
+    shutil.copy2(src / "config.json", dst / "config.json")
+    shutil.copytree(src / "chroma", dst / "chroma")
+    with sqlite3.connect(f"file:{src / 'engine.db'}?mode=ro", uri=True) as a, \
+            sqlite3.connect(dst / "engine.db") as b:
+        a.backup(b)
+
+
+def _scifact_engine() -> Engine:
+    from bench.embedcache import EmbeddingCache, LangChainCachedEmbeddings
+    from rcp_agentic.pipeline.confidence import Calibrator
+
+    path = CACHE / "graph-engine-scifact"
+    if not (path / "indexed.json").exists():
+        raise SystemExit(f"{path} is missing or incomplete: run `python bench/graph.py "
+                         "scifact` first")
+    eng = Engine(path, embedder=LangChainCachedEmbeddings(EmbeddingCache(show_progress=False)))
+    if eng.calibrator is None:           # same MiniLM vectors under the wrapper's identity
+        eng.calibrator = Calibrator.default()
     return eng
 
 
-def doc_of(hit: dict[str, Any]) -> str:
-    return (hit.get("chunk") or {}).get("docId") or hit["meta"]["doc_id"]
+def docs_of(hit: dict[str, Any]) -> list[str]:
+    """The documents a hit shows: a chunk's own, a graph unit's (``meta.doc_ids``, else the
+    documents of its citations), in order."""
+    doc = (hit.get("chunk") or {}).get("docId") or (hit.get("meta") or {}).get("doc_id")
+    if doc:
+        return [doc]
+    listed = (hit.get("meta") or {}).get("doc_ids")
+    if isinstance(listed, list) and listed:
+        return [str(d) for d in listed]
+    cited = [c.get("docId") for c in hit.get("citations") or [] if isinstance(c, dict)]
+    return list(dict.fromkeys(str(d) for d in cited if d))
+
+
+def ranked_docs(hits: list[dict[str, Any]]) -> list[str]:
+    return [d for h in hits for d in docs_of(h)]
 
 
 def recall(ranked_docs: list[str], relevant: set[str], at: int) -> float:
@@ -78,55 +149,110 @@ def recall(ranked_docs: list[str], relevant: set[str], at: int) -> float:
     return len(set(seen[:at]) & relevant) / len(relevant)
 
 
-def run_set(name: str, limit: int | None) -> dict[str, Any]:
+def is_graph_unit(unit: Any) -> bool:
+    """Whether ``unit`` is one of the knowledge graph's kinds (by the unit registry)."""
+    try:
+        return units.get(str(unit)).enabled_by == "build_graph"
+    except KeyError:
+        return False
+
+
+def run_single(eng: Engine, name: str, questions: list[tuple[str, set[str]]], k: int,
+               **extra: Any) -> dict[str, float]:
+    single: dict[str, list[float]] = {"r2": [], "r5": [], "rset": [], "tokens": [], "ms": []}
+    for q, rel in questions:
+        t0 = time.perf_counter()
+        hits = [h.to_wire() for h in eng.retrieve(q, k=k, **extra).hits]
+        single["ms"].append((time.perf_counter() - t0) * 1000)
+        docs = ranked_docs(hits)
+        single["r2"].append(recall(docs, rel, 2))
+        single["r5"].append(recall(docs, rel, 5))
+        single["rset"].append(recall(docs, rel, len(docs)))
+        single["tokens"].append(sum(count_tokens(h.get("text") or "") for h in hits))
+    row = _summary(single)
+    label = f"single retrieve k={k}" + (" + graph recall" if extra else "")
+    print(f"  {name:<16} {label:<66}R@2 {row['R@2']:.3f}  "
+          f"R@5 {row['R@5']:.3f}  R@set {row['R@set']:.3f}  tokens {row['tokens']:.0f}  "
+          "calls 1", flush=True)
+    return row
+
+
+def run_loop(eng: Engine, name: str, questions: list[tuple[str, set[str]]], label: str,
+             upper: float, lower: float, graph: bool | str) -> dict[str, Any]:
+    """The loop at one threshold setting; ``graph``: the loop's own argument (True: graph
+    recall from the first step, the default; "escalate": only on retries; False: never)."""
+    loop = CorrectiveRetriever(eng, k=5, max_steps=4, max_tokens=2000, min_evidence=2,
+                               evaluator=ConfidenceEvaluator(upper, lower), graph=graph)
+    stats: dict[str, list[float]] = {"r2": [], "r5": [], "rset": [], "tokens": [], "ms": [],
+                                     "calls": [], "evidence": []}
+    actions: Counter[str] = Counter()
+    verdicts: Counter[str] = Counter()
+    units_asked: Counter[str] = Counter()
+    took = {"graph recall": 0, "graph step kept nothing": 0, "graph unit asked": 0,
+            "graph unit kept": 0}
+    for q, rel in questions:
+        t0 = time.perf_counter()
+        res = loop.run(q)
+        stats["ms"].append((time.perf_counter() - t0) * 1000)
+        docs = ranked_docs(res.evidence)
+        stats["r2"].append(recall(docs, rel, 2))
+        stats["r5"].append(recall(docs, rel, 5))
+        stats["rset"].append(recall(docs, rel, len(docs)))
+        stats["tokens"].append(res.tokens)
+        stats["calls"].append(res.calls)
+        stats["evidence"].append(len(res.evidence))
+        actions.update(s.action for s in res.trace)
+        units_asked.update(s.unit for s in res.trace)
+        verdicts[res.trace[0].verdict or "error"] += 1
+        took["graph recall"] += any(s.graph for s in res.trace)
+        # the graph step's new hits were all below the lower threshold (or none came back)
+        took["graph step kept nothing"] += any(s.action == "graph" and not s.kept
+                                               for s in res.trace)
+        took["graph unit asked"] += any(is_graph_unit(s.unit) for s in res.trace)
+        took["graph unit kept"] += any(is_graph_unit(h.get("unit")) for h in res.evidence)
+    summary: dict[str, Any] = _summary(stats)
+    summary["actions"] = dict(actions)
+    summary["first verdicts"] = dict(verdicts)
+    if graph:
+        summary["units asked"] = dict(units_asked)
+        summary["questions taking"] = took
+    title = f"corrective {label}" + (" + graph" if graph else "") + \
+        (" from the start" if graph is True else "")
+    print(f"  {name:<16} {title:<66}R@2 {summary['R@2']:.3f}  "
+          f"R@5 {summary['R@5']:.3f}  R@set {summary['R@set']:.3f}  "
+          f"tokens {summary['tokens']:.0f}  "
+          f"calls {summary['calls']:.2f}  evidence {summary['evidence']:.1f}  "
+          f"first verdicts {dict(verdicts)}", flush=True)
+    if graph:
+        print(f"  {'':<16} {'':<66}questions taking graph recall {took['graph recall']} "
+              f"(its step kept nothing: {took['graph step kept nothing']}), asking a graph unit {took['graph unit asked']}, keeping one "
+              f"{took['graph unit kept']}; units asked {dict(units_asked)}", flush=True)
+    return summary
+
+
+def run_set(name: str, limit: int | None, settings: list[str]) -> dict[str, Any]:
     corpus, questions = load_set(name)
     questions = questions[:limit] if limit else questions
-    eng = engine_for(name, corpus)
-    out: dict[str, Any] = {"questions": len(questions)}
+    eng = engine_for(name)
+    caps = eng.capabilities()
+    offered = (caps.get("retrieve") or {}).get("units") or []
+    out: dict[str, Any] = {"questions": len(questions), "engine": str(eng.path.relative_to(REPO)),
+                           "units offered": offered,
+                           "graph units offered": [u for u in offered if is_graph_unit(u)],
+                           "graph recall offered": CorrectiveRetriever(eng).graph_recall_offered(0)}
+    print(f"  {name}: {len(questions)} questions on {out['engine']}; graph recall offered "
+          f"{out['graph recall offered']}, units {offered}", flush=True)
     for k in (5, 10):
-        single: dict[str, list[float]] = {"r2": [], "r5": [], "rset": [], "tokens": [], "ms": []}
-        for q, rel in questions:
-            t0 = time.perf_counter()
-            hits = [h.to_wire() for h in eng.retrieve(q, k=k).hits]
-            single["ms"].append((time.perf_counter() - t0) * 1000)
-            docs = [doc_of(h) for h in hits]
-            single["r2"].append(recall(docs, rel, 2))
-            single["r5"].append(recall(docs, rel, 5))
-            single["rset"].append(recall(docs, rel, len(docs)))
-            single["tokens"].append(sum(count_tokens(h.get("text") or "") for h in hits))
-        row = out[f"single k={k}"] = _summary(single)
-        print(f"  {name:<16} single retrieve k={k:<2}{'':<25}R@2 {row['R@2']:.3f}  "
-              f"R@5 {row['R@5']:.3f}  R@set {row['R@set']:.3f}  tokens {row['tokens']:.0f}  "
-              "calls 1", flush=True)
-    for label, (upper, lower) in SETTINGS.items():
-        loop = CorrectiveRetriever(eng, k=5, max_steps=4, max_tokens=2000, min_evidence=2,
-                                   evaluator=ConfidenceEvaluator(upper, lower))
-        stats: dict[str, list[float]] = {"r2": [], "r5": [], "rset": [], "tokens": [], "ms": [],
-                                         "calls": [], "evidence": []}
-        actions: Counter[str] = Counter()
-        verdicts: Counter[str] = Counter()
-        for q, rel in questions:
-            t0 = time.perf_counter()
-            res = loop.run(q)
-            stats["ms"].append((time.perf_counter() - t0) * 1000)
-            docs = [doc_of(h) for h in res.evidence]
-            stats["r2"].append(recall(docs, rel, 2))
-            stats["r5"].append(recall(docs, rel, 5))
-            stats["rset"].append(recall(docs, rel, len(docs)))
-            stats["tokens"].append(res.tokens)
-            stats["calls"].append(res.calls)
-            stats["evidence"].append(len(res.evidence))
-            actions.update(s.action for s in res.trace)
-            verdicts[res.trace[0].verdict or "error"] += 1
-        summary = _summary(stats)
-        summary["actions"] = dict(actions)
-        summary["first verdicts"] = dict(verdicts)
-        out[f"corrective {label}"] = summary
-        print(f"  {name:<16} corrective {label:<22} R@2 {summary['R@2']:.3f}  "
-              f"R@5 {summary['R@5']:.3f}  R@set {summary['R@set']:.3f}  "
-              f"tokens {summary['tokens']:.0f}  "
-              f"calls {summary['calls']:.2f}  evidence {summary['evidence']:.1f}  "
-              f"first verdicts {dict(verdicts)}", flush=True)
+        out[f"single k={k}"] = run_single(eng, name, questions, k)
+    out["single k=5 + graph recall"] = run_single(eng, name, questions, 5, graph_recall=True)
+    for label in settings:
+        upper, lower = SETTINGS[label]
+        out[f"corrective {label}"] = run_loop(eng, name, questions, label, upper, lower, False)
+        out[f"corrective {label} + graph"] = run_loop(eng, name, questions, label, upper, lower,
+                                                      "escalate")
+        if label == DEFAULT:
+            out[f"corrective {label} + graph from the start"] = run_loop(
+                eng, name, questions, label, upper, lower, True)
     eng.close()
     return out
 
@@ -145,11 +271,14 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--sets", nargs="+", default=["hotpotqa", "2wikimultihopqa", "scifact"])
     ap.add_argument("--limit", type=int, default=None)
+    ap.add_argument("--lower", nargs="+", type=float, default=[v[1] for v in SETTINGS.values()],
+                    help="the threshold settings to run, by lower threshold (default: all)")
     ap.add_argument("--out", default=str(REPO / "bench/results/corrective.json"))
     args = ap.parse_args()
     results = {}
     for name in args.sets:
-        results[name] = run_set(name, args.limit)
+        results[name] = run_set(name, args.limit,
+                                [k for k, v in SETTINGS.items() if v[1] in args.lower])
     Path(args.out).write_text(json.dumps(results, indent=2) + "\n")
 
 

@@ -2,7 +2,9 @@
 
     python bench/graph.py recall [--sets hotpotqa 2wikimultihopqa] [--extractors builtin spacy]
     python bench/graph.py build [--limit N]
+    python bench/graph.py engine [--sets hotpotqa 2wikimultihopqa]
     python bench/graph.py scifact [--queries N]
+    python bench/graph.py latency [--corpora small large] [--pagerank-only large]
 
 Results merge under each subcommand's key into ``bench/results/graph.json``.
 
@@ -17,6 +19,9 @@ Results merge under each subcommand's key into ``bench/results/graph.json``.
   counts at its first chunk's rank, as ``bench/corrective.py`` counts). A question that
   links no entity falls back to the hybrid list. ``--ablate`` also runs the
   ablations (one setting changed at a time).
+* ``engine`` — the shipped path: ``engine.retrieve`` hybrid against ``graph_recall=True``
+  on each multi-hop set (an engine copy with its graph built once), Recall@2/@5 and how
+  often graph recall fell back to hybrid (and why).
 * ``build`` — SciFact (5,183 abstracts; ``--limit N``), chunked by the engine's own chunker
   at its defaults (200/30): graph build time split (extraction + title scans,
   resolution with name embedding, aggregation), entities / relations / synonyms totals
@@ -32,6 +37,14 @@ Results merge under each subcommand's key into ``bench/results/graph.json``.
   hybrid (``k=candidate_k=100``) against hybrid + ``graph_recall=True`` in the same run,
   how many queries link an entity, the graph build (time, ``derived_status()``) and the
   p50 retrieve latency of both on a second pass (query embeddings cached by then).
+* ``latency`` — p50 / p95 of ``retrieve(q, mode="hybrid", k=10)`` with and without
+  ``graph_recall=True`` and of the PageRank part alone, beyond the query embedding (a first
+  pass fills the query-vector cache), on ~5k chunks (a seeded subset of whole documents) and
+  ~50k chunks (SciFact + both multi-hop corpora at 64/8), 100 queries each of SciFact,
+  HotpotQA and 2Wiki, same run. Engines ``build_graph=True`` under
+  ``bench/.cache/latency-engine-<small|large>``, chunk vectors through a private copy of the
+  ``bench/embedcache.py`` cache (``bench/.cache/latency-vectors``). ``--pagerank-only large``
+  times only the PageRank part at ~50k, on a graph built in memory (no embedding).
 """
 
 from __future__ import annotations
@@ -48,6 +61,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from langchain_core.embeddings import Embeddings as LCEmbeddings
 
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -259,6 +273,50 @@ def run_recall(args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
+def run_engine(args: argparse.Namespace) -> dict[str, Any]:
+    """Recall@2/@5 through the engine: ``engine.retrieve`` hybrid (k = candidate_k = 100)
+    against the same with ``graph_recall=True``, on an engine with ``build_graph=True`` (a
+    copy of the set's cached engine, its graph built once, under
+    ``bench/.cache/graph-engine-<set>-graph``); also how often the graph list joined."""
+    import shutil
+
+    out: dict[str, Any] = {"depth": DEPTH}
+    for name in args.sets:
+        docs, questions = load_set(name)
+        engine_for(name, docs).close()
+        path = CACHE / f"graph-engine-{name}-graph"
+        if not (path / "graph-built.txt").exists():
+            shutil.rmtree(path, ignore_errors=True)
+            shutil.copytree(CACHE / f"graph-engine-{name}", path)
+        engine = Engine(path, build_graph=True)
+        if not (path / "graph-built.txt").exists():
+            t0 = time.perf_counter()
+            engine.update_derived()
+            (path / "graph-built.txt").write_text(f"{time.perf_counter() - t0:.1f} s\n")
+        doc_of = {uid: d for _r, uid, d, *_ in engine.store.live_leaves("chunk")}
+        row: dict[str, Any] = {"questions": len(questions)}
+        for label, extra in (("hybrid", {}), ("graph recall", {"graph_recall": True})):
+            r2 = r5 = 0.0
+            why: dict[str, int] = {}
+            for q in questions:
+                res = engine.retrieve(q["question"], k=DEPTH, mode="hybrid", candidate_k=DEPTH,
+                                      include_text=False, **extra)
+                for note in (res.usage.notes if res.usage else None) or []:
+                    if note.startswith("graph recall:"):
+                        why[note] = why.get(note, 0) + 1
+                ranked = [h.id for h in res.hits]
+                rel = set(q["supporting_ids"])
+                r2 += recall_at(ranked, doc_of, rel, 2)
+                r5 += recall_at(ranked, doc_of, rel, 5)
+            n = len(questions)
+            row[label] = {"R@2": round(r2 / n, 4), "R@5": round(r5 / n, 4), "fallbacks": why}
+            print(f"{name:16s} {label:13s} R@2 {r2 / n:.4f} R@5 {r5 / n:.4f}"
+                  + (f"  fallbacks {why}" if why else ""), flush=True)
+        out[name] = row
+        engine.close()
+    return out
+
+
 # --- build cost (SciFact) ----------------------------------------------------------------
 
 def peak_rss_mb() -> float:
@@ -414,7 +472,8 @@ def run_scifact(args: argparse.Namespace) -> dict[str, Any]:
     variants = {"hybrid": {}, "hybrid + graph_recall": {"graph_recall": True}}
     runs: dict[str, dict[str, list[str]]] = {v: {} for v in variants}
     ms: dict[str, list[float]] = {v: [] for v in variants}
-    linked: set[str] = set()
+    linked: set[str] = set()             # the query names an entity of the graph
+    voted: set[str] = set()              # ... and the graph list joined the fusion
     for rnd in (1, 2):                   # round 1 fills the query-embedding cache; 2 is timed
         for qid, text in queries.items():
             for label, extra in variants.items():
@@ -429,11 +488,14 @@ def run_scifact(args: argparse.Namespace) -> dict[str, Any]:
                 notes = (res.usage.notes if res.usage else None) or []
                 if extra and not any("names no entity" in n for n in notes):
                     linked.add(qid)
+                if extra and not any(n.startswith("graph recall:") for n in notes):
+                    voted.add(qid)
         print(f"  pass {rnd} done", flush=True)
     out: dict[str, Any] = {"documents": len(docs), "queries": len(queries), "depth": DEPTH,
                            "build": build, "graph_build_s": round(graph_s, 2),
                            "derived_status": status,
-                           "queries_linking_an_entity": len(linked)}
+                           "queries_linking_an_entity": len(linked),
+                           "queries_graph_list_fused": len(voted)}
     changed = sum(runs["hybrid"][q][:10] != runs["hybrid + graph_recall"][q][:10]
                   for q in queries)
     print(f"\n{'variant':24s} {'nDCG@10':>8s} {'p50 ms':>8s}")
@@ -453,12 +515,234 @@ def run_scifact(args: argparse.Namespace) -> dict[str, Any]:
     out["linked_wins_losses"] = [
         sum(per_query["hybrid + graph_recall"][q] > per_query["hybrid"][q] + 1e-9 for q in linked),
         sum(per_query["hybrid + graph_recall"][q] < per_query["hybrid"][q] - 1e-9 for q in linked)]
-    print(f"delta {delta:+.4f}; {len(linked)}/{len(queries)} queries link an entity; "
-          f"top-10 documents changed for {changed}")
+    print(f"delta {delta:+.4f}; {len(linked)}/{len(queries)} queries link an entity, the graph "
+          f"list joined the fusion for {len(voted)}; top-10 documents changed for {changed}")
     print(f"linked queries only: hybrid {out['linked_only']['hybrid']:.4f}, + graph "
           f"{out['linked_only']['hybrid + graph_recall']:.4f}; graph better on "
           f"{out['linked_wins_losses'][0]}, worse on {out['linked_wins_losses'][1]}")
     engine.close()
+    return out
+
+
+# --- query latency at ~5k and ~50k chunks (issue 11) -------------------------------------
+
+LATENCY_CHUNKING = (64, 8)               # as ``build --scale``: SciFact + both multi-hop at 64/8
+
+
+def latency_corpora(small: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The ~50k-chunk corpus (SciFact + HotpotQA + 2Wiki passages) and a nested ~``small``-chunk
+    subset of it: whole documents in a seeded random order until ``small`` chunks."""
+    from bench.raptor import load_multihop, scifact_docs
+
+    docs = list(scifact_docs()[0])
+    for name in SETS:
+        docs += load_multihop(name)[0]
+    size, overlap = LATENCY_CHUNKING
+    counts: dict[str, int] = {}
+    for c in corpus_chunks(docs, size, overlap):
+        counts[c.doc_id] = counts.get(c.doc_id, 0) + 1
+    order = np.random.default_rng(0).permutation(len(docs))
+    subset, total = [], 0
+    for i in order:
+        if total >= small:
+            break
+        subset.append(docs[int(i)])
+        total += counts.get(docs[int(i)]["id"], 0)
+    return docs, subset
+
+
+def latency_queries(per_set: int) -> list[str]:
+    """``per_set`` SciFact claims, HotpotQA and 2Wiki questions each (first ones, fixed)."""
+    from bench.raptor import scifact_docs
+
+    out = list(scifact_docs()[1].values())[:per_set]
+    for name in SETS:
+        out += [q["question"] for q in load_set(name)[1][:per_set]]
+    return out
+
+
+class HashedEmbeddings(LCEmbeddings):
+    """Seeded random unit vectors (384-d, MiniLM's size) keyed by the text's hash: the latency
+    of search beyond the query embedding depends on the number and size of the vectors, not
+    on what they mean, so the ≈50k point does not wait an hour for MiniLM."""
+
+    dim = 384
+
+    def _vector(self, text: str) -> list[float]:
+        import hashlib
+
+        seed = int.from_bytes(hashlib.blake2b(text.encode("utf-8"), digest_size=8).digest(),
+                              "little")
+        v = np.random.default_rng(seed).standard_normal(self.dim)
+        return (v / np.linalg.norm(v)).tolist()
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        return [self._vector(t) for t in texts]
+
+    def embed_query(self, text: str) -> list[float]:
+        return self._vector(text)
+
+
+def latency_engine(label: str, docs: list[dict[str, Any]], cache: Any, hashed: bool = False
+                   ) -> tuple[Engine, dict[str, Any]]:
+    """An engine over ``docs`` at :data:`LATENCY_CHUNKING` with ``build_graph=True``, built once
+    under ``bench/.cache/latency-engine-<label>`` (chunk vectors through ``cache``, or
+    :class:`HashedEmbeddings` with ``hashed``)."""
+    from bench.embedcache import LangChainCachedEmbeddings, text_key
+
+    if hashed:
+        label = f"{label}-hashed"
+    path = CACHE / f"latency-engine-{label}"
+    done = path / "indexed.json"         # written once the whole corpus and graph are in
+    if path.exists() and not done.exists():
+        import shutil
+
+        shutil.rmtree(path)              # an interrupted run: start over
+    size, overlap = LATENCY_CHUNKING
+    embedder = HashedEmbeddings() if hashed else LangChainCachedEmbeddings(cache)
+    engine = Engine(path, embedder=embedder, build_graph=True,
+                    chunk_size=size, chunk_overlap=overlap)
+    if done.exists():
+        return engine, json.loads(done.read_text())
+    texts = [c.text for c in corpus_chunks(docs, size, overlap)]
+    hits = 0 if hashed else sum(text_key(t) in cache._index for t in texts)
+    print(f"  {label}: {len(docs)} docs, {len(texts)} chunks; embedding cache "
+          f"{hits}/{len(texts)}", flush=True)
+    t0 = time.perf_counter()
+    res = engine.add_documents(docs)
+    record: dict[str, Any] = {
+        "documents": len(docs), "chunks": res.chunks, "cache_hits": f"{hits}/{len(texts)}",
+        "ingest_s": round(time.perf_counter() - t0, 1),
+        "embedding_s": round(res.seconds_embedding, 1),
+        "graph_s": round(sum(float(d.seconds or 0.0) for d in res.derived), 1),
+        "peak_rss_mb": round(peak_rss_mb(), 1)}
+    done.write_text(json.dumps(record))
+    print(f"  {label}: ingested in {record['ingest_s']} s (embedding {record['embedding_s']} s,"
+          f" graph {record['graph_s']} s)", flush=True)
+    return engine, record
+
+
+def _pct(values: Sequence[float], q: float) -> float:
+    return round(float(np.percentile(values, q)), 2)
+
+
+def time_queries(engine: Engine, queries: Sequence[str], rounds: int) -> dict[str, Any]:
+    """p50/p95 of ``retrieve(q, mode="hybrid", k=10)`` without and with ``graph_recall``, and
+    of the PageRank part alone (``GraphView.recall``), over all queries and over the queries
+    that link an entity (the others fall back to hybrid). A first untimed pass fills the
+    engine's query-vector cache (and loads the graph view), so the times exclude the query
+    embedding; the variants alternate query by query (same machine load)."""
+    variants: dict[str, dict[str, Any]] = {"hybrid": {}, "hybrid + graph_recall":
+                                           {"graph_recall": True}}
+    linked: list[bool] = []
+    for q in queries:                    # warm-up: query vectors, graph view, caches
+        for extra in variants.values():
+            res = engine.retrieve(q, mode="hybrid", k=10, **extra)
+            notes = (res.usage.notes if res.usage else None) or []
+            if extra:
+                linked.append(not any("names no entity" in n for n in notes))
+    view = engine.graph_view()
+    ms: dict[str, list[list[float]]] = {v: [[] for _ in queries] for v in variants}
+    ms[PAGERANK] = [[] for _ in queries]
+    for _ in range(rounds):
+        for i, q in enumerate(queries):
+            for label, extra in variants.items():
+                t0 = time.perf_counter()
+                engine.retrieve(q, mode="hybrid", k=10, **extra)
+                ms[label][i].append((time.perf_counter() - t0) * 1000)
+            if view is not None:
+                t0 = time.perf_counter()
+                view.recall(q, k=DEPTH)
+                ms[PAGERANK][i].append((time.perf_counter() - t0) * 1000)
+    return {"queries": len(queries), "rounds": rounds,
+            "queries_linking_an_entity": sum(linked), **_percentiles(ms, linked)}
+
+
+PAGERANK = "PageRank part (GraphView.recall)"
+
+
+def _percentiles(ms: dict[str, list[list[float]]], linked: list[bool]) -> dict[str, Any]:
+    """p50/p95 per variant over every timing, and over the linked queries' timings."""
+    out: dict[str, Any] = {}
+    for label, per_query in ms.items():
+        every = [t for times in per_query for t in times]
+        if not every:
+            continue
+        some = [t for times, ok in zip(per_query, linked) if ok for t in times]
+        out[label] = {"p50_ms": _pct(every, 50), "p95_ms": _pct(every, 95)}
+        if some:
+            out[label].update({"linked p50_ms": _pct(some, 50), "linked p95_ms": _pct(some, 95)})
+    return out
+
+
+def time_pagerank(docs: list[dict[str, Any]], queries: Sequence[str],
+                  rounds: int) -> dict[str, Any]:
+    """The PageRank part alone (``GraphView.recall``, as in :func:`time_queries`) over a graph
+    built in memory from ``docs`` at :data:`LATENCY_CHUNKING` by the builtin extractor,
+    without name-embedding synonym edges (no leaf or name vectors needed)."""
+    size, overlap = LATENCY_CHUNKING
+    chunks = corpus_chunks(docs, size, overlap)
+    t0 = time.perf_counter()
+    graph = build_graph(chunks, BuiltinExtractor(), embed=None)
+    view = GraphView(graph)
+    build_s = time.perf_counter() - t0
+    linked = [bool(view.recall(q, k=DEPTH)) for q in queries]   # warm-up
+    ms: list[list[float]] = [[] for _ in queries]
+    for _ in range(rounds):
+        for i, q in enumerate(queries):
+            t1 = time.perf_counter()
+            view.recall(q, k=DEPTH)
+            ms[i].append((time.perf_counter() - t1) * 1000)
+    return {"queries": len(queries), "rounds": rounds, "queries_linking_an_entity": sum(linked),
+            "chunks": len(chunks), "documents": len(docs),
+            "graph": {"build_s (in memory, no synonyms)": round(build_s, 1),
+                      "entities": len(graph.entities), "relations": len(graph.relations)},
+            **_percentiles({PAGERANK: ms}, linked)}
+
+
+def run_latency(args: argparse.Namespace) -> dict[str, Any]:
+    """Query latency of graph-aware recall vs hybrid at ~5k and ~50k chunks (see
+    :func:`time_queries`); both engines kept under ``bench/.cache/latency-engine-*``."""
+    import shutil
+
+    from bench.embedcache import EmbeddingCache
+
+    # A private copy of the shared vector cache: this run adds ~43k vectors and must not race
+    # another bench saving the shared file.
+    vec_dir = CACHE / "latency-vectors"
+    shared = sorted(CACHE.glob("minilm-*.npz"))
+    if not vec_dir.exists() and shared:
+        vec_dir.mkdir(parents=True)
+        for f in shared:
+            shutil.copy2(f, vec_dir / f.name)
+    cache = EmbeddingCache(cache_dir=vec_dir, save_every=8192, show_progress=True)
+    large, small = latency_corpora(args.small)
+    queries = latency_queries(args.per_set)
+    out: dict[str, Any] = {"chunking": list(LATENCY_CHUNKING), "k": 10, "mode": "hybrid"}
+    corpora = {"small": small, "large": large}
+    print(f"latency: {len(queries)} queries ({args.per_set} each of SciFact, HotpotQA, 2Wiki), "
+          f"{args.rounds} timed round(s)", flush=True)
+    print(f"{'corpus':>8s} {'chunks':>7s} {'variant':34s} {'p50 ms':>8s} {'p95 ms':>8s}"
+          f" {'linked p50':>10s} {'linked p95':>10s}")
+    for label in args.corpora:
+        if label in args.pagerank_only:
+            row = time_pagerank(corpora[label], queries, args.rounds)
+            build = {"chunks": row["chunks"]}
+        else:
+            engine, build = latency_engine(label, corpora[label], cache,
+                                           hashed=label in args.hashed)
+            row = time_queries(engine, queries, args.rounds)
+            row["build"] = build
+            row["chunks"] = build["chunks"]
+            engine.close()
+        out[label] = row
+        for variant, v in row.items():
+            if isinstance(v, dict) and "p50_ms" in v:
+                print(f"{label:>8s} {build['chunks']:7d} {variant:34s} {v['p50_ms']:8.2f} "
+                      f"{v['p95_ms']:8.2f} {v.get('linked p50_ms', float('nan')):10.2f} "
+                      f"{v.get('linked p95_ms', float('nan')):10.2f}", flush=True)
+        print(f"{'':>8s} {'':>7s} queries linking an entity: "
+              f"{row['queries_linking_an_entity']}/{len(queries)}", flush=True)
     return out
 
 
@@ -487,14 +771,29 @@ def main(argv: list[str] | None = None) -> int:
     bld.add_argument("--sample", type=int, default=640, help="chunks timed for the leaf "
                      "embedding estimate")
     bld.add_argument("--scale", action="store_true", help="also ~46k chunks (64/8)")
+    eng = sub.add_parser("engine")
+    eng.add_argument("--sets", nargs="+", default=list(SETS))
     sci = sub.add_parser("scifact")
     sci.add_argument("--queries", type=int, default=None, help="first N queries only")
-    for p in (rec, bld, sci):
+    lat = sub.add_parser("latency")
+    lat.add_argument("--corpora", nargs="+", choices=["small", "large"],
+                     default=["small", "large"])
+    lat.add_argument("--small", type=int, default=5000, help="chunks of the small corpus")
+    lat.add_argument("--per-set", type=int, default=100, help="queries from each data set")
+    lat.add_argument("--rounds", type=int, default=2, help="timed passes over the queries")
+    lat.add_argument("--hashed", nargs="*", choices=["small", "large"], default=[],
+                     help="corpora embedded by seeded random vectors (HashedEmbeddings) "
+                     "instead of MiniLM: same search cost, no hour of embedding")
+    lat.add_argument("--pagerank-only", nargs="*", choices=["small", "large"], default=[],
+                     help="corpora timed for the PageRank part alone, on a graph built in "
+                     "memory (no engine, no embedding)")
+    for p in (rec, eng, bld, sci, lat):
         p.add_argument("--key", default=None)
     args = ap.parse_args(argv)
     started = time.perf_counter()
-    result = {"recall": run_recall, "build": run_build,
-              "scifact": run_scifact}[args.command](args)
+    result = {"recall": run_recall, "engine": run_engine, "build": run_build,
+              "scifact": run_scifact,
+              "latency": run_latency}[args.command](args)
     result["wall_s"] = round(time.perf_counter() - started, 1)
     key = args.key or args.command
     save(key, result)
