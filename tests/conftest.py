@@ -140,6 +140,29 @@ def running_server(cmd: list[str], ready: Callable[[], bool], *, timeout: float,
             proc.stderr.close()
 
 
+@contextmanager
+def serving_http(engine_dir: Path, token: str) -> Iterator[str]:
+    """A real ``rcp-agentic serve --http`` subprocess over ``engine_dir`` (bearer ``token``);
+    yields its URL once it answers ``ping``."""
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+
+    def ready() -> bool:
+        req = urllib.request.Request(
+            f"{url}/rcp/ping", method="POST", data=b'{"jsonrpc":"2.0","id":0,"method":"ping"}',
+            headers={"Content-Type": "application/json", "Authorization": f"Bearer {token}"})
+        try:
+            with urllib.request.urlopen(req, timeout=1):
+                return True
+        except OSError:
+            return False
+
+    with running_server([sys.executable, "-m", "rcp_agentic.cli", "serve", "--http", "--engine",
+                         str(engine_dir), "--port", str(port)], ready, timeout=120,
+                        env={**os.environ, "RCP_AGENTIC_TOKEN": token}):
+        yield url
+
+
 class ChromaQuerySpy:
     """Counts an engine's Chroma dense queries, to show which dense path ran."""
 

@@ -12,16 +12,13 @@ or degrades with ``strict=False``.
 from __future__ import annotations
 
 import asyncio
-import os
 import shutil
-import sys
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import REPO, free_port, running_server
+from conftest import REPO, serving_http
 
 from rcp_agentic import Engine
 from rcp_agentic.client.gating import switch_offered
@@ -69,22 +66,7 @@ def stdio_command(wiki_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> l
 def http_url(wiki_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A real ``rcp-agentic serve --http`` subprocess over a copy of the wiki engine."""
     path = _copy(wiki_dir, tmp_path_factory, "wiki-http")
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-
-    def ready() -> bool:
-        req = urllib.request.Request(
-            f"{url}/rcp/ping", method="POST", data=b'{"jsonrpc":"2.0","id":0,"method":"ping"}',
-            headers={"Content-Type": "application/json", "Authorization": f"Bearer {TOKEN}"})
-        try:
-            with urllib.request.urlopen(req, timeout=1):
-                return True
-        except OSError:
-            return False
-
-    with running_server([sys.executable, "-m", "rcp_agentic.cli", "serve", "--http", "--engine",
-                         str(path), "--port", str(port)], ready, timeout=120,
-                        env={**os.environ, "RCP_AGENTIC_TOKEN": TOKEN}):
+    with serving_http(path, TOKEN) as url:
         yield url
 
 

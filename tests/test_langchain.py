@@ -10,17 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import shutil
-import sys
-import urllib.request
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import DOCS, REPO, free_port, running_server
+from conftest import DOCS, REPO, serving_http
 from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.documents import Document
 from langchain_core.language_models import FakeListChatModel
@@ -62,22 +59,7 @@ def http_url(engine_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iter
     """A real ``rcp-agentic serve --http`` subprocess over a copy of ``engine_dir``."""
     path = tmp_path_factory.mktemp("lc-http") / "http-engine"
     shutil.copytree(engine_dir, path)
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-
-    def ready() -> bool:
-        req = urllib.request.Request(
-            f"{url}/rcp/ping", method="POST", data=b'{"jsonrpc":"2.0","id":0,"method":"ping"}',
-            headers={"Content-Type": "application/json", "Authorization": f"Bearer {TOKEN}"})
-        try:
-            with urllib.request.urlopen(req, timeout=1):
-                return True
-        except OSError:
-            return False
-
-    with running_server([sys.executable, "-m", "rcp_agentic.cli", "serve", "--http", "--engine",
-                         str(path), "--port", str(port)], ready, timeout=120,
-                        env={**os.environ, "RCP_AGENTIC_TOKEN": TOKEN}):
+    with serving_http(path, TOKEN) as url:
         yield url
 
 
