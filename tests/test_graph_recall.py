@@ -4,7 +4,8 @@ A real engine with ``build_graph`` over a small titled corpus where a two-hop qu
 ("where did the drummer of the band behind Midnight Harbor grow up") needs a passage
 that shares no word with it: hybrid alone misses it, graph recall finds it. Filters never
 leak (checked against the documents' metadata and texts), sessions do not repeat, and the
-composed units carry their provenance within their token budgets.
+composed units carry their provenance within their token budgets, with the confidence of
+their best leaf chunk.
 """
 
 from __future__ import annotations
@@ -186,7 +187,7 @@ def test_path_shape(eng: Engine) -> None:
     res = eng.retrieve(QUESTION, k=5, unit="path")
     assert res.hits and res.usage.tokens <= sum(count_tokens(h.text or "") for h in res.hits)
     for h in res.hits:
-        assert h.unit == "path" and h.id.startswith("path:") and h.confidence is None
+        assert h.unit == "path" and h.id.startswith("path:")
         prov = h.provenance
         assert prov and prov.path and len(prov.path) >= 2 and prov.leaves
         assert len(prov.edges) == len(prov.path) - 1
@@ -227,3 +228,44 @@ def test_composed_units_refuse_what_they_cannot_do(eng: Engine) -> None:
     assert any("mmr" in n for n in res.usage.notes or [])
     none = eng.retrieve("nothing at all to link", k=2, unit="path")
     assert none.hits == [] and any("no entity" in n for n in none.usage.notes or [])
+
+
+def _leaf_confidences(eng: Engine, query: str, **scope: Any) -> dict[str, float]:
+    """Each chunk's confidence in a graph-recall chunk retrieve ``candidateK`` deep."""
+    depth = eng.config.candidate_k
+    res = eng.retrieve(query, k=depth, candidate_k=depth, include_text=False, **scope, **GRAPH)
+    got = {h.id: h.confidence for h in res.hits}
+    assert got and all(c is not None for c in got.values())
+    return {uid: float(c) for uid, c in got.items() if c is not None}
+
+
+@pytest.mark.parametrize("unit", ["path", "subgraph"])
+@pytest.mark.parametrize("scope", [{}, {"filter": {"field": "tenant", "op": "eq",
+                                                   "value": "a"}}])
+def test_composed_confidence_is_its_best_leafs(eng: Engine, unit: str,
+                                               scope: dict[str, Any]) -> None:
+    assert eng.calibrator is not None  # the shipped calibration fits the bundled embedder
+    res = eng.retrieve(QUESTION, k=5, unit=unit, **scope)
+    assert res.hits
+    chunks = _leaf_confidences(eng, QUESTION, **scope)
+    floor = min(chunks.values())
+    ceiling = 1.0
+    for i, h in enumerate(res.hits):
+        assert h.provenance and h.provenance.leaves
+        best = max(chunks.get(uid, floor) for uid in h.provenance.leaves)
+        if i == 0:  # the first hit is its best leaf's confidence exactly
+            assert h.confidence == pytest.approx(best, abs=1e-6)
+        ceiling = min(ceiling, best)  # never above the hit ranked before it
+        assert h.confidence == pytest.approx(ceiling, abs=1e-6), (h.id, h.confidence, best)
+        assert 0.0 <= ceiling <= 1.0
+
+
+def test_composed_units_without_calibration_carry_no_confidence(eng: Engine) -> None:
+    shipped = eng.calibrator
+    eng.calibrator = None
+    try:
+        for unit in ("path", "subgraph"):
+            hits = eng.retrieve(QUESTION, k=3, unit=unit).hits
+            assert hits and all(h.confidence is None for h in hits)
+    finally:
+        eng.calibrator = shipped

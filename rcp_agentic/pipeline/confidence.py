@@ -54,7 +54,8 @@ Every model is calibrated against the same event — the hit covers a relevant d
 chunk or page lies in one, a document is one, a tree-node, node or triplet has one among
 the documents of its leaves (``provenance.leaves``) — so the probabilities are
 comparable across queries, modes and units; that is the §7.7.2 contract. Composed units
-(``path``, ``subgraph``) have no model and carry no confidence.
+(``path``, ``subgraph``) have no model of their own: a composed hit carries its best leaf
+chunk's confidence (``Retrieval._retrieve_composed``).
 
 The shipped parameters (``rcp_agentic/data/calibration.json``) were fitted on
 SciFact's training split and the HotpotQA and 2WikiMultiHopQA dev sets together, each

@@ -100,12 +100,14 @@ def _provenance(row: dict[str, Any]) -> dict[str, Any]:
 
 def build_composed_hit(unit: Any, *, score: float, scores: dict[str, float],
                        include_text: bool = True, max_chars: int | None = None,
-                       notes: list[str] | None = None) -> Hit:
+                       notes: list[str] | None = None,
+                       confidence: float | None = None) -> Hit:
     """One hit from a unit composed at query time (``rcp_agentic.graph.compose.Composed``: a
     path or a subgraph). ``provenance`` carries the entity ``path`` (a path), the ``nodes``
     and weighted ``edges`` shown and the ``leaves`` (chunk ids) whose sentences it shows;
     ``meta.citations`` cites each of those chunks, ``citation`` the first; ``meta.doc_ids``
-    their documents, most-shown first. No ``confidence``: composed kinds are not calibrated.
+    their documents, most-shown first. ``confidence`` is the caller's P(the unit covers a
+    supporting passage), read off its leaf chunks (None without a calibration).
     """
     meta: dict[str, Any] = {"doc_ids": list(unit.doc_ids), "citations": list(unit.citations),
                             "chunk_token_count": unit.tokens}
@@ -118,7 +120,8 @@ def build_composed_hit(unit: Any, *, score: float, scores: dict[str, float],
             notes.append(note)
         text = text[:max_chars]
     return Hit.model_validate({
-        "id": unit.uid, "score": score, "text": text, "unit": unit.unit, "level": 0,
+        "id": unit.uid, "score": score, "confidence": confidence, "text": text,
+        "unit": unit.unit, "level": 0,
         "meta": meta, "scores": scores, "citation": unit.citation or None,
         "provenance": {"path": list(unit.path) or None, "nodes": list(unit.nodes),
                        "edges": [{"src": a, "dst": b, "weight": w} for a, b, w in unit.edges],

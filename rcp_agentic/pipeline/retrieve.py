@@ -789,7 +789,14 @@ class Retrieval:
         the graph the request may see by the kind's composer (``composers``), then session
         dedup (a unit whose leaf chunks were all returned already is not returned again),
         rerank, ``minScore``, packing to ``k`` and ``tokenBudget`` and cursors, as for stored
-        units. Confidence is not given (no calibration for composed kinds)."""
+        units. A hit's confidence is P(it covers a supporting passage), read off its leaf
+        chunks: the largest calibrated confidence among them in the engine's own chunk
+        retrieve for the same query and scope (mode, filter, index version, graph recall on;
+        ``candidateK`` deep), since a unit covers a relevant passage at least as often as
+        its best leaf is relevant. A leaf that chunk retrieve did not return gets the
+        smallest confidence it did return (it ranked below all of them; 0.0 if it returned
+        none). Made non-increasing down the list as for stored units; None without a
+        calibration."""
         def unsupported(option: str, message: str) -> None:
             if strict:
                 raise OptionUnsupported(message, option=option)
@@ -803,7 +810,8 @@ class Retrieval:
         if plan.include_vectors:
             unsupported("includeVectors", f"{plan.unit} units are composed and not embedded")
         if plan.rank_by_confidence:
-            unsupported("x-rcp-agentic-rankBy", f"no confidence calibration for {plan.unit}")
+            unsupported("x-rcp-agentic-rankBy", f"{plan.unit} units are ranked by the graph; "
+                        "their confidence is read off their leaf chunks once composed")
         version = f"v{served}"
 
         def result(hits: list[Hit], candidates: int = 0, tokens: int = 0,
@@ -858,14 +866,33 @@ class Retrieval:
         if packed.more and not plan.session_id:
             next_cursor = cursor.encode(CursorState(served, packed.next_start,
                                                     packed.next_exclude, qhash), self._secret)
+        leaf_conf: dict[str, float] | None = None
+        if self.calibrator is not None and top:
+            chunk_hits = self.retrieve_params({
+                "query": plan.query, "k": min(plan.candidate_k, self.config.max_k),
+                "candidate_k": plan.candidate_k, "mode": plan.mode, "filter": plan.filter,
+                "index_version": version, "unit": "chunk", "include_text": False,
+                "strict": False, "x-rcp-agentic-graphRecall": True}).hits
+            known = {h.id: h.confidence for h in chunk_hits if h.confidence is not None}
+            leaf_conf = known if known or not chunk_hits else None
+            ctl.check()
         hits = []
+        ceiling = 1.0
         for c in top:
             scores = {"graph": float(c.score)}
             if c.uid in rerank_scores:
                 scores["rerank"] = rerank_scores[c.uid]
+            confidence = None
+            if leaf_conf is not None:
+                floor = min(leaf_conf.values(), default=0.0)
+                best = max((leaf_conf.get(u, floor) for u in c.leaf_uids), default=floor)
+                # A hit never claims more confidence than the one ranked above it.
+                ceiling = min(ceiling, best)
+                confidence = round(ceiling, 6)
             hits.append(build_composed_hit(c, score=score_of[c.uid], scores=scores,
                                            include_text=plan.include_text,
-                                           max_chars=plan.max_hit_chars, notes=plan.notes))
+                                           max_chars=plan.max_hit_chars, notes=plan.notes,
+                                           confidence=confidence))
         if plan.session_id:
             # Recorded by id only: a path shows a sentence or two of its chunks, not the chunks
             # (the kind does not contain its leaves), so they stay retrievable.
