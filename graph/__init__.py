@@ -3,11 +3,15 @@
 Extraction (:mod:`.extract`: title lexicon + builtin rules, spaCy, or an LLM),
 resolution (:mod:`.resolve`), the build into :class:`GraphData` (:mod:`.build`,
 incremental through :class:`GraphCache`) and HippoRAG-style personalised-PageRank
-recall with neighbourhoods and paths (:mod:`.ppr`). The engine core does not
-depend on it.
+recall with neighbourhoods and paths (:mod:`.ppr`); hierarchical Leiden communities with
+stable ids and incremental updates (:mod:`.communities`; not yet served as units). The
+engine core does not depend on it.
 """
 
 from .build import BuildStats, GraphCache, GraphConfig, build_graph, update_graph
+from .communities import (Community, CommunityConfig, CommunityHierarchy, CommunityUpdate,
+                          build_communities, community_id, entity_edges, modularity,
+                          update_communities)
 from .extract import (BuiltinExtractor, ChunkExtraction, Extractor, Lexicon, LLMExtractor,
                       RawMention, RawRelation, SpacyExtractor, parse_llm_reply)
 from .model import ChunkText, Entity, GraphData, Mention, Relation, Span, Synonym
@@ -15,7 +19,9 @@ from .ppr import GraphView, PPRWeights, Subgraph
 from .resolve import entity_key, synonym_edges
 
 __all__ = [
-    "BuildStats", "BuiltinExtractor", "ChunkExtraction", "ChunkText", "Entity", "Extractor",
+    "BuildStats", "BuiltinExtractor", "Community", "CommunityConfig", "CommunityHierarchy",
+    "CommunityUpdate", "build_communities", "community_id", "entity_edges", "modularity",
+    "update_communities", "ChunkExtraction", "ChunkText", "Entity", "Extractor",
     "GraphCache", "GraphConfig", "GraphData", "GraphView", "LLMExtractor", "Lexicon", "Mention",
     "PPRWeights", "RawMention", "RawRelation", "Relation", "Span", "SpacyExtractor", "Subgraph",
     "Synonym", "build_graph", "entity_key", "parse_llm_reply", "synonym_edges", "update_graph",
