@@ -734,16 +734,25 @@ class Retrieval:
     def _graph_positions(self, plan: Plan, index: UnitIndex, served: int, view: GraphView,
                          scores: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """PageRank masses mapped onto the positions of ``index`` (see ``_graph_recall``):
-        the positions reached and their masses."""
+        the positions reached and their masses. Chunks (also a collapsed tree's, the only
+        units of its pool that score) map through a cached array: at 50k chunks a dict of
+        every passage reached costs more than the PageRank."""
+        if ("chunk", 0) in plan.kinds:
+            from ..graph.compose import chunk_positions
+
+            at = chunk_positions(view, index.position)
+            passage = scores[view.n_entities:]
+            reached = (at >= 0) & (passage > 0)
+            return at[reached], passage[reached]
         out = self._graph_masses(plan, index, served, view, scores)
-        if isinstance(out, tuple):
-            return out
         return (np.fromiter(out.keys(), dtype=np.int64, count=len(out)),
                 np.fromiter(out.values(), dtype=np.float64, count=len(out)))
 
     def _graph_masses(self, plan: Plan, index: UnitIndex, served: int, view: GraphView,
-                      scores: np.ndarray) -> dict[int, float] | tuple[np.ndarray, np.ndarray]:
-        from ..graph.compose import chunk_masses, chunk_positions, node_masses, triplet_masses
+                      scores: np.ndarray) -> dict[int, float]:
+        """PageRank masses of a pool without chunks, by position: a node its entity's, a
+        triplet the mean of its two entities', a document or page the best of its chunks'."""
+        from ..graph.compose import chunk_masses, node_masses, triplet_masses
 
         stored = plan.stored_unit
         out: dict[int, float] = {}
@@ -751,11 +760,6 @@ class Retrieval:
             by_uid = (node_masses if stored == "node" else triplet_masses)(view, scores)
             found = index.positions_of_uids(list(by_uid))
             return {int(p): by_uid[index.uids[p]] for p in found}
-        if ("chunk", 0) in plan.kinds:  # chunks, or a collapsed tree whose chunks score
-            at = chunk_positions(view, index.position)
-            passage = scores[view.n_entities:]
-            reached = (at >= 0) & (passage > 0)
-            return at[reached], passage[reached]
         chunks = chunk_masses(view, scores)
         if stored == "document":
             where = {index.doc_ids[p]: int(p) for p in index.kind_positions("document", 0)}
