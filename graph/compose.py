@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..models.tokenizer import count_tokens
-from .index import node_uid
+from .index import node_uid, object_first
 from .index import triplet_uids as stored_triplet_uids
 from .model import Entity, GraphData, Relation
 from .ppr import GraphView
@@ -398,15 +398,7 @@ def compose_subgraphs(view: GraphView, links: Mapping[str, float], scores: np.nd
 def reading_order(r: Relation, subject: Entity, obj: Entity) -> tuple[str, str]:
     """The two names in the order the evidence reads them (an offline relation is the words
     between the two mentions), as the stored triplet's text shows them."""
-    if r.typed:
-        return subject.name, obj.name
-    low = r.evidence.casefold()
-
-    def first_at(e: Entity) -> int:
-        found = [low.find(n.casefold()) for n in (e.name, *e.aliases) if n]
-        return min((f for f in found if f >= 0), default=len(low) + 1)
-
-    if first_at(obj) < first_at(subject):
+    if object_first(subject, obj, r):
         return obj.name, subject.name
     return subject.name, obj.name
 

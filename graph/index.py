@@ -158,7 +158,7 @@ def graph_units(graph: GraphData, chunks: Sequence[ChunkText] = ()) -> list[_Uni
     for uid, r in zip(triplet_uids(graph), graph.relations):
         subject, obj = graph.entities[r.subject], graph.entities[r.object]
         # An offline relation is the words between two mentions: shown in reading order.
-        swap = not r.typed and _first_at(obj, r.evidence) < _first_at(subject, r.evidence)
+        swap = object_first(subject, obj, r)
         header = triplet_header(*((obj.name, r.relation, subject.name) if swap
                                   else (subject.name, r.relation, obj.name)))
         text = header + ("\n" + r.evidence if r.evidence else "")
@@ -199,7 +199,13 @@ def _embedded_text(u: _Unit) -> str:
     return u.text
 
 
-def _first_at(entity: Entity, text: str) -> int:
+def object_first(subject: Entity, obj: Entity, r: Relation) -> bool:
+    """Whether a relation reads object first: an offline relation is the words between two
+    mentions, shown in reading order."""
+    return not r.typed and first_at(obj, r.evidence) < first_at(subject, r.evidence)
+
+
+def first_at(entity: Entity, text: str) -> int:
     """Where ``entity`` is first named in ``text`` (by name or alias, any case; past the end
     when it is not)."""
     low = text.casefold()
