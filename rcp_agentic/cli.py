@@ -94,6 +94,8 @@ def _derived_line(report: Any) -> str:
     """One line saying what a derived-unit builder run did (a ``DerivedReport``)."""
     if report.unit == "node":
         return _graph_line(report)
+    if report.unit == "community":
+        return _community_line(report)
     if report.mode == "none":
         return f"Tree ({report.unit}): up to date, {report.kept} nodes on {report.levels} " \
                f"level(s){f' ({report.reason})' if report.reason != 'up to date' else ''}"
@@ -118,6 +120,22 @@ def _graph_line(report: Any) -> str:
             f"retired, {report.kept} kept in {report.seconds:.1f}s ({c.get('extracted', 0)} "
             f"chunks extracted in {report.seconds_extracting:.1f}s, {c.get('embedded', 0)} "
             f"texts embedded in {report.seconds_embedding:.1f}s{why})")
+
+
+def _community_line(report: Any) -> str:
+    """What a run of the community builder did."""
+    if report.mode == "none":
+        return (f"Communities: {report.reason or 'up to date'}, {report.kept} communities"
+                + (f" on {report.levels + 1} level(s)" if report.kept else ""))
+    c = report.counts
+    why = f"; {report.reason}" if report.reason else ""
+    what = "full build" if report.mode == "full" else f"{report.mode} update"
+    return (f"Communities: {what}, {c.get('communities', 0)} communities on "
+            f"{report.levels + 1} level(s) over {c.get('entities', 0)} entities; "
+            f"{report.added} written, {report.retired} retired, {report.kept} kept, "
+            f"{c.get('reports_written', 0)} reports written in {report.seconds:.1f}s "
+            f"({report.seconds_clustering:.1f}s clustering, {report.seconds_summarising:.1f}s "
+            f"reports, {report.seconds_embedding:.1f}s embedding{why})")
 
 
 def _tree_engine(args: argparse.Namespace) -> Any:
@@ -156,9 +174,13 @@ def cmd_graph(args: argparse.Namespace) -> int:
                     f"the engine at {engine.path} builds no knowledge graph: turn it on with "
                     f"`rcp-agentic index PATH... --graph --engine {engine.path}`",
                     field="build_graph")
-            for report in engine.update_derived(full=True, only="node"):
-                print(_derived_line(report))
+            for only in ("node", "community"):
+                for report in engine.update_derived(full=True, only=only):
+                    print(_derived_line(report))
             print(f"Index version {engine.index_version}")
+            return 0
+        if args.action == "communities":
+            print(_communities(engine, args.level, limit=args.limit))
             return 0
         if not args.entity:
             raise InvalidParams("`graph show` needs an ENTITY", field="entity")
@@ -167,6 +189,30 @@ def cmd_graph(args: argparse.Namespace) -> int:
     finally:
         engine.close()
     return 0
+
+
+def _communities(engine: Any, level: int | None, *, limit: int) -> str:
+    """The communities of one level (default: the coarsest), largest first, with their
+    reports' titles and summaries."""
+    found = engine.communities()
+    if found is None:
+        raise CapabilityMissing(f"the engine at {engine.path} holds no communities: build them "
+                                f"with `rcp-agentic index PATH... --graph --engine "
+                                f"{engine.path}`", field="graph_communities")
+    top = found.top_level
+    level = top if level is None else level
+    if not 0 <= level <= top:
+        raise InvalidParams(f"--level must be between 0 and {top}", field="level")
+    comms = found.level(level)
+    entities = sum(c.size for c in comms)
+    lines = [f"Level {level} of 0..{top} (0 = finest): {len(comms)} communities over "
+             f"{entities} entities, largest first"]
+    for c in comms[:limit]:
+        lines.append(f"{c.id}  {c.size} entit{'y' if c.size == 1 else 'ies'}  {c.title}")
+        lines += textwrap.wrap(c.summary, 96, initial_indent="    ", subsequent_indent="    ")
+    if len(comms) > limit:
+        lines.append(f"... {len(comms) - limit} more (--limit N)")
+    return "\n".join(lines)
 
 
 def _neighbourhood(engine: Any, name: str, *, neighbours: int, chunks: int) -> str:
@@ -458,10 +504,11 @@ def build_parser() -> argparse.ArgumentParser:
     tree.set_defaults(func=cmd_tree)
 
     graph = sub.add_parser("graph", help="the knowledge graph of an engine built with --graph")
-    graph.add_argument("action", choices=["show", "rebuild"],
+    graph.add_argument("action", choices=["show", "communities", "rebuild"],
                        help="show ENTITY: its description, strongest relations with evidence, "
-                       "synonyms and the chunks that mention it; rebuild: build the whole graph "
-                       "again now")
+                       "synonyms and the chunks that mention it; communities: the Leiden "
+                       "communities of one level with their reports; rebuild: build the whole "
+                       "graph and its communities again now")
     graph.add_argument("entity", nargs="*", metavar="ENTITY", help="(show) an entity's name")
     graph.add_argument("--engine", metavar="DIR")
     graph.add_argument("--chroma-url", metavar="URL")
@@ -469,6 +516,10 @@ def build_parser() -> argparse.ArgumentParser:
                        help="relations shown (%(default)s)")
     graph.add_argument("--chunks", type=_at_least_zero, default=10, metavar="N",
                        help="mentioning chunks shown (%(default)s)")
+    graph.add_argument("--level", type=_at_least_zero, default=None, metavar="N",
+                       help="(communities) the level shown: 0 the finest (default: the coarsest)")
+    graph.add_argument("--limit", type=_at_least_zero, default=20, metavar="N",
+                       help="(communities) communities shown (%(default)s)")
     graph.set_defaults(func=cmd_graph)
 
     cal = sub.add_parser("calibrate", help="refit hit confidence on your own relevance labels")

@@ -123,6 +123,21 @@ class EngineConfig(BaseModel):
         0.05, ge=0, description="an incremental update rewrites a unit whose text and sources "
         "did not change only when one of its weights moved by more than this share (a full "
         "build writes exact weights)")
+    # --- Leiden communities over the graph (community units, graph ops global/drift/communities) --
+    graph_communities: bool = Field(
+        True, description="with build_graph: build the hierarchical Leiden communities of the "
+        "entity graph and a report per community (community units, level 0 the finest)")
+    community_max_size: int = Field(
+        10, ge=1, le=100_000, description="entities in a finest (level 0) community at most; "
+        "larger communities are split again, recursively")
+    community_report_tokens: int = Field(
+        300, ge=32, le=4096, description="tokens of a community report (offline: title, key "
+        "relations and central evidence sentences; with an LLM: GraphRAG-style)")
+    community_vectors: Literal["text", "sources"] = Field(
+        "sources", description="vectors of community units: 'sources' (default) embeds nothing "
+        "and takes the mean vector of the chunks behind the community's most central entities; "
+        "'text' embeds each report (only the reports that changed, on an update: on SciFact "
+        "about as long as embedding the chunks again)")
     torch_threads: int | None = Field(None, ge=1, description="None = torch's default")
     blas_threads: int | None = Field(
         1, ge=1, description="numpy BLAS threads for query-time math (None = leave as is)")

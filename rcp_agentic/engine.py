@@ -52,6 +52,7 @@ from .wire import RerankResult
 from .derived import DerivedBuilder, DerivedReport, builder_kinds
 
 if TYPE_CHECKING:
+    from .graph.community_index import CommunityStore
     from .graph.model import GraphData
     from .graph.ops import GraphOps
     from .graph.ppr import GraphView
@@ -169,6 +170,9 @@ class Engine(Retrieval):
             # Another process committed: an embedded Chroma's in-memory HNSW must be reloaded.
             self._chroma_reload = False
             self._sync_chroma()  # a Chroma server that is down leaves the engine open, degraded
+            # The LLM the engine was opened with (None: offline): builders write abstractive
+            # summaries and reports with it, the community ops map-reduce with it.
+            self.llm = llm
             # Builders of derived units (an LLM, if given, writes abstractive summaries).
             self.builders: dict[str, DerivedBuilder] = {}
             if self.config.build_tree:
@@ -179,6 +183,10 @@ class Engine(Retrieval):
                 from .graph.index import GraphIndex
 
                 self.builders["node"] = GraphIndex(self, llm=llm)
+                if self.config.graph_communities:  # after the graph: it clusters that graph
+                    from .graph.community_index import CommunityIndex
+
+                    self.builders["community"] = CommunityIndex(self, llm=llm)
             # Composers of the composed kinds (path, subgraph): name -> callable, set by the
             # module that composes them at query time. A composed kind is offered only while
             # its composer is set here and the served version holds a graph.
@@ -186,6 +194,7 @@ class Engine(Retrieval):
             self._graph_lock = threading.Lock()
             self._graphs: OrderedDict[int, GraphData | None] = OrderedDict()
             self._graph_views: OrderedDict[int, GraphView] = OrderedDict()
+            self._communities: OrderedDict[int, CommunityStore | None] = OrderedDict()
             self._graph_ops: GraphOps | None = None
             if self.config.build_graph:
                 self.graph_ops  # registers the path/subgraph composers
@@ -429,6 +438,24 @@ class Engine(Retrieval):
             while len(self._graph_views) > _GRAPH_CACHE:
                 self._graph_views.popitem(last=False)
         return view
+
+    def communities(self, version: int | None = None) -> CommunityStore | None:
+        """The Leiden communities (``rcp_agentic.graph.community_index.CommunityStore``) stored
+        and visible at ``version`` (default: the current one), or None when there are none;
+        cached per version."""
+        v = self._current_version() if version is None else version
+        with self._graph_lock:
+            if v in self._communities:
+                self._communities.move_to_end(v)
+                return self._communities[v]
+        from .graph.community_index import load_communities
+
+        found = load_communities(self.store, v)
+        with self._graph_lock:
+            self._communities[v] = found
+            while len(self._communities) > _GRAPH_CACHE:
+                self._communities.popitem(last=False)
+        return found
 
     @property
     def graph_ops(self) -> GraphOps:

@@ -52,6 +52,10 @@ class UnitKind:
     # has seen them). False for a unit merely derived from its leaves — an entity or a fact
     # attested in many chunks holds a sentence or two of them, not the chunks.
     contains_leaves: bool = True
+    # Whether a unit stored at one level stands for a range of levels (a community that is not
+    # split further is the same community at every level up to ``umeta.levels[1]``): a request
+    # for level L pools the rows stored at levels <= L whose range reaches L.
+    spans_levels: bool = False
 
     @property
     def stored(self) -> str:
@@ -152,6 +156,17 @@ register(UnitKind("triplet", "derived",
                   "subject, relation and object, with the sentence that attests them",
                   calibration="triplet", hit_fields=_DERIVED_FIELDS, enabled_by="build_graph",
                   contains_leaves=False))
+# Leiden communities of the entity graph: level 0 the finest, higher levels coarser; every
+# level a complete partition. A community is stored once, at its lowest level, and stands
+# for every level up to ``umeta.levels[1]`` (``spans_levels``). Its report is far narrower
+# than the chunks it covers, so sessions judge it by id. After a subgraph on the ladder:
+# the widest context, a summary of a whole region of the graph.
+register(UnitKind("community", "derived",
+                  "a Leiden community of the knowledge graph: its report (title, key relations, "
+                  "central evidence) over its entities (level 0 the finest)",
+                  levelled=True, escalation=7, calibration="community",
+                  hit_fields=_DERIVED_FIELDS, enabled_by="graph_communities",
+                  contains_leaves=False, spans_levels=True))
 register(UnitKind("path", "composed",
                   "a chain of facts between the query's entities, hop by hop with evidence",
                   escalation=5, calibration="path",

@@ -102,8 +102,9 @@ def by_uid(graph: GraphData, eng: Engine) -> GraphData:
 def test_registry_places_the_graph_kinds() -> None:
     assert units.get("node").derived and units.get("triplet").derived
     assert units.get("path").composed and units.get("subgraph").composed
-    assert units.derived_kinds() == ("tree-node", "node", "triplet")
-    assert units.stored_kinds() == ("chunk", "page", "document", "tree-node", "node", "triplet")
+    assert units.derived_kinds() == ("tree-node", "node", "triplet", "community")
+    assert units.stored_kinds() == ("chunk", "page", "document", "tree-node", "node", "triplet",
+                                    "community")
     assert units.composed_kinds() == ("path", "subgraph")
     offered = ["subgraph", "triplet", "node", "document", "tree-node", "chunk", "page", "path"]
     assert units.ladder(offered) == ["chunk", "page", "document", "tree-node", "node", "path",
@@ -124,8 +125,9 @@ def test_graph_is_built_and_advertised(graph_engine: Engine) -> None:
     assert caps["memory"] == {"scopes": ["global", "session"], "clues": True}
     status = caps["x-rcp-agentic"]["units"]
     assert status["node"]["current"] and status["triplet"]["current"]
-    assert status["node"]["reflects"] == status["triplet"]["reflects"] == \
-        graph_engine.index_version  # one commit wrote both
+    assert status["node"]["reflects"] == status["triplet"]["reflects"]  # one commit wrote both
+    # The communities of that graph were committed right after it.
+    assert status["community"]["reflects"] == graph_engine.index_version
     assert caps["x-rcp-agentic"]["units"]["path"] == {
         "composed": True, "reflects": status["node"]["reflects"], "current": True}
     composer = graph_engine.composers.pop("subgraph")

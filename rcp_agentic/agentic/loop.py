@@ -451,7 +451,8 @@ class CorrectiveRetriever:
             offered = caps.get("units") or ["chunk"]
             ladder = units.ladder(offered)
             if not self.graph:
-                ladder = [u for u in ladder if units.get(u).enabled_by != "build_graph"]
+                ladder = [u for u in ladder
+                          if units.get(u).enabled_by not in ("build_graph", "graph_communities")]
             if self.start_unit in ladder:
                 ladder = ladder[ladder.index(self.start_unit):]
             self._ladders[index] = ladder or [offered[0]]

@@ -55,6 +55,9 @@ def build_hit(row: dict[str, Any], *, unit: str, score: float, scores: dict[str,
             meta["spans"] = umeta["spans"]
         if row["unit"] == "node":
             meta.update({k: umeta[k] for k in ("name", "kind", "aliases") if k in umeta})
+        elif row["unit"] == "community":
+            meta.update({k: umeta[k] for k in ("title", "size", "rating", "levels", "parent")
+                         if umeta.get(k) is not None})
         elif row["unit"] == "triplet":
             meta.update({"subject": umeta.get("subject_name"), "object": umeta.get("object_name"),
                          "relation": umeta.get("relation"), "typed": umeta.get("typed", False)})
@@ -91,6 +94,8 @@ def _provenance(row: dict[str, Any]) -> dict[str, Any]:
     umeta = row.get("umeta") or {}
     if row["unit"] == "node":
         out["nodes"] = [row["uid"]]
+    elif row["unit"] == "community":  # its most central entities (at most 64)
+        out["nodes"] = list(umeta.get("entities") or [])
     elif row["unit"] == "triplet" and umeta.get("subject") and umeta.get("object"):
         out["nodes"] = [umeta["subject"], umeta["object"]]
         out["edges"] = [{"src": umeta["subject"], "dst": umeta["object"],

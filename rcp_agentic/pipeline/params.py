@@ -397,6 +397,8 @@ def _plan_unit(p: RetrieveParams, offered: Mapping[str, tuple[int, ...]] | None,
             unsupported("x-rcp-agentic-treeSearch", f"{unit} units are not a tree")
         return unit, [(kind.stored, 0)], 0, "collapsed"
     zero = [(kind.level_zero, 0)] if kind.level_zero else []
+    if kind.spans_levels:
+        return _plan_spanning(p, unit, kind.stored, levels, unsupported)
     if p.level is None:
         return unit, zero + [(kind.stored, lv) for lv in levels], None, tree_search
     if p.tree_search is not None:
@@ -408,3 +410,21 @@ def _plan_unit(p: RetrieveParams, offered: Mapping[str, tuple[int, ...]] | None,
         unsupported("level", f"level {p.level} does not exist: {unit} levels are {shown}")
         return unit, zero + [(kind.stored, lv) for lv in levels], None, "collapsed"
     return unit, [(kind.stored, p.level)], p.level, "collapsed"
+
+
+def _plan_spanning(p: RetrieveParams, unit: str, stored: str, levels: tuple[int, ...],
+                   unsupported: Callable[[str, str], None]
+                   ) -> tuple[str, list[tuple[str, int]], int | None, str]:
+    """The plan of a kind whose rows span levels (communities): no ``level`` pools every row
+    once; ``level: L`` pools the rows stored at levels <= L (retrieve keeps those whose range
+    reaches L: the complete partition at L)."""
+    if p.tree_search is not None:
+        unsupported("x-rcp-agentic-treeSearch", f"{unit} levels are partitions of the graph; "
+                    "ask for one with level, or none to search every community")
+    if p.level is None:
+        return unit, [(stored, lv) for lv in levels], None, "collapsed"
+    top = max(levels, default=0)
+    if p.level > top:
+        unsupported("level", f"level {p.level} does not exist: {unit} levels are 0..{top}")
+        return unit, [(stored, lv) for lv in levels], None, "collapsed"
+    return unit, [(stored, lv) for lv in levels if lv <= p.level], p.level, "collapsed"

@@ -35,6 +35,7 @@ from .recency import decay
 
 if TYPE_CHECKING:
     from ..config import EngineConfig
+    from ..graph.community_index import CommunityStore
     from ..graph.ppr import GraphView
     from ..models.embedder import TimedEmbedder
     from ..models.reranker import Reranker
@@ -137,6 +138,9 @@ class Retrieval:
     def graph_view(self, version: int | None = None) -> GraphView | None:
         raise NotImplementedError
 
+    def communities(self, version: int | None = None) -> CommunityStore | None:
+        raise NotImplementedError
+
     def retrieve(self, query: Any, k: int = 10, **options: Any) -> RetrieveResult:
         """Ranked hits for ``query``; options are the RCP/1 retrieve params (§7.7) in snake_case.
 
@@ -204,6 +208,10 @@ class Retrieval:
             compiled = compile_filter(plan.filter, fields)
             rows = self.store.filtered_rowids(plan.kinds, served, compiled.sql, compiled.params)
             allowed = index.positions_of(rows)
+        if units.get(plan.unit).spans_levels and plan.level is not None:
+            spanning = index.positions_of(
+                self.store.spanning_rowids(plan.stored_unit, plan.level, served))
+            allowed = spanning if allowed is None else np.intersect1d(allowed, spanning)
         # Backfill: recall deeper by what the session already holds, so k new hits remain.
         seen = self.sessions.seen_count(plan.session_id) if plan.session_id else 0
         depth = plan.candidate_k + seen
@@ -256,7 +264,10 @@ class Retrieval:
             ranked_list = [(p, s) for p, s in ranked_list if s >= plan.min_score]
         if plan.mmr_lambda is not None:
             ranked_list = self._mmr(plan, index, ranked_list)
-        contains, keeps = (self._containment(index, ranked_list, plan.query) if plan.pooled
+        # Containment matters in a pool of summaries and their leaves (a collapsed tree); a
+        # pool of communities of several levels holds no unit's text in another's.
+        contains, keeps = (self._containment(index, ranked_list, plan.query)
+                           if plan.pooled and units.get(plan.stored_unit).contains_leaves
                            else (None, None))
         packed = pack([int(index.tokens[p]) for p, _s in ranked_list], plan.k, plan.token_budget,
                       start=state.start if state else 0,
@@ -413,6 +424,7 @@ class Retrieval:
         parents = (self.store.parents(plan.stored_unit, [index.uids[p] for p in positions],
                                       served) if units.get(plan.unit).levelled else {})
         alias = units.get(plan.unit).alias_of
+        spans_level = plan.level if units.get(plan.unit).spans_levels else None
         hits = []
         for i, ((pos, score), rowid) in enumerate(zip(top, rowids)):
             row = rows.get(rowid)
@@ -423,6 +435,8 @@ class Retrieval:
                 scores["fused"] = float(fused[pos])
             if pos in rerank_scores:
                 scores["rerank"] = float(rerank_scores[pos])
+            if spans_level is not None:  # a community stands for every level of its range
+                row = {**row, "level": spans_level}
             hits.append(build_hit(row, unit=plan.unit if alias == row["unit"] else row["unit"],
                                   score=float(score), scores=scores,
                                   include_text=plan.include_text, vector=vectors.get(rowid),
@@ -751,8 +765,9 @@ class Retrieval:
     def _graph_masses(self, plan: Plan, index: UnitIndex, served: int, view: GraphView,
                       scores: np.ndarray) -> dict[int, float]:
         """PageRank masses of a pool without chunks, by position: a node its entity's, a
-        triplet the mean of its two entities', a document or page the best of its chunks'."""
-        from ..graph.compose import chunk_masses, node_masses, triplet_masses
+        triplet the mean of its two entities', a community the sum of its members', a
+        document or page the best of its chunks'."""
+        from ..graph.compose import chunk_masses, entity_masses, node_masses, triplet_masses
 
         stored = plan.stored_unit
         out: dict[int, float] = {}
@@ -760,6 +775,14 @@ class Retrieval:
             by_uid = (node_masses if stored == "node" else triplet_masses)(view, scores)
             found = index.positions_of_uids(list(by_uid))
             return {int(p): by_uid[index.uids[p]] for p in found}
+        if stored == "community":  # the query's PageRank mass on its members
+            stored_communities = self.communities(served)
+            ent = entity_masses(view, scores)
+            by_uid = {c.id: m for c in (stored_communities.by_id.values()
+                                        if stored_communities else ())
+                      if (m := sum(ent.get(k, 0.0) for k in c.members)) > 0}
+            return {int(p): by_uid[index.uids[p]]
+                    for p in index.positions_of_uids(list(by_uid))}
         chunks = chunk_masses(view, scores)
         if stored == "document":
             where = {index.doc_ids[p]: int(p) for p in index.kind_positions("document", 0)}

@@ -752,6 +752,15 @@ class Docstore:
                 (version, version, *params, *kparams, version, version))
         return np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
 
+    def spanning_rowids(self, unit: str, level: int, version: int) -> np.ndarray:
+        """Rowids of the units of a kind whose rows span levels (communities: stored at their
+        lowest level, ``umeta.levels = [lo, hi]``) that stand for ``level``, visible at
+        ``version``."""
+        rows = self.query(
+            f"SELECT rowid FROM units u WHERE unit = ? AND level <= ? AND {_visible('u')}"
+            " AND json_extract(umeta, '$.levels[1]') >= ?", (unit, level, version, version, level))
+        return np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
+
     def hydrate(self, rowids: list[int]) -> dict[int, dict[str, Any]]:
         """Unit rows (with text) joined with their document, keyed by rowid (missing ones absent).
 

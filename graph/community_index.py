@@ -1,0 +1,406 @@
+"""The engine's community builder: keeps the ``community`` units in step with the knowledge graph.
+
+:class:`CommunityIndex` is the engine's :class:`~rcp_agentic.derived.DerivedBuilder` for
+``community`` units. It runs after the graph builder (the engine's builders run in order)
+and reads the graph as it is visible at the current index version. With no stored
+hierarchy, a changed setting or reporter, ``full=True`` or an old graph that is no longer
+retained, it builds the hierarchy afresh (:func:`.communities.build_communities`);
+otherwise it re-clusters only the part of the graph that changed
+(:func:`.communities.update_communities`). One report per community
+(:mod:`.reports`: extractive offline, GraphRAG-style with an LLM) is made only when what
+it depends on changed (its ``report_key``), children before parents (an LLM report of a
+large community reads its children's reports). Everything is one commit through
+``Docstore.write_derived``.
+
+A community is stored ONCE, at its lowest level (``level`` column = its height), with
+``umeta.levels = [lo, hi]``: it is the same community at every level of that range (see
+:class:`~rcp_agentic.units.UnitKind` ``spans_levels``). Its id is a hash of its members,
+so a community whose members did not change keeps its id; a row whose report, range or
+links changed is rewritten under that id (its vector kept when its text did not change).
+It covers every chunk a member is mentioned in or is about, so filters, visibility and
+trust (the lowest of its sources) follow from the store's rules for derived units.
+
+:func:`load_communities` reads the hierarchy back as it is visible at any retained
+version (:class:`CommunityStore`); :meth:`Engine.communities` caches it per version.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ..derived import DerivedReport
+from ..models.analyzer import term_counts
+from ..models.tokenizer import count_tokens
+from ..store.docstore import Docstore, UnitRecord
+from .communities import (Community, CommunityConfig, CommunityHierarchy, Edges,
+                          build_communities, entity_edges, update_communities)
+from .index import load_graph, node_uid, triplet_uids
+from .model import ChunkText, GraphData
+from .reports import (CommunityReport, ExtractiveReporter, Finding, LLMReporter, ReportInput,
+                      report_key)
+
+if TYPE_CHECKING:
+    from ..engine import Engine
+
+UNIT = "community"
+_KEY = f"derived.{UNIT}"
+_ATTEMPTS = 3
+MAX_ENTITIES = 64      # node uids a community row lists (most central first)
+_SOURCE_ENTITIES = 8   # 'sources' vectors: the chunks of this many most central members
+# The report's fields kept in a community row's umeta.
+_REPORT_FIELDS = ("title", "summary", "findings", "rating", "entities", "relations", "spans",
+                  "sanitized", "report")
+
+
+@dataclass(frozen=True)
+class StoredCommunity:
+    """One stored community as read back: its place in the hierarchy and its report."""
+
+    id: str
+    levels: range
+    members: tuple[str, ...]
+    parent: str | None
+    children: tuple[str, ...]
+    title: str
+    summary: str
+    text: str
+    findings: tuple[dict[str, str], ...]
+    rating: float | None
+    entities: tuple[str, ...]          # node uids, most central first (at most MAX_ENTITIES)
+
+    @property
+    def uid(self) -> str:
+        return self.id
+
+    @property
+    def size(self) -> int:
+        return len(self.members)
+
+
+@dataclass
+class CommunityStore:
+    """The communities visible at one index version."""
+
+    by_id: dict[str, StoredCommunity]
+    hierarchy: CommunityHierarchy
+    version: int
+
+    @property
+    def top_level(self) -> int:
+        return max((c.levels.stop - 1 for c in self.by_id.values()), default=0)
+
+    def level(self, level: int) -> list[StoredCommunity]:
+        """The partition at ``level`` (0 = finest), largest first (ties by id)."""
+        return sorted((c for c in self.by_id.values() if level in c.levels),
+                      key=lambda c: (-c.size, c.id))
+
+
+def load_communities(store: Docstore, version: int) -> CommunityStore | None:
+    """The communities stored and visible at ``version`` (None: none there). A community
+    covering a chunk changed since the last update is not visible until the update: links
+    to it are dropped, so every level is the partition of what is visible."""
+    rows = store.derived_rows((UNIT,), version)
+    if not rows:
+        return None
+    by_id: dict[str, StoredCommunity] = {}
+    for uid, _unit, text, raw in rows:
+        m = json.loads(raw)
+        lo, hi = m["levels"]
+        by_id[uid] = StoredCommunity(
+            id=uid, levels=range(int(lo), int(hi) + 1), members=tuple(m["members"]),
+            parent=m.get("parent"), children=tuple(m.get("children") or ()),
+            title=m.get("title", ""), summary=m.get("summary", ""), text=text,
+            findings=tuple(m.get("findings") or ()), rating=m.get("rating"),
+            entities=tuple(m.get("entities") or ()))
+    comms = {c.id: Community(
+        id=c.id, members=c.members, parent=c.parent if c.parent in by_id else None,
+        children=tuple(x for x in c.children if x in by_id), height=c.levels.start)
+        for c in by_id.values()}
+    identity = store.info(f"{_KEY}.clusters") or CommunityConfig().identity
+    return CommunityStore(by_id, CommunityHierarchy(comms, identity=identity), version)
+
+
+def hierarchy_of(rows: Sequence[Mapping[str, Any]], identity: str) -> CommunityHierarchy:
+    """The hierarchy held by live community rows (``Docstore.live_derived``)."""
+    comms = {}
+    for row in rows:
+        m = row["umeta"]
+        comms[row["uid"]] = Community(id=row["uid"], members=tuple(m["members"]),
+                                      parent=m.get("parent"),
+                                      children=tuple(m.get("children") or ()),
+                                      height=int(row["level"]))
+    return CommunityHierarchy(comms, identity=identity)
+
+
+class CommunityIndex:
+    """Builds and updates the engine's Leiden communities (``community`` units)."""
+
+    unit = UNIT
+
+    def __init__(self, engine: Engine, *, llm: Any = None) -> None:
+        self.engine = engine
+        c = engine.config
+        self.config = CommunityConfig(max_community_size=c.community_max_size)
+        screen = self._suspected
+        self.reporter: ExtractiveReporter | LLMReporter = (
+            LLMReporter(llm, count_tokens, screen=screen) if llm is not None
+            else ExtractiveReporter(count_tokens, screen=screen))
+        # The graph and edges of this process's last run: the next update diffs against them.
+        self._last: tuple[int, GraphData, Edges] | None = None
+
+    def _suspected(self, text: str) -> bool:
+        return bool(self.engine.screen.screen(text).suspected)
+
+    @property
+    def identity(self) -> str:
+        """What the reports and their vectors depend on (the clustering has its own)."""
+        c = self.engine.config
+        return (f"{self.reporter.identity};tokens={c.community_report_tokens};"
+                f"vectors={c.community_vectors}")
+
+    def update(self, *, full: bool = False) -> DerivedReport:
+        """One run, committed as one new index version (or nothing)."""
+        for _attempt in range(_ATTEMPTS):
+            report = self._attempt(full)
+            if report is not None:
+                return report
+        return DerivedReport(UNIT, "none", reason=f"other writes kept committing during "
+                             f"{_ATTEMPTS} attempts; the communities still lag (retried after "
+                             "the next write, or run `rcp-agentic graph rebuild`)")
+
+    def _attempt(self, full: bool) -> DerivedReport | None:
+        store = self.engine.store
+        started = time.perf_counter()
+        store.refresh()
+        base = store.index_version()
+        graph_version = store.info("derived.node.version") or "0"
+        stored = store.live_derived(UNIT)
+        same = (store.info(f"{_KEY}.identity") == self.identity
+                and store.info(f"{_KEY}.clusters") == self.config.identity)
+        built_on = store.info(f"{_KEY}.graph")
+        if not full and same and stored and built_on == graph_version:
+            if store.info(f"{_KEY}.version") != str(base):
+                store.set_info_if(f"{_KEY}.version", str(base), base_version=base)
+            return DerivedReport(UNIT, "none", kept=len(stored), levels=max(
+                (r["umeta"]["levels"][1] for r in stored), default=0),
+                seconds=time.perf_counter() - started, reason="up to date")
+        graph = load_graph(store, base)
+        if graph is None:
+            if not stored:
+                return DerivedReport(UNIT, "none", reason="no knowledge graph yet")
+            version = store.write_derived(UNIT, [], [r["uid"] for r in stored],
+                                          base_version=base, info={f"{_KEY}.version": str(base + 1)})
+            if version is None:
+                return None
+            return DerivedReport(UNIT, "full", retired=len(stored), version=version,
+                                 seconds=time.perf_counter() - started, reason="the graph is empty")
+        t_cluster = time.perf_counter()
+        edges = entity_edges(graph, self.config)
+        old = self._old_graph(store, built_on)
+        reason = ("requested" if full else "no communities yet" if not stored else
+                  "the community settings or reporter changed" if not same else
+                  "the graph they were built on is no longer retained" if old is None else "")
+        counts: dict[str, int] = {}
+        if reason:
+            hier = build_communities(graph, self.config, edges)
+            mode = "full"
+        else:
+            assert old is not None
+            hier, upd = update_communities(hierarchy_of(stored, self.config.identity), old[0],
+                                           graph, self.config, old_edges=old[1], new_edges=edges)
+            mode = upd.mode
+            reason = upd.reason
+            counts.update(ids_kept=upd.kept, entities_reclustered=upd.entities_reclustered,
+                          entities_touched=upd.entities_touched)
+        seconds_clustering = time.perf_counter() - t_cluster
+        chunks = {f"r{r}": ChunkText(f"r{r}", uid, doc_id, None, text, int(start or 0))
+                  for r, uid, doc_id, start, _t, text in store.live_leaves("chunk")}
+        t_report = time.perf_counter()
+        reports, remade = self._reports(hier, graph, chunks, edges, stored, rewrite=not same)
+        seconds_summarising = time.perf_counter() - t_report
+        new = self._units(hier, graph, reports)
+        add, reuse, retire = _changes(stored, new)
+        timer_start = time.perf_counter()
+        vectors = store.vectors([row["rowid"] for row in reuse.values()])
+        fresh = self._vectors([u for u in add if u["uid"] not in reuse], graph)
+        seconds_embedding = time.perf_counter() - timer_start
+        records = []
+        for u in add:
+            row = reuse.get(u["uid"])
+            vector = vectors.get(row["rowid"]) if row is not None else None
+            records.append(self._record(u, fresh[u["uid"]] if vector is None else vector))
+        info = {f"{_KEY}.identity": self.identity, f"{_KEY}.clusters": self.config.identity,
+                f"{_KEY}.version": str(base + 1), f"{_KEY}.graph": graph_version}
+        version = store.write_derived(UNIT, records, retire, base_version=base, info=info)
+        if version is None:
+            return None
+        self._last = (int(graph_version), graph, edges)
+        counts.update(communities=len(hier.communities), entities=len(graph.entities),
+                      reports_written=remade, fallbacks=int(getattr(self.reporter, "fallbacks", 0)))
+        return DerivedReport(
+            UNIT, mode, added=len(records), retired=len(retire), kept=len(stored) - len(retire),
+            levels=hier.top_level, seconds=time.perf_counter() - started,
+            seconds_clustering=seconds_clustering, seconds_summarising=seconds_summarising,
+            seconds_embedding=seconds_embedding, version=version, reason=reason, counts=counts)
+
+    def _old_graph(self, store: Docstore, built_on: str | None
+                   ) -> tuple[GraphData, Edges] | None:
+        """The graph the stored communities were built on, with its edges: this process's
+        last run, else the retained snapshot of the graph version they record."""
+        if built_on is None:
+            return None
+        if self._last is not None and str(self._last[0]) == built_on:
+            return self._last[1], self._last[2]
+        version = int(built_on)
+        if version < store.oldest_retained():
+            return None
+        graph = load_graph(store, version)
+        return None if graph is None else (graph, entity_edges(graph, self.config))
+
+    def _reports(self, hier: CommunityHierarchy, graph: GraphData, chunks: Mapping[str, ChunkText],
+                 edges: Edges, stored: list[dict[str, Any]], *, rewrite: bool
+                 ) -> tuple[dict[str, dict[str, Any]], int]:
+        """The report fields of every community (text, title, summary, findings, rating,
+        entities, relations, spans, sanitized, report), children first. A stored report is
+        kept while its key and the reporter are unchanged (``rewrite``: none is kept)."""
+        budget = self.engine.config.community_report_tokens
+        identity = self.reporter.identity
+        tuids = triplet_uids(graph)
+        old = {} if rewrite else {r["uid"]: r for r in stored}
+        out: dict[str, dict[str, Any]] = {}
+        made_reports: dict[str, CommunityReport] = {}
+        remade = 0
+        for height in range(hier.top_level + 1):
+            todo: list[tuple[str, ReportInput, str]] = []
+            for c in hier.communities.values():
+                if c.height != height:
+                    continue
+                inp = ReportInput(community=c, graph=graph, chunks=chunks, edges=edges,
+                                  children=tuple(made_reports[x] if x in made_reports
+                                                 else _kept_report(out[x], identity)
+                                                 for x in c.children if x in out))
+                key = report_key(inp, budget)
+                row = old.get(c.id)
+                if row is not None and row["umeta"].get("report") == {"identity": identity,
+                                                                       "key": key}:
+                    out[c.id] = {"text": row["text"], **{
+                        f: row["umeta"].get(f) for f in _REPORT_FIELDS}}
+                else:
+                    todo.append((c.id, inp, key))
+            reports = self.reporter.report_many([inp for _c, inp, _k in todo], budget)
+            remade += len(reports)
+            for (cid, _inp, key), rep in zip(todo, reports):
+                made_reports[cid] = rep
+                out[cid] = {
+                    "text": rep.text, "title": rep.title, "summary": rep.summary,
+                    "findings": [{"summary": f.summary, "explanation": f.explanation}
+                                 for f in rep.findings],
+                    "rating": rep.rating,
+                    "entities": [node_uid(k) for k in rep.entities[:MAX_ENTITIES]],
+                    "central": list(rep.entities[:_SOURCE_ENTITIES]),
+                    "relations": [tuids[i] for i in rep.relations if 0 <= i < len(tuids)],
+                    "spans": rep.spans, "sanitized": rep.sanitized,
+                    "report": {"identity": identity, "key": key}}
+        return out, remade
+
+    def _units(self, hier: CommunityHierarchy, graph: GraphData,
+               reports: Mapping[str, Mapping[str, Any]]) -> list[dict[str, Any]]:
+        """The unit of every community: uid, level, text, umeta, covers (chunk rowids)."""
+        out = []
+        for c in sorted(hier.communities.values(), key=lambda c: (c.height, c.id)):
+            rep = reports[c.id]
+            levels = hier.levels(c.id)
+            covers = sorted({int(k[1:]) for m in c.members for k in graph.entities[m].mentions}
+                            | {int(k[1:]) for m in c.members for k in graph.entities[m].about})
+            meta = {"levels": [levels.start, levels.stop - 1], "members": list(c.members),
+                    "parent": c.parent, "children": list(c.children), "size": c.size,
+                    **{f: rep[f] for f in _REPORT_FIELDS}}
+            out.append({"uid": c.id, "level": c.height, "text": rep["text"], "meta": meta,
+                        "covers": covers, "central": rep.get("central") or _central(meta)})
+        return out
+
+    def _vectors(self, todo: list[dict[str, Any]], graph: GraphData) -> dict[str, np.ndarray]:
+        """Vectors of new unit texts, by ``community_vectors`` (see EngineConfig)."""
+        if not todo:
+            return {}
+        engine = self.engine
+        if engine.config.community_vectors == "sources":
+            rows_of = {u["uid"]: sorted({int(k[1:]) for m in u["central"]
+                                         for k in graph.entities[m].mentions})
+                       for u in todo}
+            chunk_vectors = engine.store.vectors(sorted({r for rs in rows_of.values() for r in rs}))
+            out = {}
+            for u in todo:
+                present = [chunk_vectors[r] for r in rows_of[u["uid"]] if r in chunk_vectors]
+                if present:
+                    v = np.sum(present, axis=0)
+                    out[u["uid"]] = v / max(float(np.linalg.norm(v)), 1e-12)
+            missing = [u for u in todo if u["uid"] not in out]
+            out.update(self._embed(missing))
+            return out
+        return self._embed(todo)
+
+    def _embed(self, todo: list[dict[str, Any]]) -> dict[str, np.ndarray]:
+        if not todo:
+            return {}
+        texts = list(dict.fromkeys(u["text"] for u in todo))
+        made = np.asarray(self.engine.embedder.embed_documents(texts), dtype=np.float32)
+        by_text = dict(zip(texts, made))
+        return {u["uid"]: by_text[u["text"]] for u in todo}
+
+    def _record(self, u: Mapping[str, Any], vector: np.ndarray) -> UnitRecord:
+        counts, n = term_counts(u["text"])
+        screening = self.engine.screen.screen(u["text"])
+        return UnitRecord(
+            uid=u["uid"], unit=UNIT, level=u["level"], idx=0, start=None, end=None,
+            page_start=None, page_end=None, tokens=count_tokens(u["text"]), text=u["text"],
+            vector=np.asarray(vector, dtype=np.float32), terms=dict(counts), nterms=n,
+            injection_suspected=screening.suspected, injection_score=screening.score,
+            meta=dict(u["meta"]), covers=list(u["covers"]))
+
+
+def _kept_report(fields: Mapping[str, Any], identity: str) -> CommunityReport:
+    """A kept report as a :class:`CommunityReport` (a parent's LLM report reads its
+    children's titles and summaries)."""
+    return CommunityReport(
+        title=fields.get("title") or "", summary=fields.get("summary") or "",
+        findings=[Finding(f["summary"], f["explanation"]) for f in fields.get("findings") or ()],
+        rating=fields.get("rating"), entities=[], relations=[],
+        spans=list(fields.get("spans") or ()), text=fields["text"],
+        sanitized=int(fields.get("sanitized") or 0), identity=identity)
+
+
+def _central(meta: Mapping[str, Any]) -> list[str]:
+    """The most central members' keys of a kept report (its ``entities`` are node uids)."""
+    key_of = {node_uid(k): k for k in meta["members"]}
+    return [key_of[u] for u in (meta.get("entities") or ())[:_SOURCE_ENTITIES] if u in key_of]
+
+
+def _changes(stored: list[dict[str, Any]], new: list[dict[str, Any]]
+             ) -> tuple[list[dict[str, Any]], dict[str, dict[str, Any]], list[str]]:
+    """The units to write, the live rows whose vector a rewrite reuses (same text), and the
+    live uids to retire (gone, or rewritten under the same id)."""
+    live = {row["uid"]: row for row in stored}
+    add, reuse = [], {}
+    for u in new:
+        row = live.get(u["uid"])
+        if (row is not None and row["text"] == u["text"] and row["covers"] == u["covers"]
+                and row["level"] == u["level"] and row["umeta"] == _json_round(u["meta"])):
+            continue
+        add.append(u)
+        if row is not None and row["text"] == u["text"]:
+            reuse[u["uid"]] = row
+    gone = set(live) - {u["uid"] for u in new}
+    rewritten = {u["uid"] for u in add if u["uid"] in live}
+    return add, reuse, sorted(gone | rewritten)
+
+
+def _json_round(meta: Mapping[str, Any]) -> Any:
+    """``meta`` as it reads back from the store (tuples become lists)."""
+    return json.loads(json.dumps(meta, ensure_ascii=False))
