@@ -30,6 +30,7 @@ def graph_dir(tmp_path_factory: pytest.TempPathFactory, folder: Path) -> Path:
     assert "Indexed 10 documents (10 chunks, 0 pages)" in res.stdout
     assert "Graph (node, triplet): full build, " in res.stdout
     assert "10 chunks extracted" in res.stdout and "no graph yet" in res.stdout
+    assert "Communities: full build, " in res.stdout and "no communities yet" in res.stdout
     assert json.loads((engine_dir / "config.json").read_text("utf-8"))["build_graph"] is True
     return engine_dir
 
@@ -85,6 +86,31 @@ def test_graph_rebuild_reads_the_extraction_cache(graph_dir: Path) -> None:
     assert res.returncode == 0, res.stderr
     assert "Graph (node, triplet): full build" in res.stdout
     assert "0 chunks extracted" in res.stdout and "; requested" in res.stdout
+    # The communities are rebuilt too; their reports are kept (their inputs did not change).
+    assert re.search(r"Communities: full build, \d+ communities .* 0 reports written .*"
+                     r"; requested\)", res.stdout), res.stdout
+
+
+def test_graph_communities_prints_a_level(graph_dir: Path) -> None:
+    from rcp_agentic import Engine
+
+    with Engine(graph_dir) as engine:
+        found = engine.communities()
+        assert found is not None
+        finest = found.level(0)
+    res = run("graph", "communities", "--level", "0", "--limit", "2", "--engine", str(graph_dir))
+    assert res.returncode == 0, res.stderr
+    lines = res.stdout.splitlines()
+    assert lines[0].startswith(f"Level 0 of 0..{found.top_level} (0 = finest): "
+                               f"{len(finest)} communities over {sum(c.size for c in finest)} "
+                               "entities")
+    assert lines[1].startswith(f"{finest[0].id}  {finest[0].size} entit")
+    assert lines[1].endswith(finest[0].title) and f"{finest[1].id}  " in res.stdout
+    assert lines[-1] == f"... {len(finest) - 2} more (--limit N)"
+    res = run("graph", "communities", "--engine", str(graph_dir))  # the coarsest by default
+    assert res.returncode == 0 and res.stdout.startswith(f"Level {found.top_level} of ")
+    res = run("graph", "communities", "--level", "99", "--engine", str(graph_dir))
+    assert res.returncode == 2 and "--level must be between 0 and" in res.stderr
 
 
 def test_index_graph_turns_the_graph_on_for_an_existing_engine(
