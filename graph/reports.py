@@ -163,13 +163,18 @@ def _plan(inp: ReportInput) -> _Plan:
     ents = graph.entities
     idx = _indexes(graph, inp.edges)
     inside = set(members)
+    # Centrality: the weight of a member's edges inside the community times the share of its
+    # edges that lie inside. A corpus-wide hub ("CI", "OBJECTIVE") has much weight inside
+    # many communities but a small share in each: it should not name them.
     centrality: dict[str, float] = {}
     for m in members:
         nbrs = idx.adjacency.get(m, {})
         if len(nbrs) <= len(inside):
-            centrality[m] = sum(w for b, w in nbrs.items() if b in inside)
+            own = sum(w for b, w in nbrs.items() if b in inside)
         else:
-            centrality[m] = sum(nbrs.get(b, 0.0) for b in members)
+            own = sum(nbrs.get(b, 0.0) for b in members)
+        total = sum(nbrs.values())
+        centrality[m] = own * own / total if total > 0 else 0.0
 
     def mentions(k: str) -> int:
         e = ents.get(k)

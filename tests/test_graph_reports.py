@@ -113,11 +113,14 @@ def screen(text: str) -> bool:
 
 
 def centrality(b: Built, c: Community) -> list[str]:
-    """Members by weighted degree inside the community, ties by mention count then key."""
+    """Members by weighted degree inside the community times the share of their degree that
+    lies inside, ties by mention count then key."""
     inside = set(c.members)
     deg = {m: sum(w for (x, y), w in b.edges.items()
                   if (x == m and y in inside) or (y == m and x in inside)) for m in c.members}
-    return sorted(c.members, key=lambda k: (-deg[k], -len(b.graph.entities[k].mentions), k))
+    total = {m: sum(w for (x, y), w in b.edges.items() if m in (x, y)) for m in c.members}
+    score = {m: deg[m] ** 2 / total[m] if total[m] else 0.0 for m in c.members}
+    return sorted(c.members, key=lambda k: (-score[k], -len(b.graph.entities[k].mentions), k))
 
 
 def check_spans(report: CommunityReport) -> None:
