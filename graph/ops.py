@@ -14,7 +14,9 @@ engine's knowledge graph.
 * ``graph(op="neighbors")`` — from ``seedIds`` (node unit ids), the entities within
   ``hops`` over relation and synonym edges, scored by PageRank from the seeds, with the
   weighted edges among them. Bounded: seeds, hops, nodes and edges.
-* ``global``, ``drift`` and ``communities`` need Leiden communities: OptionUnsupported.
+* ``global``, ``drift`` and ``communities`` run over the stored community units
+  (:mod:`.community_ops`), offered only while the served version holds them;
+  OptionUnsupported otherwise.
 * ``memory_build`` — the graph is the memory: with no documents it brings the graph up
   to date with the live index; inline documents are added through the engine's normal
   add path (the graph is updated by that write). The id is ``graph@v<version>``: stable
@@ -36,6 +38,7 @@ from ..errors import CapabilityMissing, InvalidParams, OptionUnsupported
 from ..pipeline.params import query_text
 from ..wire import (GraphEdge, GraphNode, GraphResult, Hit, MemoryBuildResult, MemoryClue,
                     MemoryRecallResult, Usage)
+from .community_ops import COMMUNITY_OPS, MAX_PAGE, MAX_SUMMARY_TOKENS, CommunityOps
 from .compose import reading_order, install, relevance
 from .index import node_uid
 from .memory import SessionMemory
@@ -45,7 +48,9 @@ if TYPE_CHECKING:
     from ..engine import Engine
 
 OPS = ("local", "neighbors")
-LATER_OPS = ("global", "drift", "communities")
+LATER_OPS = COMMUNITY_OPS  # offered when the served version holds community units
+MAX_COMMUNITIES = MAX_PAGE  # a communities page / the communities global ranks
+MAX_TOKEN_BUDGET = MAX_SUMMARY_TOKENS  # tokens of a global summary
 MAX_SEEDS = 64
 MAX_HOPS = 3
 MAX_NODES = 500
@@ -86,6 +91,7 @@ class GraphOps:
         install(engine)
         self.memory = SessionMemory(max_sessions=engine.config.max_sessions,
                                     ttl_seconds=engine.config.session_ttl_seconds)
+        self.community = CommunityOps(engine, self._keys_of)
 
     # --- helpers ----------------------------------------------------------------------------
 
@@ -98,28 +104,46 @@ class GraphOps:
 
     def ops(self) -> list[str]:
         """The ``graph`` ops that work now (``graph.ops`` of the capabilities): none without
-        a graph."""
-        return list(OPS) if self.engine.graph_view() is not None else []
+        a graph; ``global``, ``drift`` and ``communities`` while communities are stored."""
+        if self.engine.graph_view() is None:
+            return []
+        return [*OPS, *LATER_OPS] if self.community.offered() else list(OPS)
 
     # --- graph (§7.9) -----------------------------------------------------------------------
 
     def graph(self, op: str, *, query: Any = None, k: int | None = None,
               seed_ids: Sequence[str] | None = None, hops: int | None = None,
-              level: int | None = None, session_id: str | None = None) -> GraphResult:
+              level: int | None = None, session_id: str | None = None,
+              cursor: str | None = None, token_budget: int | None = None,
+              filter: Mapping[str, Any] | None = None) -> GraphResult:
         """Run one ``graph`` op; see the module doc. Bad input is InvalidParams (``field``);
-        an op this engine does not offer is OptionUnsupported (``option: "op"``)."""
+        an op this engine does not offer is OptionUnsupported (``option: "op"``).
+
+        ``level`` (a community level), ``cursor`` (``communities``), ``token_budget``
+        (``global``: tokens of the summary) and ``filter`` (``global``, ``drift``: applied
+        to the retrieves they make) belong to the community ops."""
         if not isinstance(op, str):
             raise InvalidParams("op must be a string", field="op")
-        if op in LATER_OPS:
-            raise OptionUnsupported(f"graph op {op!r} needs Leiden communities, which this "
-                                    f"engine does not build yet; it offers {', '.join(OPS)}",
-                                    option="op")
-        if op not in OPS:
+        if op not in OPS + LATER_OPS:
             raise InvalidParams(f"op must be one of {', '.join(OPS + LATER_OPS)}", field="op")
-        if level not in (None, 0):
-            raise OptionUnsupported("graph levels arrive with communities; only level 0",
-                                    option="level")
         session = _session(session_id, self.engine)
+        takes = {"communities": ("cursor",), "global": ("tokenBudget", "filter"),
+                 "drift": ("filter",)}.get(op, ())
+        for name, value in (("cursor", cursor), ("tokenBudget", token_budget),
+                            ("filter", filter)):
+            if value is not None and name not in takes:
+                raise OptionUnsupported(f"{name} does not apply to op {op!r}", option=name)
+        if op == "communities":
+            return self.community.communities(level=level, k=k, cursor=cursor)
+        if op == "global":
+            return self.community.global_search(query, level=level, k=k,
+                                                token_budget=token_budget, filter=filter)
+        if op == "drift":
+            return self.community.drift(query, k=k, level=level, session_id=session,
+                                        filter=filter)
+        if level not in (None, 0):
+            raise OptionUnsupported(f"op {op!r} works on the entity graph: level 0 only",
+                                    option="level")
         if op == "local":
             if query is None:
                 raise InvalidParams("op 'local' needs a query", field="query")
@@ -138,7 +162,9 @@ class GraphOps:
             raise InvalidParams("op is required", field="op")
         return self.graph(raw["op"], query=raw.get("query"), k=raw.get("k"),
                           seed_ids=raw.get("seedIds"), hops=raw.get("hops"),
-                          level=raw.get("level"), session_id=raw.get("sessionId"))
+                          level=raw.get("level"), session_id=raw.get("sessionId"),
+                          cursor=raw.get("cursor"), token_budget=raw.get("tokenBudget"),
+                          filter=raw.get("filter"))
 
     def local(self, query: Any, *, k: int = 10, session_id: str | None = None) -> GraphResult:
         """Entity-anchored, PageRank-expanded chunk hits (``op: "local"``)."""

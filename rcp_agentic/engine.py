@@ -468,11 +468,18 @@ class Engine(Retrieval):
 
     def graph(self, op: str, *, query: Any = None, k: int | None = None,
               seed_ids: list[str] | None = None, hops: int | None = None,
-              level: int | None = None, session_id: str | None = None) -> GraphResult:
-        """RCP ``graph`` (§7.9): ops ``local`` (entity-anchored, PageRank-expanded hits) and
-        ``neighbors`` (``seed_ids`` within ``hops``: nodes and weighted edges)."""
+              level: int | None = None, session_id: str | None = None,
+              cursor: str | None = None, token_budget: int | None = None,
+              filter: Mapping[str, Any] | None = None) -> GraphResult:
+        """RCP ``graph`` (§7.9): ``local`` (entity-anchored, PageRank-expanded hits),
+        ``neighbors`` (``seed_ids`` within ``hops``: nodes and weighted edges), and with
+        communities built ``communities`` (one level, paginated by ``cursor``), ``global``
+        (communities ranked for the query and a ``summary`` within ``token_budget``) and
+        ``drift`` (a primer, follow-up queries and their hits; a ``session_id`` continues
+        its frontier). ``filter`` (RCP §8) scopes ``global`` and ``drift``."""
         return self.graph_ops.graph(op, query=query, k=k, seed_ids=seed_ids, hops=hops,
-                                    level=level, session_id=session_id)
+                                    level=level, session_id=session_id, cursor=cursor,
+                                    token_budget=token_budget, filter=filter)
 
     def memory_build(self, documents: list[dict[str, Any]] | None = None, *,
                      memory_id: str | None = None, scope: str = "global",

@@ -125,12 +125,30 @@ class GraphNode(WireModel):
     name: str | None = None
 
 
+class CommunityEntry(WireModel):
+    """One community of a ``graph`` result (§7.9 ``global``, ``communities``): its id and
+    level, its report's summary and title, its size (entities), the report's rating, and
+    (``global``) its score for the query."""
+
+    id: str
+    level: int | None = None
+    summary: str | None = None
+    title: str | None = None
+    size: int | None = None
+    rating: float | None = None
+    score: float | None = None
+
+
 class GraphResult(WireModel):
     """The result of ``graph`` (§7.9); which fields are set depends on the op."""
 
     hits: list[Hit] | None = None
     nodes: list[GraphNode] | None = None
     edges: list[GraphEdge] | None = None
+    summary: str | None = None
+    communities: list[CommunityEntry] | None = None
+    followups: list[str] | None = None
+    next_cursor: str | None = None
     index_version: str | None = None
     usage: Usage | None = None
 

@@ -38,7 +38,8 @@ from rcp_agentic.client import (AsyncRCPClient, BackendUnavailable, CapabilityMi
                                 Unauthorized)
 from rcp_agentic.client.registry import load_registry
 from rcp_agentic.federation import Federation
-from rcp_agentic.federation.graphs import unpack_memory_id
+from rcp_agentic.federation.graphs import pack_cursor, unpack_memory_id
+from rcp_agentic.models.tokenizer import count_tokens
 from rcp_agentic.integrations.common import HitSource
 
 TOKEN = "federation-test-token"
@@ -747,9 +748,6 @@ def test_graph_errors_and_capabilities(graphs: Graphs, real: Real) -> None:
         with pytest.raises(CapabilityMissing, match="advertises memory"):
             fed.memory_recall(GRAPH_Q)
     with Federation(graphs.clients(real), deadline=60) as fed:
-        with pytest.raises(OptionUnsupported) as err:
-            fed.graph("communities")  # RCP defines it; no engine here offers it
-        assert err.value.option == "op"
         with pytest.raises(InvalidParams) as bad:
             fed.graph("walk", GRAPH_Q)
         assert bad.value.field == "op"
@@ -762,12 +760,75 @@ def test_graph_errors_and_capabilities(graphs: Graphs, real: Real) -> None:
             fed.graph("local")  # local needs a query
         caps = fed.capabilities
     union, inter = caps["union"], caps["intersection"]
-    assert union["graph"] == {"ops": ["local", "neighbors"]}
+    assert set(union["graph"]["ops"]) == {"local", "neighbors", "global", "drift", "communities"}
     assert union["memory"] == {"scopes": ["global", "session"]}
     assert union["x-rcp-agentic"]["graphRecall"] is True
     assert "graph" not in inter and "graphRecall" not in inter["x-rcp-agentic"]
     assert {"node", "path"} <= set(union["retrieve"]["units"])
     assert "node" not in inter["retrieve"]["units"]
+
+
+def test_graph_community_ops_across_engines(graphs: Graphs, real: Real,
+                                           scripted: Scripted) -> None:
+    engines = (("wiki", graphs.wiki_client), ("bands", graphs.bands))
+    query = "Which band did Oskar Brandvik play for, and where did it begin?"
+    with Federation(graphs.clients(real), deadline=60) as fed:
+        # global: each engine's communities (qualified), interleaved, the first k; the
+        # engines' summary lines under their ids, within the budget.
+        out = fed.graph("global", query, k=3, token_budget=60)
+        comms = out["communities"]
+        assert 1 <= len(comms) <= 3 and {c["engine"] for c in comms} <= {"wiki", "bands"}
+        own = {e: c.call("graph", {"op": "global", "query": query, "k": 3, "tokenBudget": 60})
+               for e, c in engines}
+        for c in comms:
+            engine, _, cid = c["id"].partition("::")
+            assert engine == c["engine"] and cid in {x["id"] for x in own[engine]["communities"]}
+        lines = out["summary"].splitlines()
+        assert lines and count_tokens(out["summary"]) <= 60
+        for line in lines:
+            engine, _, text = line.partition("] ")
+            assert text in own[engine.lstrip("[")]["summary"].splitlines()
+        assert out["_meta"]["engines"]["alpha"] == {"skipped": "does not advertise graph"}
+        # communities: pages of every engine until no cursor; each community once.
+        listed, cursor = [], None
+        while True:
+            page = fed.graph("communities", k=2, cursor=cursor)
+            listed += [c["id"] for c in page["communities"]]
+            cursor = page.get("nextCursor")
+            if not cursor:
+                break
+        expected = [f"{e}::{c['id']}" for e, client in engines
+                    for c in client.graph("communities", k=100)["communities"]]
+        assert sorted(listed) == sorted(expected) and len(set(listed)) == len(listed)
+        for bad in ("x", "federation-cursor:!!!", pack_cursor({"nobody": "c"}),
+                    pack_cursor({"wiki": "forged.0000"})):
+            with pytest.raises(InvalidParams) as err:
+                fed.graph("communities", cursor=bad)
+            assert err.value.field == "cursor"
+        # drift: hits fused as local's, follow-ups deduplicated; a session continues.
+        first = fed.graph("drift", GRAPH_Q, k=4, session_id="fed-drift")
+        assert first["hits"] and len(first["hits"]) <= 4
+        assert {h["meta"]["engine"] for h in first["hits"]} <= {"wiki", "bands"}
+        assert len(set(first["followups"])) == len(first["followups"])
+        again = asyncio.run(fed.agraph("drift", GRAPH_Q, k=4, session_id="fed-drift"))
+        assert not {(h["meta"]["engine"], h["id"]) for h in first["hits"]} & {
+            (h["meta"]["engine"], h["id"]) for h in again["hits"]}
+        with pytest.raises(InvalidParams) as err:
+            fed.graph("global")  # global needs a query
+        assert err.value.field == "query"
+    # An op no engine offers; an engine's own cursor goes back to it inside the federation's.
+    scripted.caps = {"graph": {"ops": ["communities"]}}
+    scripted.answers["graph"] = {"communities": [{"id": "c1", "level": 0, "summary": "s"}],
+                                 "nextCursor": "s-page-2"}
+    with Federation({"s": scripted.client()}) as fed:
+        with pytest.raises(OptionUnsupported) as refused:
+            fed.graph("global", query)
+        assert refused.value.option == "op"
+        page = fed.graph("communities", k=1)
+        assert page["communities"] == [{"id": "s::c1", "level": 0, "summary": "s",
+                                        "engine": "s"}]
+        fed.graph("communities", k=1, cursor=page["nextCursor"])
+        assert scripted.calls[-1][1]["cursor"] == "s-page-2"
 
 
 def test_graph_deadline_required_and_wire(graphs: Graphs, scripted: Scripted) -> None:

@@ -30,8 +30,9 @@ QUESTION = "Which album contains the song Africa?"
 
 @pytest.fixture(scope="module")
 def eng(tmp_path_factory: pytest.TempPathFactory, embedder: Any) -> Iterator[Engine]:
+    # The graph alone: the community ops are tested in test_graph_community_ops.py.
     with Engine(tmp_path_factory.mktemp("graph-client") / "e", embedder=embedder,
-                build_graph=True) as engine:
+                build_graph=True, graph_communities=False) as engine:
         engine.add_documents(corpus())
         yield engine
 

@@ -121,7 +121,7 @@ def test_graph_is_built_and_advertised(graph_engine: Engine) -> None:
     assert {"node", "triplet"} <= set(caps["retrieve"]["units"])
     # The engine installs the path/subgraph composers when it opens with a graph.
     assert {"path", "subgraph"} <= set(caps["retrieve"]["units"])
-    assert caps["graph"]["ops"] == ["local", "neighbors"]
+    assert caps["graph"]["ops"] == ["local", "neighbors", "global", "drift", "communities"]
     assert caps["memory"] == {"scopes": ["global", "session"], "clues": True}
     status = caps["x-rcp-agentic"]["units"]
     assert status["node"]["current"] and status["triplet"]["current"]

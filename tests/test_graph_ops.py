@@ -23,7 +23,9 @@ from rcp_agentic.graph.ops import MAX_HOPS, MAX_SEEDS, GraphOps
 
 @pytest.fixture(scope="module")
 def ops(tmp_path_factory: pytest.TempPathFactory, embedder: Any) -> Iterator[GraphOps]:
-    engine = Engine(tmp_path_factory.mktemp("gops") / "e", embedder=embedder, build_graph=True)
+    # The graph alone: the community ops are tested in test_graph_community_ops.py.
+    engine = Engine(tmp_path_factory.mktemp("gops") / "e", embedder=embedder, build_graph=True,
+                    graph_communities=False)
     engine.add_documents(corpus())
     yield GraphOps(engine)
     engine.close()

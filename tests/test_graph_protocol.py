@@ -43,7 +43,8 @@ def validator(name: str) -> jsonschema.Draft202012Validator:
 @pytest.fixture(scope="module")
 def graph_dir(tmp_path_factory: pytest.TempPathFactory, embedder: Any) -> Path:
     path = tmp_path_factory.mktemp("graph-protocol") / "e"
-    with Engine(path, embedder=embedder, build_graph=True) as eng:
+    # The graph alone: the community ops are tested in test_graph_community_ops.py.
+    with Engine(path, embedder=embedder, build_graph=True, graph_communities=False) as eng:
         eng.add_documents(corpus())
     return path
 

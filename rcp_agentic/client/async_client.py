@@ -188,10 +188,13 @@ class AsyncRCPClient:
     async def graph(self, op: str, query: Any = None, *, k: int | None = None,
                     seed_ids: Sequence[str] | None = None, hops: int | None = None,
                     level: int | None = None, session_id: str | None = None,
+                    cursor: str | None = None, token_budget: int | None = None,
+                    filter: Mapping[str, Any] | None = None,
                     timeout: float | None = None, strict: bool | None = None) -> GraphResult:
         """``graph`` (§7.9); see :meth:`RCPClient.graph`."""
         return await self.call(  # type: ignore[no-any-return]
-            "graph", graph_params(op, query, k, seed_ids, hops, level, session_id),
+            "graph", graph_params(op, query, k, seed_ids, hops, level, session_id, cursor,
+                                  token_budget, filter),
             timeout=timeout, strict=strict)
 
     async def memory_build(self, documents: Iterable[Mapping[str, Any]] | None = None, *,

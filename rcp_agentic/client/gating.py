@@ -185,8 +185,11 @@ def _bounds(method: str, params: Mapping[str, Any], caps: Mapping[str, Any]) -> 
     if method == "retrieve":
         return {"k": max_k}
     if method == "graph":
-        return {"k": max_k if params.get("op") == "local" else limits.get("maxGraphNodes"),
-                "hops": limits.get("maxGraphHops")}
+        op = params.get("op")
+        k = (max_k if op in ("local", "drift") else limits.get("maxCommunities")
+             if op in ("global", "communities") else limits.get("maxGraphNodes"))
+        return {"k": k, "hops": limits.get("maxGraphHops"),
+                "tokenBudget": limits.get("maxSummaryTokens")}
     if method == "memory/recall":
         return {"n": limits.get("maxClues")}
     return {}

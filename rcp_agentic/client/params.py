@@ -92,11 +92,15 @@ def feedback_params(signals: Iterable[Mapping[str, Any]], session_id: str | None
 
 
 def graph_params(op: str, query: Any, k: int | None, seed_ids: Sequence[str] | None,
-                 hops: int | None, level: int | None, session_id: str | None) -> dict[str, Any]:
-    """``graph`` (§7.9)."""
+                 hops: int | None, level: int | None, session_id: str | None,
+                 cursor: str | None = None, token_budget: int | None = None,
+                 filter: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """``graph`` (§7.9); ``cursor`` pages ``communities``, ``tokenBudget`` bounds ``global``'s
+    summary, ``filter`` scopes ``global`` and ``drift``."""
     return _present(op=op, query=query, k=k,
                     seedIds=None if seed_ids is None else list(seed_ids), hops=hops,
-                    level=level, sessionId=session_id)
+                    level=level, sessionId=session_id, cursor=cursor, tokenBudget=token_budget,
+                    filter=None if filter is None else dict(filter))
 
 
 def memory_build_params(documents: Iterable[Mapping[str, Any]] | None, memory_id: str | None,

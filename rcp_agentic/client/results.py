@@ -28,15 +28,34 @@ class GraphEdge(TypedDict, total=False):
     weight: float
 
 
+class CommunityEntry(TypedDict, total=False):
+    """A community of a ``global`` or ``communities`` result: its id and level, its report
+    (``summary``) and title, its size (entities), the report's rating, and (``global``) its
+    score for the query; ``engine`` when a federation answered."""
+
+    id: str
+    level: int
+    summary: str
+    title: str
+    size: int
+    rating: float
+    score: float
+    engine: str
+
+
 class GraphResult(TypedDict, total=False):
-    """``graph``: ``hits`` for ``local``; ``nodes`` and ``edges`` for ``neighbors``."""
+    """``graph``: ``hits`` for ``local``; ``nodes`` and ``edges`` for ``neighbors``;
+    ``summary`` and ``communities`` for ``global``; ``hits`` and ``followups`` (the
+    follow-up queries not yet run) for ``drift``; ``communities`` and, while more,
+    ``nextCursor`` for ``communities``."""
 
     hits: list[dict[str, Any]]
     nodes: list[GraphNode]
     edges: list[GraphEdge]
     summary: str
-    communities: list[dict[str, Any]]
+    communities: list[CommunityEntry]
     followups: list[str]
+    nextCursor: str
     indexVersion: str
     usage: dict[str, Any]
 

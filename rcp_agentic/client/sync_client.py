@@ -222,6 +222,8 @@ class RCPClient:
     def graph(self, op: str, query: Any = None, *, k: int | None = None,
               seed_ids: Sequence[str] | None = None, hops: int | None = None,
               level: int | None = None, session_id: str | None = None,
+              cursor: str | None = None, token_budget: int | None = None,
+              filter: Mapping[str, Any] | None = None,
               timeout: float | None = None, cancel: CancelToken | None = None,
               strict: bool | None = None) -> GraphResult:
         """``graph`` (§7.9), gated by the ``graph`` capability and its ``ops``.
@@ -229,11 +231,16 @@ class RCPClient:
         ``op="local"``: ``{"hits": [...]}`` for ``query`` (entity-anchored, PageRank-expanded;
         each hit's ``provenance.nodes`` names its entities). ``op="neighbors"``: ``{"nodes":
         [...], "edges": [...]}`` within ``hops`` of ``seed_ids`` (node unit ids, e.g. from a
-        hit's ``provenance.nodes`` or a clue's ``seedIds``). ``k`` and ``hops`` above the
-        advertised limits are clamped; an op the server does not advertise raises
-        OptionUnsupported before sending.
+        hit's ``provenance.nodes`` or a clue's ``seedIds``). Over Leiden communities:
+        ``op="communities"`` lists one ``level`` (default the coarsest), paginated by
+        ``nextCursor`` → ``cursor``; ``op="global"`` ranks a level's communities for ``query``
+        and composes a ``summary`` within ``token_budget``; ``op="drift"`` returns ``hits``
+        and the ``followups`` still to run (with ``session_id`` the next call continues them).
+        ``k``, ``hops`` and ``token_budget`` above the advertised limits are clamped; an op
+        the server does not advertise raises OptionUnsupported before sending.
         """
-        return self.call("graph", graph_params(op, query, k, seed_ids, hops, level, session_id),
+        return self.call("graph", graph_params(op, query, k, seed_ids, hops, level, session_id,
+                                               cursor, token_budget, filter),
                          timeout=timeout, cancel=cancel, strict=strict)  # type: ignore[no-any-return]
 
     def memory_build(self, documents: Iterable[Mapping[str, Any]] | None = None, *,

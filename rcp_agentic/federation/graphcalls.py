@@ -65,6 +65,8 @@ class Federation(FanOut):
     def graph(self, op: str, query: Any = None, *, k: int | None = None,
               seed_ids: Sequence[str] | None = None, hops: int | None = None,
               level: int | None = None, session_id: str | None = None,
+              cursor: str | None = None, token_budget: int | None = None,
+              filter: Mapping[str, Any] | None = None,
               timeout: float | None = None, strict: bool | None = None) -> dict[str, Any]:
         """Federated ``graph`` (§7.9) on the engines advertising ``graph`` with ``op`` (§16.4).
 
@@ -76,9 +78,19 @@ class Federation(FanOut):
         one to every engine offering the op. No engine offering ``graph``:
         CapabilityMissing; none offering ``op``: OptionUnsupported; every engine refusing
         the params (an unknown seed, say): that InvalidParams.
+
+        ``global``: each engine ranks ``k`` communities of its own and summarises them
+        within ``token_budget``; the communities (qualified) are interleaved by weighted RRF,
+        the first ``k`` kept, and the summary interleaves the engines' summary lines within
+        ``token_budget`` (see :func:`.graphs.merge_summaries`). ``communities``: one page
+        of every engine whose listing goes on (so up to ``k`` per engine), ``nextCursor``
+        packing each engine's own (an engine that failed a page is asked that page again);
+        ``cursor`` is only one this federation returned. ``drift`` runs on every engine with
+        the same ``session_id`` (each continues its own frontier); ``followups`` are
+        deduplicated. ``filter`` (``global``, ``drift``) goes to every engine as given.
         """
         req = self._graph_request(op, query, k, seed_ids, hops, level, session_id, timeout,
-                                  strict)
+                                  strict, cursor, token_budget, filter)
         futures = {spawn(self._call_sync, self._members[id_], req): self._members[id_]
                    for id_ in req.params}
         return self._graph_result(req, self._collect(futures, req), k, seed_ids)
@@ -86,10 +98,12 @@ class Federation(FanOut):
     async def agraph(self, op: str, query: Any = None, *, k: int | None = None,
                      seed_ids: Sequence[str] | None = None, hops: int | None = None,
                      level: int | None = None, session_id: str | None = None,
+                     cursor: str | None = None, token_budget: int | None = None,
+                     filter: Mapping[str, Any] | None = None,
                      timeout: float | None = None, strict: bool | None = None) -> dict[str, Any]:
         """The asyncio :meth:`graph`."""
         req = self._graph_request(op, query, k, seed_ids, hops, level, session_id, timeout,
-                                  strict)
+                                  strict, cursor, token_budget, filter)
         tasks = {asyncio.create_task(self._call_async(self._members[id_], req)):
                  self._members[id_] for id_ in req.params}
         return self._graph_result(req, await self._acollect(tasks, req), k, seed_ids)
@@ -152,14 +166,21 @@ class Federation(FanOut):
                         {"federation": {"depth": self.depth, "path": []}}, skipped)
 
     def _graph_request(self, op: Any, query: Any, k: Any, seed_ids: Any, hops: Any, level: Any,
-                       session_id: Any, timeout: float | None, strict: bool | None) -> _Request:
+                       session_id: Any, timeout: float | None, strict: bool | None,
+                       cursor: Any = None, token_budget: Any = None,
+                       filter: Any = None) -> _Request:
         if not isinstance(op, str) or op not in GRAPH_OPS:
             raise InvalidParams(f"op must be one of {', '.join(GRAPH_OPS)}", field="op")
         _check_count("k", k)
         _check_count("hops", hops)
         _check_count("level", level, minimum=0)
-        if op in ("local", "drift") and not isinstance(query, str):
+        _check_count("tokenBudget", token_budget)
+        if op in ("local", "drift", "global") and not isinstance(query, str):
             raise InvalidParams(f"op {op!r} needs a query string", field="query")
+        if filter is not None and not isinstance(filter, Mapping):
+            raise InvalidParams("filter must be an object", field="filter")
+        pages = (graphs.unpack_cursor(cursor, self._members) if cursor is not None
+                 else None)
         if seed_ids is not None or op == "neighbors":
             if isinstance(seed_ids, (str, bytes)) or not isinstance(seed_ids, Sequence) \
                     or not seed_ids or not all(isinstance(s, str) for s in seed_ids):
@@ -168,11 +189,19 @@ class Federation(FanOut):
         ranked = op in ("local", "drift")  # hits, fused: ask each engine for headroom
         base = graph_params(op, query, self.overfetch * (k or graphs.DEFAULT_GRAPH_K)
                             if ranked else k, None, hops, level, session_id)
+        if token_budget is not None:
+            base["tokenBudget"] = token_budget
+        if filter is not None:
+            base["filter"] = dict(filter)
         routed = graphs.route_seeds(list(seed_ids), self.engines) if seed_ids else None
         params: dict[str, dict[str, Any]] = {}
         skipped: dict[str, str] = {}
         for id_ in self._members:
-            if routed is None:
+            if pages is not None and id_ not in pages:
+                skipped[id_] = "not asked: its listing is complete"
+            elif pages is not None:
+                params[id_] = {**base, **({"cursor": pages[id_]} if pages[id_] else {})}
+            elif routed is None:
                 params[id_] = dict(base)
             elif own := [*routed.get(id_, []), *routed.get(None, [])]:
                 params[id_] = {**base, "seedIds": own}
@@ -330,10 +359,24 @@ class Federation(FanOut):
         want = k or graphs.DEFAULT_GRAPH_K
         seeds = {graphs.qualify(id_, seed) for id_, p in req.params.items() if id_ in answered
                  for seed in p.get("seedIds") or ()}
+        op = next(iter(req.params.values()), {}).get("op")
+        budget = next(iter(req.params.values()), {}).get("tokenBudget")
         merged = graphs.merge_graph(answered, weights={i: m.weight
                                                        for i, m in self._members.items()},
                                     rrf_k=self.rrf_k, k=want, seeds=seeds,
-                                    fuse_hits=self._fuse_hits(want, notes), notes=notes)
+                                    fuse_hits=self._fuse_hits(want, notes), notes=notes,
+                                    op=op, token_budget=budget)
+        if op == "communities":
+            merged.pop("nextCursor", None)
+            more = {e: r["nextCursor"] for e, r in answered.items() if r.get("nextCursor")}
+            # Asking a failed engine its page again could page forever: its listing stops.
+            lost = [e for e in req.params if e not in answered
+                    and getattr(outcomes.get(e), "error", None) is not None]
+            if lost:
+                notes.append(f"the listing of {', '.join(map(repr, lost))} stops here: "
+                             "it failed this page")
+            if more:
+                merged["nextCursor"] = graphs.pack_cursor(more)
         return self._envelope(req, merged, meta, notes)
 
     def _recall_result(self, req: _Request, outcomes: dict[str, Outcome],

@@ -7,7 +7,8 @@ builds from graph answers that have no ``meta`` — neighbour ``nodes`` and ``ed
 ``"<engine>::<id>"``, and an ``engine`` field: two engines' graphs stay apart, and a
 qualified seed passed back to :meth:`Federation.graph` goes to its own engine only (an
 unqualified one goes to every engine offering the op). A federated ``memoryId`` is opaque:
-it packs each engine's own ``memoryId``.
+it packs each engine's own ``memoryId``; so does a federated ``communities`` cursor, each
+engine's own ``nextCursor`` (an engine whose listing is complete is left out of it).
 """
 
 from __future__ import annotations
@@ -19,11 +20,15 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from ..client.errors import InvalidParams
+from ..models.tokenizer import count_tokens
+from ..raptor.summarize import cut_to_tokens
 
 SEP = "::"
 MEMORY_PREFIX = "federation:"
+CURSOR_PREFIX = "federation-cursor:"
 DEFAULT_GRAPH_K = 10  # as an engine's graph op without k
 DEFAULT_CLUES = 5  # §7.17's default n
+DEFAULT_SUMMARY_TOKENS = 500  # as an engine's global op without tokenBudget
 
 # Hits in, (fused hits, distinct candidates, fusion method) out: the retrieve fusion (§16.3).
 FuseHits = Callable[[Mapping[str, list[dict[str, Any]]]], tuple[list[dict[str, Any]], int, str]]
@@ -52,19 +57,15 @@ def route_seeds(seeds: Sequence[str], engines: Sequence[str]) -> dict[str | None
     return out
 
 
-def pack_memory_id(ids: Mapping[str, str]) -> str:
-    """One opaque ``memoryId`` holding each engine's own."""
+def _pack(prefix: str, ids: Mapping[str, str]) -> str:
     raw = json.dumps(dict(ids), sort_keys=True, separators=(",", ":")).encode("utf-8")
-    return MEMORY_PREFIX + base64.urlsafe_b64encode(raw).decode("ascii").rstrip("=")
+    return prefix + base64.urlsafe_b64encode(raw).decode("ascii").rstrip("=")
 
 
-def unpack_memory_id(memory_id: Any) -> dict[str, str]:
-    """Each engine's ``memoryId`` from a federated one; InvalidParams for anything else."""
-    bad = InvalidParams("memoryId is not one this federation's memory_build returned",
-                        field="memoryId")
-    if not isinstance(memory_id, str) or not memory_id.startswith(MEMORY_PREFIX):
+def _unpack(prefix: str, value: Any, bad: InvalidParams) -> dict[str, str]:
+    if not isinstance(value, str) or not value.startswith(prefix) or not value.isascii():
         raise bad
-    body = memory_id[len(MEMORY_PREFIX):]
+    body = value[len(prefix):]
     try:
         ids = json.loads(base64.urlsafe_b64decode(body + "=" * (-len(body) % 4)))
     except (binascii.Error, ValueError):
@@ -73,6 +74,60 @@ def unpack_memory_id(memory_id: Any) -> dict[str, str]:
             isinstance(k, str) and isinstance(v, str) for k, v in ids.items()):
         raise bad
     return ids
+
+
+def pack_memory_id(ids: Mapping[str, str]) -> str:
+    """One opaque ``memoryId`` holding each engine's own."""
+    return _pack(MEMORY_PREFIX, ids)
+
+
+def unpack_memory_id(memory_id: Any) -> dict[str, str]:
+    """Each engine's ``memoryId`` from a federated one; InvalidParams for anything else."""
+    return _unpack(MEMORY_PREFIX, memory_id, InvalidParams(
+        "memoryId is not one this federation's memory_build returned", field="memoryId"))
+
+
+def pack_cursor(cursors: Mapping[str, str]) -> str:
+    """One opaque ``communities`` cursor holding, per engine whose listing goes on, the
+    cursor to send it."""
+    return _pack(CURSOR_PREFIX, cursors)
+
+
+def unpack_cursor(cursor: Any, engines: Iterable[str]) -> dict[str, str]:
+    """Each engine's cursor from a federated one; InvalidParams (``cursor``) for anything
+    else, or one naming an engine this federation does not have."""
+    bad = InvalidParams("cursor is not one this federation's communities returned",
+                        field="cursor")
+    own = _unpack(CURSOR_PREFIX, cursor, bad)
+    if not set(own) <= set(engines):
+        raise bad
+    return own
+
+
+def merge_summaries(summaries: Sequence[tuple[str, str]], budget: int) -> str:
+    """The engines' ``global`` summaries, best engine first, as one within ``budget`` tokens:
+    their lines (an offline summary is one point a line, best first) taken round-robin, each
+    under its engine's id, while they fit."""
+    lines = [[line for line in s.splitlines() if line.strip()] for _e, s in summaries]
+    out: list[str] = []
+    used = 0
+    for i in range(max((len(x) for x in lines), default=0)):
+        for (engine, _s), own in zip(summaries, lines):
+            if i >= len(own):
+                continue
+            line = f"[{engine}] {own[i]}"
+            cost = count_tokens(line) + (1 if out else 0)
+            if used + cost > budget and i == 0:  # an engine's best line: at least its head
+                line = cut_to_tokens(line, budget - used - (1 if out else 0), count_tokens)
+                cost = count_tokens(line) + (1 if out else 0) if line else budget + 1
+            if used + cost <= budget:
+                out.append(line)
+                used += cost
+    text = "\n".join(out)
+    while out and count_tokens(text) > budget:
+        out.pop()
+        text = "\n".join(out)
+    return text
 
 
 def interleave(lists: Mapping[str, Sequence[Any]], weights: Mapping[str, float],
@@ -94,13 +149,17 @@ def _objects(result: Mapping[str, Any], key: str) -> list[dict[str, Any]]:
 
 def merge_graph(results: Mapping[str, Mapping[str, Any]], *, weights: Mapping[str, float],
                 rrf_k: int, k: int, seeds: Iterable[str], fuse_hits: FuseHits,
-                notes: list[str]) -> dict[str, Any]:
+                notes: list[str], op: str | None = None,
+                token_budget: int | None = None) -> dict[str, Any]:
     """One ``graph`` result from each answering engine's (registry order), per §7.9's shapes.
 
     ``hits`` (local, drift) are fused as retrieve's are; ``nodes`` (qualified; the qualified
     ``seeds`` first) are kept up to ``max(k, seeds)`` and ``edges`` among the kept nodes;
-    ``communities`` are qualified and interleaved; ``followups`` are deduplicated;
-    ``summary`` texts are joined, each under its engine's id.
+    ``communities`` are qualified and interleaved by weighted RRF of each engine's order
+    (their scores are not comparable, §16.3), the first ``k`` for ``global`` (a
+    ``communities`` page keeps every engine's page); ``followups`` are deduplicated;
+    ``summary`` (``global``) interleaves the engines' summary lines, the engine of the
+    best-placed community first, each under its engine's id, within ``token_budget``.
     """
     out: dict[str, Any] = {}
     if any("hits" in r for r in results.values()):
@@ -126,6 +185,8 @@ def merge_graph(results: Mapping[str, Mapping[str, Any]], *, weights: Mapping[st
                             weights, rrf_k)
         out["communities"] = [{**c, "id": qualify(e, str(c.get("id"))), "engine": e}
                               for e, _r, c in ranked]
+        if op == "global":
+            out["communities"] = out["communities"][:k]
     if any("followups" in r for r in results.values()):
         lists = {e: [f for f in r.get("followups") or [] if isinstance(f, str)]
                  for e, r in results.items()}
@@ -134,7 +195,9 @@ def merge_graph(results: Mapping[str, Mapping[str, Any]], *, weights: Mapping[st
     summaries = [(e, r["summary"]) for e, r in results.items()
                  if isinstance(r.get("summary"), str) and r["summary"]]
     if summaries or any("summary" in r for r in results.values()):
-        out["summary"] = "\n\n".join(f"[{e}] {s}" for e, s in summaries)
+        first = [c["engine"] for c in out.get("communities", [])]
+        summaries.sort(key=lambda es: first.index(es[0]) if es[0] in first else len(first))
+        out["summary"] = merge_summaries(summaries, token_budget or DEFAULT_SUMMARY_TOKENS)
     return out
 
 
@@ -190,4 +253,10 @@ def malformed(method: str, result: Mapping[str, Any]) -> str | None:
         if key in result and not (isinstance(result[key], list)
                                   and all(isinstance(v, dict) for v in result[key])):
             return f"{key} is not a list of objects"
+    if "followups" in result and not (isinstance(result["followups"], list) and all(
+            isinstance(f, str) for f in result["followups"])):
+        return "followups is not a list of strings"
+    for key in ("summary", "nextCursor"):
+        if key in result and not isinstance(result[key], str):
+            return f"{key} is not a string"
     return None

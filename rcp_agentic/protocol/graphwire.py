@@ -8,7 +8,9 @@ graph (``Engine.capabilities``); :func:`graph_limits` adds the graph's bounds to
 arguments of ``Engine.graph`` / ``memory_build`` / ``memory_recall``, against the session's
 advertised capabilities: a malformed value is InvalidParams naming ``data.field``; an op or
 scope RCP defines but the session did not advertise is OptionUnsupported (``data.option``); a
-well-formed value above an advertised limit is clamped (§12), never refused.
+well-formed value above an advertised limit is clamped (§12), never refused. The community
+ops take ``level``, ``cursor`` (``communities``), ``tokenBudget`` (``global``, a vendor extra
+clamped to ``maxSummaryTokens``) and ``filter`` (``global``, ``drift``).
 """
 
 from __future__ import annotations
@@ -25,7 +27,10 @@ MEMORY_SCOPES = ("global", "session")
 # The limits advertised under x-rcp-agentic.limits, with the graph module's constant for each.
 LIMIT_NAMES = {"maxGraphHops": "MAX_HOPS", "maxGraphNodes": "MAX_NODES",
                "maxSeedIds": "MAX_SEEDS", "maxClues": "MAX_CLUES",
-               "maxMemoryDocuments": "MAX_MEMORY_DOCS"}
+               "maxMemoryDocuments": "MAX_MEMORY_DOCS", "maxCommunities": "MAX_COMMUNITIES",
+               "maxSummaryTokens": "MAX_TOKEN_BUDGET"}
+COMMUNITY_LISTS = ("global", "communities")  # k counts communities (maxCommunities)
+MAX_CURSOR_CHARS = 4096
 
 
 def graph_limits(caps: Mapping[str, Any]) -> dict[str, int]:
@@ -100,8 +105,10 @@ def graph_call(params: Mapping[str, Any], caps: Mapping[str, Any]) -> dict[str, 
     query = _string(params, "query", required=op == "local")
     if query is not None:
         call["query"] = query
-    if op == "local":
+    if op in ("local", "drift"):
         k = _count(params, "k", limit=_obj(caps, "retrieve").get("maxK"))
+    elif op in COMMUNITY_LISTS:
+        k = _count(params, "k", limit=_limit(caps, "maxCommunities"))
     else:
         k = _count(params, "k", limit=_limit(caps, "maxGraphNodes"))
     if k is not None:
@@ -112,13 +119,33 @@ def graph_call(params: Mapping[str, Any], caps: Mapping[str, Any]) -> dict[str, 
     hops = _count(params, "hops", limit=_limit(caps, "maxGraphHops"))
     if hops is not None:
         call["hops"] = hops
-    level = _count(params, "level", minimum=0)
-    if level:  # levels arrive with communities; level 0 is the entity graph itself
-        raise OptionUnsupported("graph levels above 0 need communities, which this server "
-                                "does not build", option="level")
+    level = _count(params, "level", minimum=0)  # checked against the levels by the engine
+    if level is not None:
+        call["level"] = level
     session = _string(params, "sessionId")
     if session is not None:
         call["session_id"] = session
+    cursor = _string(params, "cursor")
+    if cursor is not None:
+        if op != "communities":
+            raise OptionUnsupported("cursor pages the communities op only", option="cursor")
+        if not cursor or len(cursor) > MAX_CURSOR_CHARS or not cursor.isascii():
+            raise InvalidParams("cursor is not one this server returned", field="cursor")
+        call["cursor"] = cursor
+    budget = _count(params, "tokenBudget", limit=_limit(caps, "maxSummaryTokens"))
+    if budget is not None:
+        if op != "global":
+            raise OptionUnsupported("tokenBudget applies to the global op only",
+                                    option="tokenBudget")
+        call["token_budget"] = budget
+    filter_ = params.get("filter")
+    if filter_ is not None:
+        if op not in ("global", "drift"):
+            raise OptionUnsupported("filter applies to the global and drift ops",
+                                    option="filter")
+        if not isinstance(filter_, dict):
+            raise InvalidParams("filter must be an object", field="filter")
+        call["filter"] = filter_
     return call
 
 
