@@ -149,6 +149,10 @@ def test_retrieve_without_a_level_pools_each_community_once(eng: Engine) -> None
     assert hit.provenance is not None and hit.provenance.leaves and hit.provenance.nodes
     assert hit.meta["title"] and hit.meta["levels"] == list(
         (found.by_id[hit.id].levels.start, found.by_id[hit.id].levels.stop - 1))
+    for h in res.hits:  # the next coarser community holding it
+        parent = found.by_id[h.id].parent
+        assert h.meta.get("parent_ids") == ([parent] if parent else None)
+        assert set(h.meta.get("child_ids") or ()) == set(found.by_id[h.id].children)
 
 
 def test_graph_recall_scores_communities(eng: Engine) -> None:

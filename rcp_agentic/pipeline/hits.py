@@ -56,7 +56,7 @@ def build_hit(row: dict[str, Any], *, unit: str, score: float, scores: dict[str,
         if row["unit"] == "node":
             meta.update({k: umeta[k] for k in ("name", "kind", "aliases") if k in umeta})
         elif row["unit"] == "community":
-            meta.update({k: umeta[k] for k in ("title", "size", "rating", "levels", "parent")
+            meta.update({k: umeta[k] for k in ("title", "size", "rating", "levels")
                          if umeta.get(k) is not None})
         elif row["unit"] == "triplet":
             meta.update({"subject": umeta.get("subject_name"), "object": umeta.get("object_name"),

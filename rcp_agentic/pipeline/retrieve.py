@@ -421,10 +421,17 @@ class Retrieval:
         rowids = [int(index.rowids[p]) for p in positions]
         rows = self.store.hydrate(rowids)
         vectors = self.store.vectors(rowids) if plan.include_vectors else {}
-        parents = (self.store.parents(plan.stored_unit, [index.uids[p] for p in positions],
-                                      served) if units.get(plan.unit).levelled else {})
-        alias = units.get(plan.unit).alias_of
-        spans_level = plan.level if units.get(plan.unit).spans_levels else None
+        kind = units.get(plan.unit)
+        spans_level = plan.level if kind.spans_levels else None
+        if kind.spans_levels:  # a community names its parent itself
+            parents = {row["uid"]: [row["umeta"]["parent"]] for row in rows.values()
+                       if (row.get("umeta") or {}).get("parent")}
+        elif kind.levelled:
+            parents = self.store.parents(plan.stored_unit, [index.uids[p] for p in positions],
+                                         served)
+        else:
+            parents = {}
+        alias = kind.alias_of
         hits = []
         for i, ((pos, score), rowid) in enumerate(zip(top, rowids)):
             row = rows.get(rowid)
