@@ -191,6 +191,9 @@ def cmd_graph(args: argparse.Namespace) -> int:
     return 0
 
 
+REPORT_LINES = 4  # lines of each community's report `graph communities` prints
+
+
 def _communities(engine: Any, level: int | None, *, limit: int) -> str:
     """The communities of one level (default: the coarsest), largest first, with their
     reports' titles and summaries."""
@@ -209,7 +212,12 @@ def _communities(engine: Any, level: int | None, *, limit: int) -> str:
              f"{entities} entities, largest first"]
     for c in comms[:limit]:
         lines.append(f"{c.id}  {c.size} entit{'y' if c.size == 1 else 'ies'}  {c.title}")
-        lines += textwrap.wrap(c.summary, 96, initial_indent="    ", subsequent_indent="    ")
+        # The report after its title, at most REPORT_LINES lines.
+        body = textwrap.wrap(" ".join(c.text.split("\n")[1:]), 96, initial_indent="    ",
+                             subsequent_indent="    ")
+        lines += body[:REPORT_LINES]
+        if len(body) > REPORT_LINES:
+            lines[-1] = lines[-1][:92] + " ..."
     if len(comms) > limit:
         lines.append(f"... {len(comms) - limit} more (--limit N)")
     return "\n".join(lines)

@@ -20,7 +20,8 @@ EXPECTED = {
     "04_corrective_loop.ipynb": ["| question | step | action |", "escalate", "evidence tokens"],
     "05_raptor.ipynb": ["RAPTOR tree over 24 chunks", "level 2:", "collapsed tree:", "covers:"],
     "06_graph.ipynb": ["knowledge graph:", "Neighbours (", "drawn:", "the bridge passage:",
-                       "path: Midnight Harbor -> Velvet Lanterns", "seeds:"],
+                       "path: Midnight Harbor -> Velvet Lanterns", "seeds:", "level 1:",
+                       "entities: Velvet Lanterns", "global summary:", "follow-ups left:"],
 }
 
 
