@@ -8,6 +8,7 @@ one community; two tenants, so filters have something to exclude.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -278,5 +279,44 @@ def test_a_community_has_the_lowest_trust_of_its_sources(tmp_path: Path,
         assert all(h.trust is not None and h.trust.level == "trusted" for h in others)
         # No report repeats the injected instruction.
         assert all("Ignore all previous" not in (h.text or "") for h in res.hits)
+    finally:
+        engine.close()
+
+
+def test_llm_reports_are_written_once_and_only_for_changed_communities(
+        tmp_path: Path, embedder: Any) -> None:
+    from langchain_core.messages import AIMessage
+    from langchain_core.runnables import RunnableLambda
+
+    asked: list[str] = []
+
+    def reply(messages: Any) -> AIMessage:
+        prompt = messages[-1].content
+        asked.append(prompt)
+        n = len(asked)
+        return AIMessage(content=json.dumps({
+            "title": f"Region {n}", "summary": f"What region {n} is about.",
+            "findings": [{"summary": "A finding", "explanation": "Why it holds."}],
+            "rating": 4.5, "rating_explanation": "moderate"}))
+
+    engine = Engine(tmp_path / "e", embedder=embedder, build_graph=True, community_max_size=3,
+                    llm=RunnableLambda(reply))
+    try:
+        engine.add_documents(documents())
+        live = rows(engine)
+        assert len(asked) == len(live)  # one LLM call per community
+        for row in live.values():
+            m = row["umeta"]
+            assert row["text"].startswith(m["title"] + "\n") and m["title"].startswith("Region ")
+            assert m["rating"] == 4.5 and m["report"]["identity"].startswith("reports/llm/1;")
+            assert m["findings"] == [{"summary": "A finding", "explanation": "Why it holds."}]
+        # The source texts reach the model as delimited data.
+        assert all("<data>" in p for p in asked)
+        before = len(asked)
+        engine.add_documents([{"id": "portmere", "title": "Portmere", "text":
+                               "Portmere is a harbor town. Saltworks Studio is in Portmere."}])
+        after = rows(engine)
+        rewritten = {u for u in after if u not in live or after[u]["rowid"] != live[u]["rowid"]}
+        assert 0 < len(asked) - before <= len(rewritten) < len(after)
     finally:
         engine.close()
