@@ -52,6 +52,17 @@ the supporting chunks graph recall brought into the top ``k`` (not in plain hybr
 whose confidence reaches the corrective loop's lower threshold (0.05) before and after.
 Without ``--graph``, ``--write-params`` keeps the shipped graph models.
 
+``--community`` fits the ``community`` family alone (every other shipped model untouched) on
+``bench/communities.py``'s engines (HotpotQA and 2Wiki with their graph and communities,
+plus 100 SciFact claims per corpus as off-domain questions; SciFact has no answers or
+supporting sentences, so it is no fold of its own): the top ``k`` community hits of every
+question in every mode with no level (every community pooled), and in hybrid mode at each
+level too. A community hit is relevant when
+its text holds a sentence of a supporting passage (``COMMUNITY_EVENT``). It prints ECE /
+AUROC leaving one set out and in domain; ``--write-params`` adds the models fitted on both
+sets to the shipped file (``write_community_models``) only when every held-out AUROC
+reaches 0.75.
+
 Engines live in ``bench/.cache/engine-<set>`` (SciFact: ``bench/scifact_engine.py
 --engine bench/.cache/engine-scifact``; the multi-hop ones are built on first use, as
 ``bench/corrective.py`` builds them); ``--reuse-samples`` reads the labelled hits of a
@@ -692,6 +703,193 @@ def leave_one_out_pair(samples: list[conf.Sample], l2: float) -> tuple[np.ndarra
     return after, before
 
 
+# --- community hits (issue 12) -----------------------------------------------------------
+
+COMMUNITY_SETS = ("hotpotqa", "2wikimultihopqa")
+COMMUNITY_EVENT = ("the hit's text (its report) holds a sentence of one of the question's "
+                   "supporting passages (normalised SQuAD-style, raptor.summarize."
+                   "split_sentences, sentences of >= 4 words; bench/communities.py "
+                   "hit_evidence); off-domain questions have none")
+
+
+def collect_community_samples(engine: Engine, questions: list[dict[str, Any]], *, k: int,
+                              source: str, levels: list[int | None],
+                              ) -> list[conf.Sample]:
+    """Labelled top-``k`` community hits of every question in every mode with the first of
+    ``levels`` (None: every community pooled) and in hybrid mode at every one of them, with
+    the signals recorded as the engine scores them.
+
+    A hit is relevant when its text holds a sentence of a supporting passage
+    (``COMMUNITY_EVENT``): a community report is an extract far narrower than the chunks
+    it covers, so covering a supporting document (the leaves event) says little about
+    what a reader of the report gets; the answer string is no event for yes/no answers."""
+    from bench.communities import hit_evidence
+
+    shipped = engine.calibrator
+    recorder = RecordingCalibrator(shipped)
+    engine.calibrator = recorder  # type: ignore[assignment]
+    samples: list[conf.Sample] = []
+    try:
+        for n, q in enumerate(questions):
+            if n and n % 100 == 0:
+                print(f"    {source}: {n} of {len(questions)} questions", flush=True)
+            for mode in conf.MODES:
+                # each level in hybrid only (the shipped default mode): a third of the cost
+                for level in (levels if mode == "hybrid" else levels[:1]):
+                    recorder.calls.clear()
+                    extra = {} if level is None else {"level": level}
+                    res = engine.retrieve(q["question"], k=k, mode=mode, unit="community",
+                                          **extra)
+                    calls = list(recorder.calls)
+                    if sum(len(c["ranks"]) for c in calls) != len(res.hits):
+                        raise RuntimeError("the engine did not score every hit's confidence")
+                    for call in calls:
+                        for j, h in enumerate(res.hits):
+                            samples.append(_recorded_sample(
+                                call, j, query_id=str(q["_id"]), mode=mode, unit="community",
+                                label=int(hit_evidence(h.text or "", q["evidence"])),
+                                doc_id=h.id, source=source))
+    finally:
+        engine.calibrator = shipped
+    return samples
+
+
+def community_set_samples(name: str, k: int, reuse: bool, n_off: int,
+                          ) -> tuple[list[conf.Sample], dict[str, Any]]:
+    """The set's community samples on ``bench/communities.py``'s engine (its own questions
+    plus ``n_off`` SciFact claims, every hit irrelevant), cached in
+    ``bench/.cache/confidence-community-<set>.pkl``."""
+    from bench.communities import community_engine, multihop_questions
+
+    cache = CACHE / f"confidence-community-{name}.pkl"
+    if reuse and cache.exists():
+        with cache.open("rb") as fh:
+            got: tuple[list[conf.Sample], dict[str, Any]] = pickle.load(fh)
+        return got
+    questions = multihop_questions(name)
+    off = [{"_id": qid, "question": text, "evidence": {}}
+           for qid, text in off_domain(name, n_off).items()]
+    engine, build = community_engine(name)
+    store = engine.communities()
+    assert store is not None
+    levels: list[int | None] = [None, *range(store.top_level + 1)]
+    start = time.perf_counter()
+    samples = collect_community_samples(engine, questions + off, k=k, source=name,
+                                        levels=levels)
+    print(f"  {name} (community): {len(questions)} + {len(off)} off-domain questions, "
+          f"{len(samples)} labelled hits in {time.perf_counter() - start:.0f} s", flush=True)
+    note = {"queries": len(questions), "off_domain": len(off), "levels": levels,
+            "communities": build.get("communities"), **conf.engine_note(engine)}
+    engine.close()
+    with cache.open("wb") as fh:
+        pickle.dump((samples, note), fh)
+    return samples, note
+
+
+def community_table(samples: list[conf.Sample], probs: np.ndarray,
+                    ) -> tuple[list[str], dict[str, Any]]:
+    """ECE / AUROC of community hits per mode and data set (and all modes together)."""
+    y = np.array([x.label for x in samples], dtype=float)
+    head = ["mode/community", "data set", "hits", "base", "mean p", "ECE", "AUROC", "target"]
+    widths = [22, 16, 6, 6, 6, 7, 7, 6]
+    lines = [_fmt_row(head, widths), "-" * (sum(widths) + 2 * (len(widths) - 1))]
+    out: dict[str, Any] = {}
+    for mode in (*conf.MODES, "all"):
+        for src in sorted({x.source for x in samples}):
+            m = np.array([(mode == "all" or x.mode == mode) and x.source == src
+                          for x in samples]) & np.isfinite(probs)
+            if not m.any():
+                continue
+            p, t = probs[m], y[m]
+            e, a = conf.ece(p, t), conf.auroc(p, t)
+            out.setdefault(f"{mode}/community", {})[src] = {
+                "n": int(m.sum()), "base_rate": round(float(t.mean()), 5),
+                "mean_p": round(float(p.mean()), 5), "ece": round(e, 5), "auroc": round(a, 5)}
+            ok = e <= ECE_TARGET and a >= AUROC_TARGET
+            lines.append(_fmt_row([f"{mode}/community", src, str(len(t)), f"{t.mean():.3f}",
+                                   f"{p.mean():.3f}", f"{e:.4f}", f"{a:.4f}",
+                                   "ok" if ok else "MISS"], widths))
+    return lines, out
+
+
+COMMUNITY_WRITE_AUROC = 0.75  # held-out AUROC below which the models are not shipped
+
+
+def community_main(args: argparse.Namespace) -> int:
+    """Fit the ``community`` family alone (the other shipped models untouched): collect,
+    leave one set out, 5 folds in domain, and with ``--write-params`` add the models fitted
+    on both sets to the shipped file when every held-out AUROC reaches
+    ``COMMUNITY_WRITE_AUROC``."""
+    samples: list[conf.Sample] = []
+    notes: dict[str, Any] = {}
+    for name in COMMUNITY_SETS:
+        got, notes[name] = community_set_samples(name, args.k, args.reuse_samples,
+                                                 args.off_domain)
+        samples += got
+    shipped_json = json.loads(CALIBRATION.read_text(encoding="utf-8"))
+    embedders = {n.get("embedder") for n in notes.values()}
+    if embedders != {shipped_json["fitted_on"].get("embedder")}:
+        raise SystemExit(f"the community engines' embedder {embedders} is not the shipped "
+                         f"calibration's ({shipped_json['fitted_on'].get('embedder')!r})")
+    results: dict[str, Any] = {"k": args.k, "event": COMMUNITY_EVENT,
+                               "sets": {n: {k: v for k, v in note.items() if k != "engine"}
+                                        for n, note in notes.items()}}
+    on = np.array([not _off(x) for x in samples])
+    loo = conf.leave_one_out(samples, l2=args.l2)
+    print(f"\nCommunity hits, leave one data set out (targets ECE <= {ECE_TARGET}, "
+          f"AUROC >= {AUROC_TARGET})")
+    lines, results["leave_one_out"] = community_table([x for x in samples if not _off(x)],
+                                                      loo[on])
+    print("\n".join(["the sets' own questions:", *lines]))
+    lines, results["leave_one_out_with_off_domain"] = community_table(samples, loo)
+    print("\n".join(["", "with the off-domain questions:", *lines]))
+    note = {"dataset": "HotpotQA and 2WikiMultiHopQA dev (../shared/data/multihop), each set "
+                       "weighted equally, plus SciFact claims as off-domain questions",
+            "labels": COMMUNITY_EVENT, "k": args.k,
+            "levels": "no level (every community pooled) in every mode; each level in hybrid",
+            "engines": "bench/.cache/communities-engine-<set> (bench/communities.py)",
+            **{k: v for k, v in next(iter(notes.values())).items()
+               if k in ("embedder", "engine")}}
+    cal, _metrics, oof = conf.calibrate_samples(samples, folds=args.folds, l2=args.l2,
+                                                seed=args.seed, fitted_on=note)
+    assert oof is not None
+    lines, results["in_domain"] = community_table([x for x in samples if not _off(x)], oof[on])
+    print("\n".join(["", f"in domain ({args.folds} folds by question), own questions:",
+                      *lines]))
+    print("\nModels fitted on both sets (raw-feature weights)")
+    for key, model in sorted(cal.models.items()):
+        terms = ", ".join(f"{f} {w:+.3f}" for f, w in zip(model.features, model.coef))
+        print(f"  {key:18s} b {model.intercept:+.3f}, {terms}")
+    worst = min(r["auroc"] for rows in results["leave_one_out"].values() for r in rows.values())
+    results["written"] = bool(args.write_params and worst >= COMMUNITY_WRITE_AUROC)
+    old = json.loads(args.out.read_text()) if args.out.exists() else {}
+    args.out.write_text(json.dumps({**old, "community": results}, indent=2) + "\n")
+    print(f"\nnumbers: {args.out} (community)")
+    if args.write_params and not results["written"]:
+        print(f"not written: a held-out AUROC is {worst:.3f} < {COMMUNITY_WRITE_AUROC}")
+    elif results["written"]:
+        note["leave_one_out"] = {key: {src: {m: r[m] for m in ("ece", "auroc")}
+                                       for src, r in rows.items()}
+                                 for key, rows in results["leave_one_out"].items()}
+        write_community_models(cal, note)
+        print(f"wrote the community models into {CALIBRATION}")
+    return 0
+
+
+def write_community_models(cal: conf.Calibrator, note: dict[str, Any],
+                           path: Path = CALIBRATION) -> None:
+    """Add ``cal``'s ``*/community`` models and ``fitted_on["community"]`` to the shipped
+    file, every other entry left as it was (the file is edited as JSON, not refitted)."""
+    data = json.loads(path.read_text(encoding="utf-8"))
+    models = {k: v for k, v in data["models"].items() if not k.endswith("/community")}
+    models.update({k: m.to_json() for k, m in cal.models.items() if k.endswith("/community")})
+    data["models"] = dict(sorted(models.items()))
+    data["fitted_on"]["community"] = {**note, "date": cal.fitted_on.get("date"),
+                                      "cv": cal.fitted_on.get("cv")}
+    conf.Calibrator.from_json(data)  # still loads
+    path.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sets", nargs="+", default=list(SETS), choices=SETS)
@@ -715,7 +913,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--graph-queries", type=int, default=None,
                     help="with --graph: the first N judged queries of each set only")
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "confidence.json")
+    ap.add_argument("--community", action="store_true",
+                    help="fit the community family alone on bench/communities.py's engines "
+                         "(HotpotQA, 2Wiki); the other shipped models are left as they are")
     args = ap.parse_args(argv)
+    if args.community:
+        return community_main(args)
 
     print(f"collecting the top {args.k} hits per query, mode and unit of "
           f"{', '.join(args.sets)}")
