@@ -38,7 +38,7 @@ def signals(mode: str, n: int, rng: np.random.Generator) -> dict[str, Any]:
 def test_default_loads_and_is_cached() -> None:
     cal = Calibrator.default()
     assert cal is Calibrator.default()
-    families = ("chunk", "document", "tree-node", "node", "triplet")
+    families = ("chunk", "document", "tree-node", "node", "triplet", "community")
     graph = {f"{m}+graph/{u}" for m in MODES for u in ("chunk", "document")} | {
         "hybrid+graph/node", "hybrid+graph/triplet"}
     assert set(cal.models) == {f"{m}/{u}" for m in MODES for u in families} | graph

@@ -8,10 +8,10 @@ signal set and unit family::
 A signal set is the request's mode (``dense`` / ``sparse`` / ``hybrid``) or, when graph
 recall ran (``x-rcp-agentic-graphRecall`` and the query linked an entity of the graph),
 that mode plus graph recall's list (``hybrid+graph`` …). The families are ``chunk``
-(also ``passage``; ``page`` borrows it), ``document``, ``tree-node`` and the knowledge
-graph's stored units ``node`` and ``triplet``. A graph-recall request is scored by its
-mode's graph model when there is one, else by its mode's own (which reads the dense and
-sparse signals only).
+(also ``passage``; ``page`` borrows it), ``document``, ``tree-node``, the knowledge
+graph's stored units ``node`` and ``triplet``, and its Leiden ``community`` reports. A
+graph-recall request is scored by its mode's graph model when there is one, else by its
+mode's own (which reads the dense and sparse signals only).
 
 Raw scores do not transfer between corpora (a cosine of 0.5 is a strong match in one
 and a weak one in another; BM25 grows with the corpus and the query; a PageRank mass is
@@ -53,7 +53,11 @@ signs are constraints of the fit, so every model is by construction non-decreasi
 Every model is calibrated against the same event — the hit covers a relevant document: a
 chunk or page lies in one, a document is one, a tree-node, node or triplet has one among
 the documents of its leaves (``provenance.leaves``) — so the probabilities are
-comparable across queries, modes and units; that is the §7.7.2 contract. Composed units
+comparable across queries, modes and units; that is the §7.7.2 contract. One exception: a
+``community`` covers so many documents that covering a relevant one says little, and its
+report is an extract far narrower than those documents, so its event is what a reader of the
+report gets — its text holds a sentence of a relevant (supporting) passage
+(``bench/confidence.py --community``; fitted on HotpotQA and 2Wiki). Composed units
 (``path``, ``subgraph``) have no model of their own: a composed hit carries its best leaf
 chunk's confidence (``Retrieval._retrieve_composed``).
 
