@@ -40,7 +40,7 @@ from ..models.tokenizer import count_tokens
 from ..store.docstore import Docstore, UnitRecord
 from .communities import (Community, CommunityConfig, CommunityHierarchy, Edges,
                           build_communities, entity_edges, update_communities)
-from .index import load_graph, node_uid, triplet_uids
+from .index import live_chunks, load_graph, node_uid, triplet_uids
 from .model import ChunkText, GraphData
 from .reports import (CommunityReport, ExtractiveReporter, Finding, LLMReporter, ReportInput,
                       report_key)
@@ -219,8 +219,7 @@ class CommunityIndex:
             counts.update(ids_kept=upd.kept, entities_reclustered=upd.entities_reclustered,
                           entities_touched=upd.entities_touched)
         seconds_clustering = time.perf_counter() - t_cluster
-        chunks = {f"r{r}": ChunkText(f"r{r}", uid, doc_id, None, text, int(start or 0))
-                  for r, uid, doc_id, start, _t, text in store.live_leaves("chunk")}
+        chunks = {c.key: c for c in live_chunks(store)}
         t_report = time.perf_counter()
         reports, remade = self._reports(hier, graph, chunks, edges, stored, rewrite=not same)
         seconds_summarising = time.perf_counter() - t_report

@@ -293,6 +293,13 @@ def _graph_from_rows(rows: Sequence[tuple[str, str, str, str]],
                      [Synonym(a, b, s) for (a, b), s in sorted(pairs.items())], dict(chunk_docs))
 
 
+def live_chunks(store: Docstore) -> list[ChunkText]:
+    """The live chunks with their documents' titles, in row order."""
+    titles = dict(store.live_titles())
+    return [ChunkText(f"r{r}", uid, doc_id, titles.get(doc_id), text, int(start or 0))
+            for r, uid, doc_id, start, _t, text in store.live_leaves("chunk")]
+
+
 def load_graph(store: Docstore, version: int) -> GraphData | None:
     """The graph as stored and visible at ``version`` (None: no node there).
 
@@ -454,10 +461,7 @@ class GraphIndex:
             version=version, reason=reason, counts=counts)
 
     def _chunks(self, store: Docstore) -> list[ChunkText]:
-        """The live chunks with their documents' titles, in row order."""
-        titles = dict(store.live_titles())
-        return [ChunkText(f"r{r}", uid, doc_id, titles.get(doc_id), text, int(start or 0))
-                for r, uid, doc_id, start, _t, text in store.live_leaves("chunk")]
+        return live_chunks(store)
 
     def _build(self, chunks: list[ChunkText], extractor: _StoredExtractions, timer: _Timer,
                fresh: bool) -> GraphData:

@@ -48,7 +48,7 @@ from typing import Any
 
 from ..errors import InvalidParams
 from ..models.llm import ChatLLM
-from ..raptor.summarize import Sentence, cut_to_tokens, split_sentences
+from ..raptor.summarize import Sentence, Span, cut_to_tokens, split_sentences
 from .communities import Community
 from .index import object_first, triplet_header
 from .model import ChunkText, GraphData, Relation
@@ -506,7 +506,9 @@ class ExtractiveReporter:
             if info is not None:
                 self._chunks.move_to_end(chunk)
                 return info
-        sentences = split_sentences(chunk.text, chunk.doc_id, chunk.start)
+        sentences = tuple(x for x in (_without_heading(y, chunk.title) for y in
+                                      split_sentences(chunk.text, chunk.doc_id, chunk.start))
+                          if x is not None)
         low = chunk.text.lower()
         if len(low) != len(chunk.text):   # lowercasing changed the length: keep offsets right
             low = "".join(c if len(c.lower()) != 1 else c.lower() for c in chunk.text)
@@ -525,6 +527,34 @@ class ExtractiveReporter:
                 self._counts.clear()
             n = self._counts[text] = self.count_tokens(text)
         return n
+
+
+_HEADING = re.compile(r"#{1,6}\s+")
+
+
+def _without_heading(sentence: Sentence, title: str | None) -> Sentence | None:
+    """``sentence`` without a Markdown heading glued to its front (a chunk whose whitespace
+    was folded reads "# Title First sentence."): the marker and the document's title go,
+    the span moves with them; None when nothing is left."""
+    m = _HEADING.match(sentence.text)
+    if m is None:
+        return sentence
+    cut = m.end()
+    rest = sentence.text[cut:]
+    if title and rest.startswith(title):
+        cut += len(title)
+    else:  # a heading without the title: up to the line's end, if it ends
+        newline = sentence.text.find("\n", cut)
+        cut = newline if newline >= 0 else len(sentence.text)
+    rest = sentence.text[cut:]
+    text = rest.lstrip()
+    if not text:
+        return None
+    moved = len(sentence.text) - len(text)
+    span = sentence.span
+    if span is not None:
+        span = Span(span.doc_id, span.start + moved, span.end)
+    return Sentence(text, span)
 
 
 @dataclass

@@ -351,3 +351,18 @@ def test_llm_failure_propagates(built: Built) -> None:
     reporter = LLMReporter(RunnableLambda(broken), count_tokens)
     with pytest.raises(BackendUnavailable):
         reporter.report_many([built.input(built.largest())], 300)
+
+
+def test_a_heading_glued_to_a_sentence_is_left_out_with_its_span() -> None:
+    from rcp_agentic.graph.reports import _without_heading
+    from rcp_agentic.raptor.summarize import split_sentences
+
+    doc = "# Harbor Lights Band Harbor Lights Band is a group founded in a harbor city."
+    (first,) = split_sentences(doc, "d", 0)
+    kept = _without_heading(first, "Harbor Lights Band")
+    assert kept is not None and kept.text == "Harbor Lights Band is a group founded in a harbor city."
+    assert kept.span is not None and doc[kept.span.start:kept.span.end] == kept.text
+    (alone,) = split_sentences("## Notes", "d", 0)
+    assert _without_heading(alone, None) is None
+    (plain,) = split_sentences("No heading here at all.", "d", 0)
+    assert _without_heading(plain, "Title") is plain
