@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..derived import DerivedReport
+from ..derived import DerivedReport, run_attempts
 from ..models.analyzer import term_counts
 from ..models.tokenizer import count_tokens
 from ..store.docstore import Docstore, UnitRecord
@@ -50,7 +50,6 @@ if TYPE_CHECKING:
 
 UNIT = "community"
 _KEY = f"derived.{UNIT}"
-_ATTEMPTS = 3
 MAX_ENTITIES = 64      # node uids a community row lists (most central first)
 _SOURCE_ENTITIES = 8   # 'sources' vectors: the chunks of this many most central members
 # The report's fields kept in a community row's umeta.
@@ -166,13 +165,8 @@ class CommunityIndex:
 
     def update(self, *, full: bool = False) -> DerivedReport:
         """One run, committed as one new index version (or nothing)."""
-        for _attempt in range(_ATTEMPTS):
-            report = self._attempt(full)
-            if report is not None:
-                return report
-        return DerivedReport(UNIT, "none", reason=f"other writes kept committing during "
-                             f"{_ATTEMPTS} attempts; the communities still lag (retried after "
-                             "the next write, or run `rcp-agentic graph rebuild`)")
+        return run_attempts(UNIT, lambda: self._attempt(full), "the communities",
+                            "rcp-agentic graph rebuild")
 
     def _attempt(self, full: bool) -> DerivedReport | None:
         store = self.engine.store

@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..derived import DerivedReport
+from ..derived import DerivedReport, run_attempts
 from ..errors import InvalidParams
 from ..models.analyzer import term_counts
 from ..models.tokenizer import count_tokens
@@ -64,8 +64,6 @@ NODE, TRIPLET = "node", "triplet"
 KINDS = (NODE, TRIPLET)
 _KEY = f"derived.{NODE}"
 _CACHE = "graph"
-# A write racing with a build (another process committed meanwhile) is recomputed this often.
-_ATTEMPTS = 3
 _DASH = " — "
 
 
@@ -398,13 +396,8 @@ class GraphIndex:
             return DerivedReport(NODE, "none", reason="graph_extractor is 'llm' but the engine "
                                  "was opened without an LLM: the graph is served as it is and "
                                  "updated once an LLM is given")
-        for _attempt in range(_ATTEMPTS):
-            report = self._attempt(full)
-            if report is not None:
-                return report
-        return DerivedReport(NODE, "none", reason=f"other writes kept committing during "
-                             f"{_ATTEMPTS} attempts; the graph still lags (it is retried after "
-                             "the next write, or run `rcp-agentic graph rebuild`)")
+        return run_attempts(NODE, lambda: self._attempt(full), "the graph",
+                            "rcp-agentic graph rebuild")
 
     def _attempt(self, full: bool) -> DerivedReport | None:
         engine, store = self.engine, self.engine.store

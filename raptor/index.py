@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..derived import DerivedReport
+from ..derived import DerivedReport, run_attempts
 from ..models.analyzer import term_counts
 from ..models.tokenizer import count_tokens
 from ..store.docstore import UnitRecord
@@ -33,8 +33,6 @@ if TYPE_CHECKING:
 
 UNIT = "tree-node"
 _KEY = f"derived.{UNIT}"
-# A write racing with a build (another process committed meanwhile) is recomputed this often.
-_ATTEMPTS = 3
 
 
 class _LeafPassages(Mapping[str, Passage]):
@@ -82,13 +80,8 @@ class TreeIndex:
 
     def update(self, *, full: bool = False) -> DerivedReport:
         """One run: full or incremental, committed as one new index version (or nothing)."""
-        for _attempt in range(_ATTEMPTS):
-            report = self._attempt(full)
-            if report is not None:
-                return report
-        return DerivedReport(UNIT, "none", reason=f"other writes kept committing during "
-                             f"{_ATTEMPTS} attempts; the tree still lags (it is retried after "
-                             "the next write, or run `rcp-agentic tree rebuild`)")
+        return run_attempts(UNIT, lambda: self._attempt(full), "the tree",
+                            "rcp-agentic tree rebuild")
 
     def _attempt(self, full: bool) -> DerivedReport | None:
         store = self.engine.store

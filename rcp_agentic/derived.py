@@ -13,8 +13,13 @@ sees the derived units of its own snapshot.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
+
+# A builder's run that lost the race with another write (base version moved) is recomputed
+# this often before it gives up until the next write.
+ATTEMPTS = 3
 
 
 @dataclass
@@ -54,3 +59,17 @@ class DerivedBuilder(Protocol):
 def builder_kinds(builder: DerivedBuilder) -> tuple[str, ...]:
     """Every unit kind a builder writes."""
     return tuple(getattr(builder, "kinds", (builder.unit,)))
+
+
+def run_attempts(unit: str, attempt: Callable[[], DerivedReport | None], what: str,
+                 rebuild: str) -> DerivedReport:
+    """``attempt()`` until it commits (or finds nothing to do), at most :data:`ATTEMPTS`
+    times: each None means another write committed while it computed. After that, a
+    report saying ``what`` still lags and that ``rebuild`` (a command) forces it."""
+    for _ in range(ATTEMPTS):
+        report = attempt()
+        if report is not None:
+            return report
+    return DerivedReport(unit, "none", reason=f"other writes kept committing during {ATTEMPTS} "
+                         f"attempts; {what} still lags (it is retried after the next write, or "
+                         f"run `{rebuild}`)")
