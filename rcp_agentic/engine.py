@@ -193,7 +193,7 @@ class Engine(Retrieval):
             self.composers: dict[str, Callable[..., Any]] = {}
             self._graph_lock = threading.Lock()
             self._graphs: OrderedDict[int, GraphData | None] = OrderedDict()
-            self._graph_views: OrderedDict[int, GraphView] = OrderedDict()
+            self._graph_views: OrderedDict[int, GraphView | None] = OrderedDict()
             self._communities: OrderedDict[int, CommunityStore | None] = OrderedDict()
             self._graph_ops: GraphOps | None = None
             if self.config.build_graph:
@@ -394,32 +394,38 @@ class Engine(Retrieval):
 
     # --- the knowledge graph ---------------------------------------------------------
 
-    def graph_data(self, version: int | None = None) -> GraphData | None:
-        """The knowledge graph (``rcp_agentic.graph.model.GraphData``) as stored and visible at
-        ``version`` (default: the current one), or None when that version holds no graph.
-        Cached per version (a committed version never changes)."""
+    def _per_version(self, cache: OrderedDict[int, Any], version: int | None,
+                     load: Callable[[int], Any]) -> Any:
+        """``load(v)`` for ``version`` (default: the current one), kept in ``cache`` for the
+        last few versions (a committed version never changes)."""
         v = self._current_version() if version is None else version
         with self._graph_lock:
-            if v in self._graphs:
-                self._graphs.move_to_end(v)
-                return self._graphs[v]
+            if v in cache:
+                cache.move_to_end(v)
+                return cache[v]
+        value = load(v)
+        with self._graph_lock:
+            cache[v] = value
+            while len(cache) > _GRAPH_CACHE:
+                cache.popitem(last=False)
+        return value
+
+    def graph_data(self, version: int | None = None) -> GraphData | None:
+        """The knowledge graph (``rcp_agentic.graph.model.GraphData``) as stored and visible at
+        ``version`` (default: the current one), or None when that version holds no graph;
+        cached per version."""
         from .graph.index import load_graph
 
-        graph = load_graph(self.store, v)
-        with self._graph_lock:
-            self._graphs[v] = graph
-            while len(self._graphs) > _GRAPH_CACHE:
-                self._graphs.popitem(last=False)
-        return graph
+        return self._per_version(self._graphs, version,  # type: ignore[no-any-return]
+                                 lambda v: load_graph(self.store, v))
 
     def graph_view(self, version: int | None = None) -> GraphView | None:
         """The PageRank view (``rcp_agentic.graph.ppr.GraphView``) of the graph at ``version``
         (default: the current one), or None without a graph; cached per version."""
-        v = self._current_version() if version is None else version
-        with self._graph_lock:
-            if v in self._graph_views:
-                self._graph_views.move_to_end(v)
-                return self._graph_views[v]
+        return self._per_version(self._graph_views, version,  # type: ignore[no-any-return]
+                                 self._make_graph_view)
+
+    def _make_graph_view(self, v: int) -> GraphView | None:
         graph = self.graph_data(v)
         if graph is None:
             return None
@@ -432,30 +438,16 @@ class Engine(Retrieval):
             return min((chunks.doc_freq(self.store.term_id(w)) for w in analyze(name)),
                        default=0)
 
-        view = GraphView(graph, word_df=word_df)
-        with self._graph_lock:
-            self._graph_views[v] = view
-            while len(self._graph_views) > _GRAPH_CACHE:
-                self._graph_views.popitem(last=False)
-        return view
+        return GraphView(graph, word_df=word_df)
 
     def communities(self, version: int | None = None) -> CommunityStore | None:
         """The Leiden communities (``rcp_agentic.graph.community_index.CommunityStore``) stored
         and visible at ``version`` (default: the current one), or None when there are none;
         cached per version."""
-        v = self._current_version() if version is None else version
-        with self._graph_lock:
-            if v in self._communities:
-                self._communities.move_to_end(v)
-                return self._communities[v]
         from .graph.community_index import load_communities
 
-        found = load_communities(self.store, v)
-        with self._graph_lock:
-            self._communities[v] = found
-            while len(self._communities) > _GRAPH_CACHE:
-                self._communities.popitem(last=False)
-        return found
+        return self._per_version(self._communities, version,  # type: ignore[no-any-return]
+                                 lambda v: load_communities(self.store, v))
 
     @property
     def graph_ops(self) -> GraphOps:
