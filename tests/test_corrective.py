@@ -223,7 +223,7 @@ def test_loop_escalates_to_graph_recall(multihop: Engine) -> None:
     from test_graph_recall import BRIDGE, QUESTION
 
     loop = CorrectiveRetriever(multihop, k=2, max_steps=3, min_evidence=2, graph="escalate")
-    assert loop.ladder(0) == ["chunk", "page", "document", "node", "path", "subgraph"]
+    assert loop.ladder(0) == ["chunk", "page", "document", "node", "path", "subgraph", "community"]
     res = loop.run(QUESTION)
     first, second = res.trace[0], res.trace[1]
     assert (first.action, first.graph) == ("retrieve", False)
