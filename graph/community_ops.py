@@ -46,6 +46,7 @@ import numpy as np
 
 from ..errors import BackendUnavailable, InvalidParams, OptionUnsupported
 from ..models.embedder import normalize_rows
+from ..models.llm import json_object
 from ..models.tokenizer import count_tokens
 from ..pipeline import cursor as cursors
 from ..pipeline.params import query_text
@@ -204,25 +205,10 @@ class Frontiers:
 
 # --- LLM replies --------------------------------------------------------------------------------
 
-def _json_object(reply: str) -> dict[str, Any] | None:
-    text = reply.strip()
-    fence = re.search(r"```(?:json)?\s*(.*?)```", text, re.S)
-    if fence:
-        text = fence.group(1)
-    start, end = text.find("{"), text.rfind("}")
-    if start < 0 or end <= start:
-        return None
-    try:
-        data = json.loads(text[start:end + 1])
-    except ValueError:
-        return None
-    return data if isinstance(data, dict) else None
-
-
 def parse_points(reply: str) -> list[tuple[str, float]] | None:
     """``(description, score 0..100)`` points of a map reply; None when it is not the JSON
     asked for (an empty list: the report does not help)."""
-    data = _json_object(reply)
+    data = json_object(reply)
     if data is None or not isinstance(data.get("points"), list):
         return None
     out = []
@@ -241,7 +227,7 @@ def parse_points(reply: str) -> list[tuple[str, float]] | None:
 
 def parse_followups(reply: str) -> list[str]:
     """The follow-up queries of a DRIFT primer reply ([] when there are none)."""
-    data = _json_object(reply)
+    data = json_object(reply)
     raw = data.get("follow_up_queries") if data else None
     if not isinstance(raw, list):
         return []

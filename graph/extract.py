@@ -16,7 +16,6 @@ Two parts with different life cycles, so ingest stays incremental:
 
 from __future__ import annotations
 
-import json
 import re
 import unicodedata
 from collections.abc import Iterable, Sequence
@@ -25,6 +24,7 @@ from typing import Any, Protocol
 
 from sklearn.feature_extraction.text import ENGLISH_STOP_WORDS
 
+from ..models.llm import json_object
 from ..raptor.summarize import split_sentences
 from .model import ChunkText
 
@@ -438,17 +438,9 @@ class ParsedReply:
 
 
 def _json_candidates(reply: str) -> Iterable[Any]:
-    text = reply.strip()
-    fence = re.search(r"```(?:json)?\s*(.*?)```", text, re.S)
-    if fence:
-        text = fence.group(1)
-    start = text.find("{")
-    end = text.rfind("}")
-    if start >= 0 and end > start:
-        try:
-            yield json.loads(text[start:end + 1])
-        except ValueError:
-            pass
+    data = json_object(reply)
+    if data is not None:
+        yield data
     # GraphRAG's tuple format: ("entity"<|>NAME<|>TYPE<|>DESC) ("relationship"<|>S<|>O<|>DESC<|>W)
     tuples = re.findall(r"\(\s*\"?(entity|relationship)\"?\s*(?:<\|>|\|)(.*?)\)\s*(?:##|\n|$)",
                         reply, re.S | re.I)

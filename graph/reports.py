@@ -47,14 +47,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import InvalidParams
-from ..models.llm import ChatLLM
+from ..models.llm import ChatLLM, json_object
 from ..raptor.summarize import Sentence, Span, cut_to_tokens, split_sentences
 from .communities import Community
 from .index import object_first, triplet_header
 from .model import ChunkText, GraphData, Relation
 
 __all__ = ["CommunityReport", "ExtractiveReporter", "Finding", "LLMReporter", "ReportInput",
-           "parse_report_reply", "report_key"]
+           "report_key"]
 
 CountTokens = Callable[[str], int]
 Screen = Callable[[str], bool]
@@ -597,26 +597,6 @@ USER_PROMPT = (
     "fit in about {words} words.\n\n<data>\n{data}\n</data>")
 
 
-def parse_report_reply(reply: str) -> dict[str, Any] | None:
-    """The first JSON object in ``reply`` (code fences stripped), or None."""
-    text = reply.strip()
-    fence = re.search(r"```(?:json)?\s*(.*?)```", text, re.S)
-    if fence:
-        text = fence.group(1)
-    decoder = json.JSONDecoder()
-    pos = text.find("{")
-    while pos >= 0:
-        try:
-            data, _end = decoder.raw_decode(text, pos)
-        except ValueError:
-            pos = text.find("{", pos + 1)
-            continue
-        if isinstance(data, dict):
-            return data
-        pos = text.find("{", pos + 1)
-    return None
-
-
 def _field(data: Mapping[str, Any], name: str) -> str:
     value = data.get(name)
     return _flat(value) if isinstance(value, str) else ""
@@ -728,7 +708,7 @@ class LLMReporter:
 
     def _parse(self, inp: ReportInput, plan: _Plan, reply: str,
                budget: int) -> CommunityReport | None:
-        data = parse_report_reply(reply)
+        data = json_object(reply)
         if data is None:
             return None
         title, summary = _field(data, "title"), _field(data, "summary")

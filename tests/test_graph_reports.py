@@ -22,8 +22,8 @@ from rcp_agentic.graph.communities import (Community, CommunityConfig, Community
                                            build_communities, community_id, entity_edges)
 from rcp_agentic.graph.model import ChunkText, GraphData
 from rcp_agentic.graph.reports import (CommunityReport, ExtractiveReporter, Finding,
-                                       LLMReporter, ReportInput, parse_report_reply,
-                                       report_key)
+                                       LLMReporter, ReportInput, report_key)
+from rcp_agentic.models.llm import json_object
 from rcp_agentic.models.tokenizer import count_tokens
 from rcp_agentic.pipeline.trust import InjectionScreen
 from test_graph_index import WIKI as TOTO_WIKI
@@ -264,10 +264,10 @@ def test_llm_reply_is_parsed_and_rendered(built: Built) -> None:
 
 
 def test_reply_parsing_is_lenient() -> None:
-    assert parse_report_reply('Sure! {not json} {"title": "T", "n": {"x": 1}} and {"b": 2}') == {
+    assert json_object('Sure! {not json} {"title": "T", "n": {"x": 1}} and {"b": 2}') == {
         "title": "T", "n": {"x": 1}}
-    assert parse_report_reply("```\n{\"title\": \"T\"}\n```") == {"title": "T"}
-    assert parse_report_reply("[1, 2]") is None and parse_report_reply("") is None
+    assert json_object("```\n{\"title\": \"T\"}\n```") == {"title": "T"}
+    assert json_object("[1, 2]") is None and json_object("") is None
 
 
 def test_llm_garbage_and_injected_replies_fall_back_to_extractive(built: Built) -> None:

@@ -7,6 +7,8 @@ rewriting). A failing LLM raises :class:`~rcp_agentic.errors.BackendUnavailable`
 
 from __future__ import annotations
 
+import json
+import re
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -44,6 +46,27 @@ def message_text(reply: Any) -> str:
                 parts.append(str(block.get("text", "")))
         return "".join(parts)
     return str(content)
+
+
+def json_object(reply: str) -> dict[str, Any] | None:
+    """The first JSON object in an LLM reply (inside a code fence if there is one), or None:
+    models wrap JSON in prose and fences however they are asked."""
+    text = reply.strip()
+    fence = re.search(r"```(?:json)?\s*(.*?)```", text, re.S)
+    if fence:
+        text = fence.group(1)
+    decoder = json.JSONDecoder()
+    pos = text.find("{")
+    while pos >= 0:
+        try:
+            data, _end = decoder.raw_decode(text, pos)
+        except ValueError:
+            pos = text.find("{", pos + 1)
+            continue
+        if isinstance(data, dict):
+            return data
+        pos = text.find("{", pos + 1)
+    return None
 
 
 class ChatLLM:
