@@ -38,7 +38,8 @@ from ..errors import CapabilityMissing, InvalidParams, OptionUnsupported
 from ..pipeline.params import query_text
 from ..wire import (GraphEdge, GraphNode, GraphResult, Hit, MemoryBuildResult, MemoryClue,
                     MemoryRecallResult, Usage)
-from .community_ops import COMMUNITY_OPS, MAX_PAGE, MAX_SUMMARY_TOKENS, CommunityOps
+from .community_ops import (COMMUNITY_OPS, MAX_PAGE, MAX_SUMMARY_TOKENS, CommunityOps,
+                            count_param)
 from .compose import reading_order, install, relevance
 from .index import node_uid
 from .memory import SessionMemory
@@ -60,16 +61,6 @@ MAX_MEMORY_DOCS = 256
 # A session's remembered entities seed recall at this share of the query's own.
 SESSION_SHARE = 0.3
 _MEMORY_ID = re.compile(r"graph@v(0|[1-9][0-9]{0,17})")
-
-
-def _int(value: Any, name: str, default: int, low: int, high: int) -> int:
-    if value is None:
-        return default
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise InvalidParams(f"{name} must be an integer", field=name)
-    if not low <= value <= high:
-        raise InvalidParams(f"{name} must be between {low} and {high}", field=name)
-    return value
 
 
 def _session(value: Any, engine: Engine) -> str | None:
@@ -147,12 +138,12 @@ class GraphOps:
         if op == "local":
             if query is None:
                 raise InvalidParams("op 'local' needs a query", field="query")
-            return self.local(query, k=_int(k, "k", 10, 1, self.engine.config.max_k),
+            return self.local(query, k=count_param(k, "k", 10, 1, self.engine.config.max_k),
                               session_id=session)
         if seed_ids is None:
             raise InvalidParams("op 'neighbors' needs seedIds", field="seedIds")
-        return self.neighbors(seed_ids, hops=_int(hops, "hops", 1, 1, MAX_HOPS),
-                              k=_int(k, "k", 10, 1, MAX_NODES))
+        return self.neighbors(seed_ids, hops=count_param(hops, "hops", 1, 1, MAX_HOPS),
+                              k=count_param(k, "k", 10, 1, MAX_NODES))
 
     def graph_params(self, raw: Mapping[str, Any]) -> GraphResult:
         """``graph`` from wire params (camelCase, §7.9)."""
@@ -327,7 +318,7 @@ class GraphOps:
         ``"<A> <relation words> <B>"`` with both seed ids, weighted by relevance relative to
         the best. A session's remembered entities also seed PageRank (``SESSION_SHARE``), and
         the entities of this recall are remembered. ``hits``: draft hits (``local``, k=n)."""
-        n = _int(n, "n", 5, 1, MAX_CLUES)
+        n = count_param(n, "n", 5, 1, MAX_CLUES)
         session = _session(session_id, self.engine)
         text = query_text(query, max_chars=self.engine.config.max_query_chars)
         version = self._memory_version(memory_id) if memory_id is not None else None
