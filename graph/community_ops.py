@@ -53,6 +53,7 @@ from ..pipeline.params import query_text
 from ..raptor.summarize import cut_to_tokens, split_sentences
 from ..wire import CommunityEntry, GraphResult, Hit, Usage
 from .compose import reading_order
+from .reports import KEY_RELATIONS
 
 if TYPE_CHECKING:
     from ..engine import Engine
@@ -389,7 +390,7 @@ class CommunityOps:
             parts.insert(0, c.summary)
         parts += [line for line in (c.text or "").splitlines()
                   if line.strip() and line.strip() not in skip
-                  and not line.startswith("Key relations:")]
+                  and not line.startswith(KEY_RELATIONS)]
         out: list[str] = []
         for part in parts:
             for sentence in split_sentences(part, None, 0):

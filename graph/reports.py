@@ -56,6 +56,10 @@ from .model import ChunkText, GraphData, Relation
 __all__ = ["CommunityReport", "ExtractiveReporter", "Finding", "LLMReporter", "ReportInput",
            "report_key"]
 
+# The offline report's line of key relations starts with this (readers skip it: the findings
+# hold the same relations with their evidence).
+KEY_RELATIONS = "Key relations: "
+
 CountTokens = Callable[[str], int]
 Screen = Callable[[str], bool]
 
@@ -388,7 +392,7 @@ class ExtractiveReporter:
         headers: list[str] = []
         findings: list[Finding] = []
         rel_budget = max(0, budget - used) * RELATION_SHARE
-        rel_used = count("\nKey relations: ")
+        rel_used = count("\n" + KEY_RELATIONS)
         seen_headers: set[str] = set()
         for i in plan.relations:
             if len(shown) >= MAX_RELATIONS:
@@ -409,7 +413,7 @@ class ExtractiveReporter:
             shown.append(i)
             headers.append(header)
             findings.append(Finding(header, evidence))
-        text = head + (f"\nKey relations: {'; '.join(headers)}" if headers else "")
+        text = head + (f"\n{KEY_RELATIONS}{'; '.join(headers)}" if headers else "")
         used = count(text)
 
         # Evidence sentences, greedy for central members not yet covered (ties: the earlier
