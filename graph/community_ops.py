@@ -52,7 +52,7 @@ from ..pipeline import cursor as cursors
 from ..pipeline.params import query_text
 from ..raptor.summarize import cut_to_tokens, split_sentences
 from ..wire import CommunityEntry, GraphResult, Hit, Usage
-from .compose import reading_order
+from .compose import community_masses, reading_order
 from .reports import KEY_RELATIONS
 
 if TYPE_CHECKING:
@@ -541,11 +541,9 @@ class CommunityOps:
         view = self.engine.graph_view(version) if filter_ is None else None
         links = view.link(text) if view is not None else {}
         if view is not None and links:
-            mass = view.mass(links)[:view.n_entities]
-            weight = {c.id: sum(float(mass[view.e_index[m]]) for m in c.members
-                                if m in view.e_index)
-                      for c in store.level(level) if c.id not in used}
-            first = sorted((store.by_id[i] for i, w in weight.items() if w > 0),
+            weight = community_masses(view, view.mass(links),
+                                      (c for c in store.level(level) if c.id not in used))
+            first = sorted((store.by_id[i] for i in weight),
                            key=lambda c: (-weight[c.id], c.id))
         out = list({c.id: c for c in [*first, *(c for _h, c in ranked)]}.values())
         return out[:PRIMER_K], version

@@ -147,6 +147,14 @@ def entity_masses(view: GraphView, scores: np.ndarray) -> dict[str, float]:
     return {view.entity_keys[i]: float(part[i]) for i in np.flatnonzero(part > 0)}
 
 
+def community_masses(view: GraphView, scores: np.ndarray,
+                     communities: Iterable[Any]) -> dict[str, float]:
+    """Community id -> the mass its members hold (positive ones); ``communities`` have
+    ``id`` and ``members`` (entity keys), as ``community_index.StoredCommunity``."""
+    ent = entity_masses(view, scores)
+    return {c.id: m for c in communities if (m := sum(ent.get(k, 0.0) for k in c.members)) > 0}
+
+
 def relevance(view: GraphView, scores: np.ndarray) -> dict[str, float]:
     """Entity relevance for composition: PageRank mass times specificity (1 / passages
     mentioning it), so hubs that collect mass from everywhere ("United States") do not

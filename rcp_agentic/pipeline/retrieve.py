@@ -774,7 +774,8 @@ class Retrieval:
         """PageRank masses of a pool without chunks, by position: a node its entity's, a
         triplet the mean of its two entities', a community the sum of its members', a
         document or page the best of its chunks'."""
-        from ..graph.compose import chunk_masses, entity_masses, node_masses, triplet_masses
+        from ..graph.compose import (chunk_masses, community_masses, node_masses,
+                                     triplet_masses)
 
         stored = plan.stored_unit
         out: dict[int, float] = {}
@@ -784,10 +785,8 @@ class Retrieval:
             return {int(p): by_uid[index.uids[p]] for p in found}
         if stored == "community":  # the query's PageRank mass on its members
             stored_communities = self.communities(served)
-            ent = entity_masses(view, scores)
-            by_uid = {c.id: m for c in (stored_communities.by_id.values()
-                                        if stored_communities else ())
-                      if (m := sum(ent.get(k, 0.0) for k in c.members)) > 0}
+            by_uid = community_masses(view, scores, stored_communities.by_id.values()
+                                      if stored_communities else ())
             return {int(p): by_uid[index.uids[p]]
                     for p in index.positions_of_uids(list(by_uid))}
         chunks = chunk_masses(view, scores)
