@@ -49,6 +49,7 @@ from ..models.embedder import normalize_rows
 from ..models.llm import json_object
 from ..models.tokenizer import count_tokens
 from ..pipeline import cursor as cursors
+from ..pipeline import fusion
 from ..pipeline.params import query_text
 from ..raptor.summarize import cut_to_tokens, split_sentences
 from ..wire import CommunityEntry, GraphResult, Hit, Usage
@@ -645,7 +646,7 @@ class CommunityOps:
         else:
             shares = [k] * len(run)
         recall = self.engine.graph_view() is not None
-        fused: dict[str, float] = {}
+        lists: dict[str, list[tuple[str, float]]] = {}
         first: dict[str, tuple[Hit, str, int]] = {}
         version = None
         for step, (q, n) in enumerate(zip(run, shares)):
@@ -658,9 +659,10 @@ class CommunityOps:
                 raw["filter"] = dict(filter_)
             res = self.engine.retrieve_params(raw)
             version = version or res.index_version
-            for rank, hit in enumerate(res.hits, 1):
-                fused[hit.id] = fused.get(hit.id, 0.0) + 1.0 / (RRF_K + rank)
+            lists[str(step)] = [(hit.id, hit.score) for hit in res.hits]
+            for hit in res.hits:
                 first.setdefault(hit.id, (hit, q, step))
+        fused = dict(fusion.rrf(lists, {}, RRF_K))
         order = sorted(fused, key=lambda i: (-fused[i], first[i][2], i))[:k]
         hits = []
         for id_ in order:
