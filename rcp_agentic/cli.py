@@ -34,7 +34,24 @@ def _open(args: argparse.Namespace, *, create: bool, **overrides: Any) -> Any:
     if not create and not (path / "engine.db").exists():
         raise InvalidParams(f"no engine at {path}: run `rcp-agentic index PATH --engine {path}` "
                             "first", field="engine")
-    return Engine(path, chroma_url=getattr(args, "chroma_url", None), **overrides)
+    return Engine(path, **_backend_overrides(args), **overrides)
+
+
+def _backend_overrides(args: argparse.Namespace) -> dict[str, Any]:
+    """The storage flags of a command (unset ones leave the engine's saved config)."""
+    return {"chroma_url": getattr(args, "chroma_url", None),
+            "backend": getattr(args, "backend", None),
+            "milvus_uri": getattr(args, "milvus_uri", None)}
+
+
+def _add_backend_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--chroma-url", metavar="URL", help="use a `chroma run` server")
+    parser.add_argument("--backend", choices=("embedded", "milvus"),
+                        help="where recall runs (default: the engine's saved choice, else "
+                        "embedded); see README 'Scaling out'")
+    parser.add_argument("--milvus-uri", metavar="URI",
+                        help="with --backend milvus: a path ending in .db (Milvus Lite) or "
+                        "http://host:19530 (also RCP_AGENTIC_MILVUS_URI)")
 
 
 def cmd_index(args: argparse.Namespace) -> int:
@@ -433,7 +450,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         try:
             for name, path in _hosted_indexes(args.index).items():
                 hosted[name] = Engine(path, embedder=engine.embedder.inner,
-                                      chroma_url=args.chroma_url)
+                                      **_backend_overrides(args))
             token = os.environ.get("RCP_AGENTIC_TOKEN") or None
             _warn_if_exposed(args.host, token, args.allow_anonymous_writes)
             limits = ServerLimits(header_timeout=args.header_timeout,
@@ -468,7 +485,7 @@ def build_parser() -> argparse.ArgumentParser:
     idx.add_argument("paths", nargs="+", metavar="PATH")
     idx.add_argument("--engine", metavar="DIR", help="engine directory (default: "
                      "$RCP_AGENTIC_ENGINE or ./.rcp-agentic)")
-    idx.add_argument("--chroma-url", metavar="URL", help="use a `chroma run` server")
+    _add_backend_args(idx)
     idx.add_argument("--follow-symlinks", action="store_true",
                      help="follow symlinks that lead outside the folders given (skipped otherwise)")
     idx.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -483,7 +500,7 @@ def build_parser() -> argparse.ArgumentParser:
     q = sub.add_parser("query", help="retrieve hits for a query")
     q.add_argument("text", metavar="TEXT")
     q.add_argument("--engine", metavar="DIR")
-    q.add_argument("--chroma-url", metavar="URL")
+    _add_backend_args(q)
     q.add_argument("--k", type=int, default=5)
     q.add_argument("--mode", choices=["dense", "sparse", "hybrid"])
     q.add_argument("--unit", choices=units.known())
@@ -506,7 +523,7 @@ def build_parser() -> argparse.ArgumentParser:
                       help="show: levels, node counts, leaf coverage, sample summaries; "
                       "rebuild: build the whole tree again now")
     tree.add_argument("--engine", metavar="DIR")
-    tree.add_argument("--chroma-url", metavar="URL")
+    _add_backend_args(tree)
     tree.add_argument("--samples", type=_at_least_zero, default=2, metavar="N",
                       help="summaries shown per level (%(default)s)")
     tree.set_defaults(func=cmd_tree)
@@ -519,7 +536,7 @@ def build_parser() -> argparse.ArgumentParser:
                        "graph and its communities again now")
     graph.add_argument("entity", nargs="*", metavar="ENTITY", help="(show) an entity's name")
     graph.add_argument("--engine", metavar="DIR")
-    graph.add_argument("--chroma-url", metavar="URL")
+    _add_backend_args(graph)
     graph.add_argument("--neighbours", type=_at_least_zero, default=10, metavar="N",
                        help="relations shown (%(default)s)")
     graph.add_argument("--chunks", type=_at_least_zero, default=10, metavar="N",
@@ -547,7 +564,7 @@ def build_parser() -> argparse.ArgumentParser:
     srv.add_argument("--host", default="127.0.0.1")
     srv.add_argument("--port", type=int, default=8750)
     srv.add_argument("--engine", metavar="DIR")
-    srv.add_argument("--chroma-url", metavar="URL")
+    _add_backend_args(srv)
     srv.add_argument("--index", action="append", default=[], metavar="NAME=DIR",
                      help="(HTTP) also serve the engine in DIR as index_id NAME on "
                      "/api/v1/retrieval/retrieve; the main engine is index_id 'default'")

@@ -52,6 +52,19 @@ class EngineConfig(BaseModel):
         120.0, gt=0, description="server deadline per protocol request; a client's "
         "_meta.deadlineMs can only shorten it")
     chroma_url: str | None = Field(None, description="a `chroma run` server; None = embedded Chroma")
+    backend: Literal["embedded", "milvus"] = Field(
+        "embedded", description="where dense and sparse recall run: in this process (numpy, "
+        "BM25 in memory, Chroma HNSW) or in Milvus (pip install 'rcp-agentic[milvus]')")
+    milvus_uri: str | None = Field(
+        None, description="the Milvus of backend='milvus': a file path ending in .db runs Milvus "
+        "Lite in process; http://host:19530 a Milvus server or cluster")
+    milvus_token: str | None = Field(None, description="Milvus credentials (user:password or "
+                                     "an API key); never saved in config.json")
+    milvus_timeout_seconds: float = Field(
+        30.0, gt=0, description="timeout of every call to Milvus; past it -32010")
+    milvus_dense_index: str = Field(
+        "AUTOINDEX", description="Milvus index type of the dense vectors (AUTOINDEX, HNSW, "
+        "IVF_FLAT, FLAT, ...); metric inner product on unit vectors")
     filter_fields: dict[str, FieldType] = Field(
         default_factory=dict, description="metadata fields declared filterable, with their types")
     infer_filter_fields: bool = Field(
@@ -180,7 +193,8 @@ class EngineConfig(BaseModel):
 
     def save(self, engine_dir: Path) -> None:
         """Write the persistent part of the configuration to ``engine_dir/config.json``."""
-        data = self.model_dump(exclude={"chroma_url", "torch_threads", "blas_threads"})
+        data = self.model_dump(exclude={"chroma_url", "milvus_token", "torch_threads",
+                                        "blas_threads"})
         tmp = engine_dir / (CONFIG_FILE + ".tmp")
         tmp.write_text(json.dumps(data, indent=2, sort_keys=True), "utf-8")
         tmp.replace(engine_dir / CONFIG_FILE)

@@ -48,6 +48,7 @@ from .store.docstore import DocumentRecord, Docstore
 from .store.feedback import FeedbackLog
 from .sessions import SessionStore
 from .store.memindex import UnitIndex
+from .store.recall import EmbeddedRecall, RecallBackend
 from .wire import RerankResult
 from .derived import DerivedBuilder, DerivedReport, builder_kinds
 
@@ -169,7 +170,9 @@ class Engine(Retrieval):
             self._chroma_error = ""
             # Another process committed: an embedded Chroma's in-memory HNSW must be reloaded.
             self._chroma_reload = False
-            self._sync_chroma()  # a Chroma server that is down leaves the engine open, degraded
+            self.recall = self._make_recall(engine_id)
+            # A Chroma or Milvus that is down leaves the engine open, degraded.
+            self.recall.after_commit()
             # The LLM the engine was opened with (None: offline): builders write abstractive
             # summaries and reports with it, the community ops map-reduce with it.
             self.llm = llm
@@ -204,8 +207,30 @@ class Engine(Retrieval):
 
     # --- lifecycle -------------------------------------------------------------------
 
+    def _make_recall(self, engine_id: str) -> RecallBackend:
+        """The recall backend of ``config.backend`` (see ``store/recall.py``)."""
+        if self.config.backend == "embedded":
+            return EmbeddedRecall(chroma_query=self._chroma_query,
+                                  stored_count=self.store.stored_count,
+                                  after_commit=self._sync_chroma,
+                                  sync=self._reconcile_chroma_now,
+                                  status=lambda: {"chroma": self.chroma.url or "embedded"})
+        if not self.config.milvus_uri:
+            raise InvalidParams("backend 'milvus' needs milvus_uri (--milvus-uri or "
+                                "RCP_AGENTIC_MILVUS_URI): a path ending in .db for Milvus Lite, "
+                                "or http://host:19530", field="milvus_uri")
+        from .store.milvus import MilvusRecall
+
+        return MilvusRecall(self.store, uri=self.config.milvus_uri,
+                            token=self.config.milvus_token, prefix=f"rcp_{engine_id}",
+                            dim=self.dimension, fields=self.filter_fields,
+                            k1=self.config.bm25_k1, b=self.config.bm25_b,
+                            timeout=self.config.milvus_timeout_seconds,
+                            dense_index=self.config.milvus_dense_index)
+
     def close(self) -> None:
-        """Release Chroma and the SQLite connection."""
+        """Release the recall backend, Chroma and the SQLite connection."""
+        self.recall.close()
         self.chroma.close()
         self.store.close()
 
@@ -389,7 +414,7 @@ class Engine(Retrieval):
                 self._invalidate()
             reports.append(report)
             if report.version is not None:
-                self._sync_chroma()
+                self.recall.after_commit()
         return reports
 
     # --- the knowledge graph ---------------------------------------------------------
@@ -540,8 +565,12 @@ class Engine(Retrieval):
             self._push_vectors(unit, level, missing)
 
     def reconcile(self) -> None:
-        """Bring Chroma in line with SQLite now: replay queued operations, then repair any
-        difference. Raises BackendUnavailable (-32010) if Chroma cannot be reached."""
+        """Bring the recall backend in line with SQLite now. Embedded: replay Chroma's queued
+        operations, then repair any difference; Milvus: sync every kind to the last commit.
+        Raises BackendUnavailable (-32010) if Chroma or Milvus cannot be reached."""
+        self.recall.sync()
+
+    def _reconcile_chroma_now(self) -> None:
         with self._sync_lock:
             self._chroma_stale = True
             self._chroma_retry_at = 0.0
@@ -807,7 +836,7 @@ class Engine(Retrieval):
             self.store.write_documents(list(records.values()), used,
                                        max_fields=self.config.max_filter_fields)
             self._invalidate()
-        self._sync_chroma()
+        self.recall.after_commit()
         result.ids.extend(r.id for r, _texts in texts)  # one per input, in input order
         for record in records.values():
             result.chunks += sum(1 for u in record.units if u.unit == "chunk")
@@ -831,7 +860,7 @@ class Engine(Retrieval):
                                    field="ids", ids=missing[:100])
             deleted, _version = self.store.delete_documents(ids)
             self._invalidate()
-        self._sync_chroma()
+        self.recall.after_commit()
         if deleted and self.builders:
             self.update_derived()
         return deleted
@@ -897,11 +926,13 @@ class Engine(Retrieval):
             index = self._indexes.get(key)
             if index is None:
                 count = sum(n for u, lv, n in self.store.unit_kinds(v) if (u, lv) in kinds)
-                arrays = self.store.unit_arrays(kinds, v,
-                                                with_vectors=count <= self.config.dense_exact_max)
+                in_memory = self.recall.scores_in_memory
+                arrays = self.store.unit_arrays(
+                    kinds, v, with_vectors=in_memory and count <= self.config.dense_exact_max)
                 index = UnitIndex("+".join(f"{u}/{lv}" for u, lv in kinds), arrays,
                                   self.store.vocab_size(), k1=self.config.bm25_k1,
-                                  b=self.config.bm25_b)
+                                  b=self.config.bm25_b, postings=in_memory,
+                                  kinds=tuple(kinds), version=v)
                 while len(self._indexes) >= _INDEX_CACHE:
                     self._indexes.pop(next(iter(self._indexes)))
                 self._indexes[key] = index

@@ -87,6 +87,41 @@ def filled_engine(tmp_path_factory: pytest.TempPathFactory,
     eng.close()
 
 
+# Recall backends every backend-parametrized suite runs against (README "Scaling out").
+BACKENDS = ("embedded", "milvus")
+
+
+@pytest.fixture(scope="module", params=BACKENDS)
+def backend(request: pytest.FixtureRequest) -> str:
+    """The recall backend of a suite that runs against each (module-scoped: one engine each)."""
+    return str(request.param)
+
+
+def backend_overrides(backend: str, engine_path: Path) -> dict[str, Any]:
+    """Engine keyword arguments for ``backend``; Milvus Lite keeps its data beside the engine."""
+    if backend == "embedded":
+        return {}
+    return {"backend": "milvus", "milvus_uri": str(engine_path.parent / f"{engine_path.name}-milvus.db")}
+
+
+def _accepts(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=1):
+            return True
+    except OSError:
+        return False
+
+
+@contextmanager
+def milvus_lite_server(data: Path, port: int | None = None) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    """A real `milvus-lite server` subprocess on loopback: (its URI, the process)."""
+    port = port or free_port()
+    exe = shutil.which("milvus-lite") or str(Path(sys.executable).with_name("milvus-lite"))
+    with running_server([exe, "server", "--data-dir", str(data), "--host", "127.0.0.1",
+                         "--port", str(port)], lambda: _accepts(port), timeout=60) as proc:
+        yield f"http://127.0.0.1:{port}", proc
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

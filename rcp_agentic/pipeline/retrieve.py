@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -40,7 +39,7 @@ if TYPE_CHECKING:
     from ..models.embedder import TimedEmbedder
     from ..models.reranker import Reranker
     from ..sessions import SessionStore
-    from ..store.chroma import ChromaVectors
+    from ..store.recall import RecallBackend
     from ..store.docstore import Docstore
     from .confidence import Calibrator
 
@@ -108,7 +107,7 @@ class Retrieval:
     # Provided by the Engine.
     config: EngineConfig
     store: Docstore
-    chroma: ChromaVectors
+    recall: RecallBackend
     embedder: TimedEmbedder
     reranker: Reranker | None
     calibrator: Calibrator | None
@@ -126,10 +125,6 @@ class Retrieval:
         raise NotImplementedError
 
     def _served_version(self, pinned: str | None) -> int:
-        raise NotImplementedError
-
-    def _chroma_query(self, unit: str, level: int, vector: np.ndarray, n: int,
-                      rowids: list[int] | None) -> tuple[list[int], list[float]]:
         raise NotImplementedError
 
     def filter_fields(self) -> dict[str, str]:
@@ -162,7 +157,9 @@ class Retrieval:
 
     def sparse_ceiling(self, query: str, unit: str = "chunk", level: int = 0) -> float:
         """The largest BM25 any unit of this kind could score for ``query`` (0 if no term is known)."""
-        return self._index([(unit, level)]).sparse_ceiling(self.query_terms(query))
+        served = self._served_version(None)
+        return self.recall.sparse_ceiling(self._index([(unit, level)], served),
+                                          self.query_terms(query))
 
     def retrieve_params(self, raw: dict[str, Any],
                         control: RequestControl | None = None) -> RetrieveResult:
@@ -204,10 +201,15 @@ class Retrieval:
         if lag:
             plan.notes.append(lag)
         allowed = None
+        native = None
         if plan.filter is not None:
             compiled = compile_filter(plan.filter, fields)
-            rows = self.store.filtered_rowids(plan.kinds, served, compiled.sql, compiled.params)
-            allowed = index.positions_of(rows)
+            native = self.recall.compile_filter(plan.filter, fields, plan.kinds)
+            # Graph recall and tree traversal walk the allowed units themselves.
+            if native is None or plan.graph_recall or plan.tree_search == "traversal":
+                rows = self.store.filtered_rowids(plan.kinds, served, compiled.sql,
+                                                  compiled.params)
+                allowed = index.positions_of(rows)
         if units.get(plan.unit).spans_levels and plan.level is not None:
             spanning = index.positions_of(
                 self.store.spanning_rowids(plan.stored_unit, plan.level, served))
@@ -225,11 +227,12 @@ class Retrieval:
             allowed = self._traverse(plan, index, qvec, allowed)
         if plan.mode in ("dense", "hybrid"):
             assert qvec is not None
-            lists["dense"] = self._dense(index, plan, qvec, allowed, depth)
+            lists["dense"] = self.recall.dense(index, qvec, depth=depth, allowed=allowed,
+                                               native=native)
         if plan.mode in ("sparse", "hybrid"):
             term_ids = self.query_terms(plan.query)
-            ranked = index.sparse(term_ids, depth, allowed)
-            lists["sparse"] = list(zip(ranked.positions.tolist(), ranked.scores.tolist()))
+            lists["sparse"] = self.recall.sparse(index, term_ids, depth=depth, allowed=allowed,
+                                                 native=native)
         if plan.graph_recall:
             graph = self._graph_recall(plan, index, served, fields, lists, allowed, qvec,
                                        term_ids, depth)
@@ -322,38 +325,6 @@ class Retrieval:
         order = mmr_order(scores, vecs, plan.mmr_lambda, len(pool))
         return [pool[i] for i in order] + ranked[len(pool):]
 
-    def _dense(self, index: UnitIndex, plan: Plan, qvec: np.ndarray,
-               allowed: np.ndarray | None, depth: int) -> list[tuple[int, float]]:
-        """Dense recall: exact over vectors in memory, else Chroma's HNSW.
-
-        The Chroma path never answers from a Chroma that lacks committed rows: it syncs
-        the outbox first and raises BackendUnavailable (-32010, ``retryAfterMs``) while
-        Chroma is down, hung or being refilled (see ``Engine._chroma_query``).
-        """
-        if index.size == 0 or (allowed is not None and len(allowed) == 0):
-            return []
-        if index.vectors is not None:
-            ranked = index.dense(qvec, depth, allowed)
-            return list(zip(ranked.positions.tolist(), ranked.scores.tolist()))
-        out: list[tuple[int, float]] = []
-        for unit, level in plan.kinds:
-            in_kind = index.kind_positions(unit, level)
-            if allowed is not None:
-                in_kind = np.intersect1d(in_kind, allowed, assume_unique=True)
-                if len(in_kind) == 0:
-                    continue
-            rowids = None if allowed is None else index.rowids[in_kind].tolist()
-            # Chroma also holds rows of retained older versions (and derived rows no longer
-            # valid); ask for enough to cover them.
-            hidden = 0 if rowids is not None else max(
-                0, self.store.stored_count(unit, level) - len(in_kind))
-            n = min(depth, len(in_kind)) + hidden
-            if n == 0:
-                continue
-            got, sims = self._chroma_query(unit, level, qvec, n, rowids)
-            out.extend((index.position[r], s) for r, s in zip(got, sims) if r in index.position)
-        return sorted(out, key=lambda ps: (-ps[1], ps[0]))[:depth]
-
     def _unit_vectors(self, index: UnitIndex, positions: np.ndarray) -> np.ndarray:
         """Vectors of the units at ``positions``: from memory, or SQLite above dense_exact_max."""
         if index.vectors is not None:
@@ -376,7 +347,7 @@ class Retrieval:
         if name == "dense":
             assert qvec is not None
             return dict(zip(positions, (self._unit_vectors(index, pos) @ qvec).tolist()))
-        return dict(zip(positions, index.sparse_scores(term_ids, pos).tolist()))
+        return dict(zip(positions, self.recall.sparse_scores(index, term_ids, pos).tolist()))
 
     def _fuse(self, plan: Plan, lists: dict[str, list[tuple[int, float]]], index: UnitIndex,
               qvec: np.ndarray | None, term_ids: list[int]) -> list[tuple[int, float]]:
@@ -470,7 +441,8 @@ class Retrieval:
             return None
         stage = {name: np.array([per_stage[name][p] for p in positions])
                  for name in ("dense", "sparse", "graph") if name in per_stage}
-        ceiling = index.sparse_ceiling(term_ids) if "sparse" in per_stage else None
+        ceiling = (self.recall.sparse_ceiling(index, term_ids) if "sparse" in per_stage
+                   else None)
         probs = np.full(len(positions), np.nan)
         for family in sorted(set(families)):
             if not self.calibrator.supports(plan.mode, family, graph_ran):
@@ -694,13 +666,11 @@ class Retrieval:
                       if allowed is not None else None)
             chunk_lists = {}
             if qvec is not None and plan.mode in ("dense", "hybrid"):
-                chunk_plan = replace(plan, kinds=[("chunk", 0)], notes=[])
-                chunk_lists["dense"] = self._dense(ci, chunk_plan, qvec, inside,
-                                                   GRAPH_PRIOR_DEPTH)
+                chunk_lists["dense"] = self.recall.dense(ci, qvec, depth=GRAPH_PRIOR_DEPTH,
+                                                         allowed=inside)
             if plan.mode in ("sparse", "hybrid") and (inside is None or len(inside)):
-                ranked = ci.sparse(term_ids, GRAPH_PRIOR_DEPTH, inside)
-                chunk_lists["sparse"] = list(zip(ranked.positions.tolist(),
-                                                 ranked.scores.tolist()))
+                chunk_lists["sparse"] = self.recall.sparse(ci, term_ids, depth=GRAPH_PRIOR_DEPTH,
+                                                           allowed=inside)
         fused = fusion.rrf({n: r for n, r in chunk_lists.items() if r},
                            {n: 1.0 for n in chunk_lists}, plan.rrf_k)
         return {f"r{int(ci.rowids[p])}": float(s) for p, s in fused[:GRAPH_PRIOR_DEPTH]}

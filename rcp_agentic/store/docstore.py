@@ -91,6 +91,7 @@ CREATE INDEX IF NOT EXISTS units_doc ON units(doc_row);
 CREATE INDEX IF NOT EXISTS units_live_doc ON units(doc_id) WHERE v_to IS NULL;
 CREATE INDEX IF NOT EXISTS units_retired ON units(v_to) WHERE v_to IS NOT NULL;
 CREATE INDEX IF NOT EXISTS units_kind ON units(unit, level);
+CREATE INDEX IF NOT EXISTS units_added ON units(unit, level, v_from);
 """
 
 _SCHEMA = """
@@ -241,6 +242,7 @@ class Docstore:
         self._migrate()
         self._db.execute(f"PRAGMA busy_timeout={_BUSY_SLICE_MS}")
         self._vocab: dict[str, int] = {}
+        self._terms: dict[int, str] = {}
         self._vocab_max = -1
         self._load_vocab()
         self._data_version = self._read_data_version()
@@ -290,6 +292,7 @@ class Docstore:
                                     (self._vocab_max,)).fetchall()
             if rows:
                 self._vocab.update((t, i) for i, t in rows)
+                self._terms.update(rows)
                 self._vocab_max = int(rows[-1][0])
 
     def _read_data_version(self) -> int:
@@ -446,6 +449,7 @@ class Docstore:
             rows = [(start + i, t) for i, t in enumerate(sorted(new))]
             db.executemany("INSERT INTO vocab(id, term) VALUES (?, ?)", rows)
             self._vocab.update((t, i) for i, t in rows)
+            self._terms.update(rows)
             self._vocab_max = max(self._vocab_max, rows[-1][0])
 
     def _retire_document(self, db: sqlite3.Connection, doc_id: str, version: int) -> int:
@@ -716,6 +720,10 @@ class Docstore:
     def term_id(self, term: str) -> int | None:
         return self._vocab.get(term)
 
+    def terms_of(self, term_ids: Iterable[int]) -> list[str]:
+        """The terms of vocabulary ids (ids this process has not loaded are skipped)."""
+        return [self._terms[t] for t in term_ids if t in self._terms]
+
     def vocab_size(self) -> int:
         """One more than the largest term id known to this process."""
         return self._vocab_max + 1
@@ -751,6 +759,18 @@ class Docstore:
                 f" AND c.leaf NOT IN passing)",
                 (version, version, *params, *kparams, version, version))
         return np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
+
+    def passing_rowids(self, rowids: Sequence[int], sql: str, params: tuple[Any, ...]
+                       ) -> list[int]:
+        """Those of ``rowids`` (per-document units) whose unit and document satisfy a compiled
+        filter, in any version (a row and its document row never change)."""
+        out: list[int] = []
+        for i in range(0, len(rowids), 500):
+            part = list(rowids[i:i + 500])
+            out += [r for (r,) in self.query(
+                f"SELECT u.rowid FROM units u JOIN documents d ON d.drow = u.doc_row WHERE"
+                f" u.rowid IN ({','.join('?' * len(part))}) AND {sql}", (*part, *params))]
+        return sorted(out)
 
     def spanning_rowids(self, unit: str, level: int, version: int) -> np.ndarray:
         """Rowids of the units of a kind whose rows span levels (communities: stored at their
@@ -888,6 +908,35 @@ class Docstore:
         return [{"rowid": r, "uid": uid, "level": lv, "tokens": tk, "text": text,
                  "umeta": _loads(m) if m else {}, "covers": covers.get(r, [])}
                 for r, uid, lv, tk, text, m in rows]
+
+    # --- what a recall backend copies (store/milvus.py) --------------------------------
+
+    def added_rows(self, unit: str, level: int, after: int, upto: int,
+                   after_rowid: int = 0, limit: int = 1000) -> list[dict[str, Any]]:
+        """Rows of a kind added in versions ``after < v_from <= upto`` and still stored, in
+        rowid order from ``after_rowid`` (exclusive), with their vector, text and document
+        fields (``doc`` is None for a derived unit)."""
+        rows = self.query(
+            "SELECT u.rowid, u.uid, u.idx, u.page_start, u.page_end, u.v_from, u.v_to, u.text,"
+            " u.vec, d.id, d.source, d.title, d.file_type, d.modified_ms, d.fmeta"
+            " FROM units u LEFT JOIN documents d ON d.drow = u.doc_row"
+            " WHERE u.unit = ? AND u.level = ? AND u.v_from > ? AND u.v_from <= ?"
+            " AND u.rowid > ? ORDER BY u.rowid LIMIT ?",
+            (unit, level, after, upto, after_rowid, limit))
+        return [{"rowid": r[0], "uid": r[1], "idx": r[2], "page_start": r[3], "page_end": r[4],
+                 "v_from": r[5], "v_to": r[6], "text": r[7],
+                 "vector": np.frombuffer(r[8], dtype=np.float32),
+                 "doc": None if r[9] is None else {
+                     "id": r[9], "source": r[10], "title": r[11], "file_type": r[12],
+                     "modified_ms": r[13], "fmeta": _loads(r[14]) if r[14] else {}}}
+                for r in rows]
+
+    def retired_rows(self, unit: str, level: int, after: int, upto: int) -> list[tuple[int, int]]:
+        """(rowid, v_to) of the rows of a kind added at or before ``after`` and retired in
+        ``after < v_to <= upto``."""
+        return self.query(
+            "SELECT rowid, v_to FROM units WHERE unit = ? AND level = ? AND v_from <= ?"
+            " AND v_to > ? AND v_to <= ? ORDER BY rowid", (unit, level, after, after, upto))
 
     def counts(self) -> dict[str, int]:
         """Documents and units per kind."""

@@ -51,12 +51,17 @@ def _layers(units: list[str], levels: np.ndarray) -> np.ndarray:
 class UnitIndex:
     """Scoring arrays for one pool of units: one (unit, level), or several (a collapsed tree).
 
-    ``unit`` names the pool; ``units`` and ``levels`` give each row's own kind.
+    ``unit`` names the pool; ``units`` and ``levels`` give each row's own kind. Without
+    ``postings`` (a recall backend scores BM25 elsewhere) the index keeps only each term's
+    document frequency and largest impact, for :meth:`doc_freq` and :meth:`sparse_ceiling`.
     """
 
     def __init__(self, unit: str, arrays: UnitArrays, vocab_size: int, *, k1: float,
-                 b: float) -> None:
+                 b: float, postings: bool = True, kinds: tuple[tuple[str, int], ...] = (),
+                 version: int = 0) -> None:
         self.unit = unit
+        self.kinds = kinds or ((unit, 0),)  # the (unit, level) pairs pooled here
+        self.version = version  # the index version this index is a snapshot of
         self.rowids = arrays.rowids
         self.position = {int(r): i for i, r in enumerate(arrays.rowids)}
         self.vectors = arrays.vectors
@@ -90,10 +95,20 @@ class UnitIndex:
             impact[at] = idf[cols[at]] * tf[at] * (k1 + 1.0) / (tf[at] + norm[rows[at]])
         # CSC layout: postings of term t are rows[indptr[t]:indptr[t+1]].
         order = np.argsort(cols, kind="stable")
-        self.post_rows = rows[order]
-        self.post_impact = impact[order].astype(np.float32)
         self.indptr = np.zeros(vocab_size + 1, dtype=np.int64)
         np.cumsum(np.bincount(cols, minlength=vocab_size), out=self.indptr[1:])
+        self.postings = postings
+        self.term_max = np.zeros(vocab_size, dtype=np.float32)
+        if postings:
+            self.post_rows = rows[order]
+            self.post_impact = impact[order].astype(np.float32)
+        else:
+            present = np.flatnonzero(np.diff(self.indptr))
+            if len(present):
+                self.term_max[present] = np.maximum.reduceat(impact[order],
+                                                             self.indptr[present])
+            self.post_rows = np.zeros(0, dtype=np.int32)
+            self.post_impact = np.zeros(0, dtype=np.float32)
 
     @property
     def layered(self) -> bool:
@@ -127,8 +142,13 @@ class UnitIndex:
             scores = self.vectors @ query
         return _top(scores, k, candidates)
 
+    def _need_postings(self) -> None:
+        if not self.postings:
+            raise RuntimeError("this index holds no BM25 postings (the recall backend scores)")
+
     def sparse(self, term_ids: list[int], k: int, candidates: np.ndarray | None = None) -> Ranked:
         """BM25 top-``k`` among units matching at least one query term."""
+        self._need_postings()
         spans = [(self.indptr[t], self.indptr[t + 1]) for t in term_ids
                  if t + 1 < len(self.indptr)]
         if not spans:
@@ -149,6 +169,7 @@ class UnitIndex:
 
     def sparse_scores(self, term_ids: list[int], positions: np.ndarray) -> np.ndarray:
         """BM25 of the units at ``positions`` (postings of a term are sorted by row)."""
+        self._need_postings()
         scores = np.zeros(len(positions), dtype=np.float64)
         for t in term_ids:
             if t + 1 >= len(self.indptr) or self.indptr[t + 1] == self.indptr[t]:
@@ -167,6 +188,8 @@ class UnitIndex:
         """
         total = 0.0
         for t in term_ids:
-            if t + 1 < len(self.indptr) and self.indptr[t + 1] > self.indptr[t]:
+            if not self.postings:
+                total += float(self.term_max[t]) if t < len(self.term_max) else 0.0
+            elif t + 1 < len(self.indptr) and self.indptr[t + 1] > self.indptr[t]:
                 total += float(self.post_impact[self.indptr[t]:self.indptr[t + 1]].max())
         return total

@@ -1,0 +1,433 @@
+"""Milvus as the recall backend: dense ANN and BM25 in Milvus, for corpora past one machine.
+
+``uri`` is a file path ending in ``.db`` (Milvus Lite, in process: tests and laptops)
+or ``http://host:19530`` (a Milvus server or cluster); ``token`` authenticates.
+
+Layout: one collection per unit kind and level (``<prefix>_<unit>_<level>``), so
+BM25 keeps each kind's own statistics as the in-memory index does. A row is a
+unit: ``rowid`` (the docstore's, primary key), ``uid``, the versions that added
+and retired it (``v_from``, ``v_to``; live rows carry ``LIVE``), typed scalar
+columns for the built-in and user filter fields (``store/milvus_filter.py``),
+``terms`` — the unit's text analysed by the engine's own analyzer (lowercase,
+stopwords, Snowball stems), re-tokenised by Milvus's standard tokenizer into the
+same terms — its ``dense`` vector and ``sparse``, the BM25 vector Milvus computes
+from ``terms``. Milvus scores BM25 at query time from its own statistics.
+
+Sync: SQLite stays the source of truth. Each collection records in its
+``rcp.synced`` property the index version it holds; bringing it to version ``v``
+upserts the rows added since (idempotent per rowid), writes the new ``v_to`` of
+rows retired since (a partial upsert), deletes the rows no retained version can
+see, flushes (search on unflushed segments is ~40x slower) and only then moves
+the property. A crash or an outage at any step leaves the property behind, so the
+next sync redoes the step; a read pins ``v_from <= v < v_to``, so rows of a later
+commit are never visible early, and a read waits for (or raises until) a sync to
+its version. A collection that disappeared (a server restarted empty) is recreated
+and refilled from SQLite.
+
+Every failure of a Milvus call is BackendUnavailable (-32010, retryable,
+``retryAfterMs``); writes stay committed in SQLite meanwhile.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from ..errors import BackendUnavailable, InvalidParams
+from ..models.analyzer import analyze
+from ..units import derived_kinds
+from .docstore import Docstore
+from .memindex import UnitIndex
+from ..pipeline.filters import compile_filter
+from .milvus_filter import INEXACT_ROWS, add_columns, column_values, compile_milvus_filter
+
+log = logging.getLogger(__name__)
+
+LIVE = 2**62  # v_to of a row no version has retired
+RETRY_AFTER_MS = 1000
+# Milvus limits: a VARCHAR holds at most 65,535 bytes; one search returns at most 16,384 hits.
+MAX_VARCHAR_BYTES = 65_535
+MAX_TOPK = 16_384
+_UID_BYTES = 2048
+_BATCH = 500
+# Past this many rows with values Milvus cannot hold, a filter on the kind runs in SQLite.
+_MAX_INEXACT = 10_000
+_SYNCED = "rcp.synced"
+_NAME = re.compile(r"[^A-Za-z0-9_]")
+
+Kinds = Sequence[tuple[str, int]]
+Ranking = list[tuple[int, float]]
+
+
+def _clip(text: str, limit: int) -> tuple[str, bool]:
+    """``text`` cut to at most ``limit`` UTF-8 bytes at a space (whether it was cut)."""
+    raw = text.encode("utf-8")
+    if len(raw) <= limit:
+        return text, False
+    cut = raw[:limit].decode("utf-8", "ignore")
+    return cut[:cut.rfind(" ")] if " " in cut else cut, True
+
+
+def _connect(uri: str, token: str | None, timeout: float) -> Any:
+    try:
+        from pymilvus import MilvusClient
+    except ImportError:
+        raise InvalidParams("the Milvus backend needs pymilvus: pip install "
+                            "'rcp-agentic[milvus]'", field="backend") from None
+    return MilvusClient(uri=uri, token=token or "", timeout=timeout)
+
+
+class MilvusRecall:
+    """Recall in Milvus (see the module docstring); one per engine."""
+
+    name = "milvus"
+    scores_in_memory = False
+
+    def __init__(self, store: Docstore, *, uri: str, token: str | None, prefix: str, dim: int,
+                 fields: Callable[[], Mapping[str, str]], k1: float, b: float,
+                 timeout: float, dense_index: str = "AUTOINDEX") -> None:
+        self.store = store
+        self.uri = uri
+        self._token = token
+        self.prefix = _NAME.sub("_", prefix)
+        self.dim = dim
+        self._fields = fields
+        self.k1, self.b = k1, b
+        self.timeout = timeout
+        self.dense_index = dense_index
+        self._client: Any = None
+        self._lock = threading.RLock()
+        self._synced: dict[tuple[str, int], int] = {}  # what this process knows each holds
+        self._columns: dict[tuple[str, int], frozenset[str]] = {}
+        self._inexact: dict[tuple[str, int], tuple[int, list[int]]] = {}
+        self._retry_at = 0.0
+        self._error = ""
+        self.truncated = 0  # units whose analysed text exceeded a VARCHAR (BM25 on the head)
+
+    # --- connection and errors -----------------------------------------------------------
+
+    @property
+    def where(self) -> str:
+        return f"Milvus Lite at {self.uri}" if self.uri.endswith(".db") else f"Milvus at {self.uri}"
+
+    def _down(self) -> BackendUnavailable:
+        wait_ms = max(1, int((self._retry_at - time.monotonic()) * 1000))
+        return BackendUnavailable(
+            f"{self.where} is unavailable: {self._error}. Every write is committed in SQLite "
+            "(the source of truth) and is copied to Milvus as soon as it answers",
+            retryable=True, retryAfterMs=max(wait_ms, RETRY_AFTER_MS))
+
+    def _failed(self, exc: Exception, started: float) -> BackendUnavailable:
+        self._error = f"{type(exc).__name__}: {str(exc)[:300]}"
+        if self.uri.endswith(".db") and "Open local milvus failed" in str(exc):
+            self._error += (" (Milvus Lite opens a .db in one process only; for several "
+                            f"processes run `milvus-lite server --data-dir {self.uri}` and "
+                            "use --milvus-uri http://127.0.0.1:19530)")
+        self._retry_at = time.monotonic() + 1.0 + (time.monotonic() - started)
+        self._synced.clear()  # re-read every collection's state once it answers
+        self._columns.clear()
+        if self._client is not None:
+            try:
+                self._client.close()
+            except Exception:  # noqa: BLE001 - a broken connection may fail to close too
+                pass
+            self._client = None
+        log.warning("%s failed: %s", self.where, self._error)
+        return self._down()
+
+    def _call(self, fn: Callable[[Any], Any]) -> Any:
+        """Run ``fn(client)``; any failure becomes BackendUnavailable and a retry window."""
+        if time.monotonic() < self._retry_at:
+            raise self._down()
+        started = time.monotonic()
+        try:
+            if self._client is None:
+                self._client = _connect(self.uri, self._token, self.timeout)
+            out = fn(self._client)
+        except (BackendUnavailable, InvalidParams):
+            raise
+        except Exception as exc:  # noqa: BLE001 - pymilvus, grpc and socket errors alike
+            raise self._failed(exc, started) from exc
+        self._retry_at = 0.0
+        return out
+
+    # --- collections -------------------------------------------------------------------
+
+    def collection(self, unit: str, level: int) -> str:
+        return f"{self.prefix}_{_NAME.sub('_', unit)}_{level}"
+
+    def _create(self, client: Any, name: str, fields: Mapping[str, str]) -> None:
+        from pymilvus import DataType, Function, FunctionType
+
+        schema = client.create_schema(auto_id=False, enable_dynamic_field=False)
+        schema.add_field("rowid", DataType.INT64, is_primary=True)
+        schema.add_field("uid", DataType.VARCHAR, max_length=_UID_BYTES)
+        schema.add_field("v_from", DataType.INT64)
+        schema.add_field("v_to", DataType.INT64)
+        add_columns(schema, fields)
+        schema.add_field("terms", DataType.VARCHAR, max_length=MAX_VARCHAR_BYTES,
+                         enable_analyzer=True, analyzer_params={"tokenizer": "standard"})
+        schema.add_field("dense", DataType.FLOAT_VECTOR, dim=self.dim)
+        schema.add_field("sparse", DataType.SPARSE_FLOAT_VECTOR)
+        schema.add_function(Function(name="bm25", function_type=FunctionType.BM25,
+                                     input_field_names=["terms"], output_field_names=["sparse"]))
+        index = client.prepare_index_params()
+        index.add_index("dense", index_type=self.dense_index, metric_type="IP")
+        index.add_index("sparse", index_type="SPARSE_INVERTED_INDEX", metric_type="BM25",
+                        params={"bm25_k1": self.k1, "bm25_b": self.b})
+        client.create_collection(name, schema=schema, index_params=index,
+                                 properties={_SYNCED: "0"})
+
+    def _open(self, client: Any, unit: str, level: int) -> int:
+        """Create or load the kind's collection; the version it holds."""
+        name = self.collection(unit, level)
+        if not client.has_collection(name):
+            self._create(client, name, self._fields())
+        else:
+            client.load_collection(name)
+        info = client.describe_collection(name)
+        self._columns[(unit, level)] = frozenset(f["name"] for f in info.get("fields", []))
+        return int((info.get("properties") or {}).get(_SYNCED, "0"))
+
+    # --- sync ----------------------------------------------------------------------------
+
+    def _row(self, unit: str, r: dict[str, Any], fields: Mapping[str, str],
+             columns: frozenset[str]) -> dict[str, Any]:
+        terms, cut = _clip(" ".join(analyze(r["text"])), MAX_VARCHAR_BYTES)
+        self.truncated += cut
+        values = column_values(unit, r["idx"], r["doc"], r["page_start"], r["page_end"],
+                               fields)
+        return {"rowid": r["rowid"], "uid": _clip(r["uid"], _UID_BYTES)[0],
+                "v_from": r["v_from"], "v_to": r["v_to"] if r["v_to"] is not None else LIVE,
+                **{k: v for k, v in values.items() if k in columns},
+                "terms": terms, "dense": r["vector"].tolist()}
+
+    def _sync_kind(self, client: Any, unit: str, level: int, upto: int) -> None:
+        held = self._open(client, unit, level)
+        if held >= upto:
+            self._synced[(unit, level)] = held
+            return
+        name = self.collection(unit, level)
+        fields = dict(self._fields())
+        columns = self._columns[(unit, level)]
+        last = 0
+        while rows := self.store.added_rows(unit, level, held, upto, last, _BATCH):
+            client.upsert(name, [self._row(unit, r, fields, columns) for r in rows])
+            last = rows[-1]["rowid"]
+        retired = self.store.retired_rows(unit, level, held, upto)
+        for i in range(0, len(retired), _BATCH):
+            client.upsert(name, [{"rowid": r, "v_to": v} for r, v in retired[i:i + _BATCH]],
+                          partial_update=True)
+        client.delete(name, filter=f"v_to <= {self.store.oldest_retained(upto)}")
+        client.flush(name)
+        client.alter_collection_properties(name, properties={_SYNCED: str(upto)})
+        self._synced[(unit, level)] = upto
+
+    def sync(self, upto: int | None = None, kinds: Kinds | None = None) -> None:
+        """Bring the collections of ``kinds`` (default: every stored kind) to version ``upto``
+        (default: the last commit). Raises BackendUnavailable while Milvus cannot be reached."""
+        version = self.store.index_version() if upto is None else upto
+        wanted = list(kinds) if kinds is not None else self.store.stored_kinds()
+        with self._lock:
+            todo = [k for k in wanted if self._synced.get(k, -1) < version]
+            if not todo:
+                return
+
+            def run(client: Any) -> None:
+                for unit, level in todo:
+                    self._sync_kind(client, unit, level, version)
+
+            self._call(run)
+            if kinds is None:
+                # The outbox queues Chroma's copy, which this backend replaces (an engine opened
+                # with the embedded backend again compares all of Chroma with SQLite first).
+                last = self.store.query("SELECT MAX(seq) FROM outbox")[0][0]
+                if last is not None:
+                    self.store.clear_outbox(int(last))
+
+    def after_commit(self) -> None:
+        try:
+            self.sync()
+        except BackendUnavailable as exc:
+            log.warning("Milvus is behind SQLite (synced on the next read): %s", exc.message)
+
+    # --- search --------------------------------------------------------------------------
+
+    def compile_filter(self, node: Any, fields: Mapping[str, str], kinds: Kinds) -> str | None:
+        derived = derived_kinds()
+        if any(unit in derived for unit, _lv in kinds):
+            return None  # a derived unit passes only if every leaf it covers does: SQLite
+        self.sync(kinds=kinds)
+        columns = frozenset.intersection(*(self._columns[k] for k in kinds))
+        expr = compile_milvus_filter(node, fields, columns)
+        if expr is None:
+            return None
+        # Rows holding a value Milvus cannot store faithfully are judged by SQLite.
+        inexact = [r for kind in kinds for r in self._inexact_rows(kind)]
+        if not inexact:
+            return expr
+        if len(inexact) > _MAX_INEXACT:
+            return None
+        sql = compile_filter(node, dict(fields))
+        passing = self.store.passing_rowids(inexact, sql.sql, sql.params)
+        return f"({expr}) or rowid in [{','.join(map(str, passing))}]" if passing else expr
+
+    def _inexact_rows(self, kind: tuple[str, int]) -> list[int]:
+        """Rowids of a kind's rows Milvus holds with ``b_inexact`` set (cached per sync)."""
+        held = self._synced.get(kind, -1)
+        cached = self._inexact.get(kind)
+        if cached is not None and cached[0] == held:
+            return cached[1]
+        name = self.collection(*kind)
+        found = self._call(lambda client: client.query(
+            name, filter=INEXACT_ROWS, output_fields=["rowid"], limit=_MAX_INEXACT + 1))
+        rows = sorted(int(row["rowid"]) for row in found)
+        self._inexact[kind] = (held, rows)
+        return rows
+
+    def _searches(self, index: UnitIndex, *, depth: int, allowed: np.ndarray | None,
+                  native: str | None) -> Iterator[tuple[str, str, int]]:
+        """(collection, filter expression, limit) of each kind worth searching."""
+        version = index.version
+        for unit, level in index.kinds:
+            expr = f"v_from <= {version} and v_to > {version}"
+            if native:
+                expr += f" and ({native})"
+            limit = depth
+            if allowed is not None:
+                mine = np.intersect1d(index.kind_positions(unit, level), allowed,
+                                      assume_unique=True)
+                if len(mine) == 0:
+                    continue
+                expr += f" and rowid in [{','.join(map(str, index.rowids[mine].tolist()))}]"
+                limit = min(depth, len(mine))
+            if limit > 0:
+                yield self.collection(unit, level), expr, min(limit, MAX_TOPK)
+
+    def _search(self, index: UnitIndex, field: str, data: Any, metric: str, *, depth: int,
+                allowed: np.ndarray | None, native: str | None) -> Ranking:
+        if index.size == 0 or (allowed is not None and len(allowed) == 0):
+            return []
+        self.sync(index.version, index.kinds)
+        plans = list(self._searches(index, depth=depth, allowed=allowed, native=native))
+
+        def run(client: Any) -> list[Any]:
+            return [client.search(name, data=[data], anns_field=field, limit=limit,
+                                  filter=expr, output_fields=["rowid"],
+                                  search_params={"metric_type": metric})[0]
+                    for name, expr, limit in plans]
+
+        out: Ranking = []
+        for found in self._call(run):
+            for hit in found:
+                pos = index.position.get(int(hit.id))
+                if pos is not None:  # else a derived unit not valid at this version
+                    out.append((pos, _score(metric, hit.distance)))
+        return sorted(out, key=lambda ps: (-ps[1], ps[0]))[:depth]
+
+    def dense(self, index: UnitIndex, qvec: np.ndarray, *,
+              depth: int, allowed: np.ndarray | None = None, native: Any = None) -> Ranking:
+        return self._search(index, "dense", np.asarray(qvec, dtype=np.float32).tolist(), "IP",
+                            depth=depth, allowed=allowed, native=native)
+
+    def _text(self, term_ids: list[int]) -> str:
+        return " ".join(self.store.terms_of(term_ids))
+
+    def sparse(self, index: UnitIndex, term_ids: list[int], *,
+               depth: int, allowed: np.ndarray | None = None, native: Any = None) -> Ranking:
+        text = self._text(term_ids)
+        if not text:
+            return []
+        return self._search(index, "sparse", text, "BM25", depth=depth, allowed=allowed,
+                            native=native)
+
+    def sparse_scores(self, index: UnitIndex, term_ids: list[int],
+                      positions: np.ndarray) -> np.ndarray:
+        scores = np.zeros(len(positions), dtype=np.float64)
+        text = self._text(term_ids)
+        if not text or len(positions) == 0:
+            return scores
+        found = dict(self._search(index, "sparse", text, "BM25", depth=len(positions),
+                                  allowed=np.unique(positions), native=None))
+        for i, p in enumerate(np.asarray(positions).tolist()):
+            scores[i] = found.get(p, 0.0)
+        return scores
+
+    def sparse_ceiling(self, index: UnitIndex, term_ids: list[int]) -> float:
+        """Σ over the query terms of the best BM25 one term alone reaches (one search of one
+        hit per term and kind), on Milvus's own BM25 scale."""
+        terms = self.store.terms_of(term_ids)
+        if not terms or index.size == 0:
+            return 0.0
+        self.sync(index.version, index.kinds)
+        expr = f"v_from <= {index.version} and v_to > {index.version}"
+
+        def run(client: Any) -> list[Any]:
+            return [client.search(self.collection(u, lv), data=terms, anns_field="sparse",
+                                  limit=1, filter=expr, output_fields=["rowid"],
+                                  search_params={"metric_type": "BM25"})
+                    for u, lv in index.kinds]
+
+        best = np.zeros(len(terms))
+        for per_term in self._call(run):
+            for i, found in enumerate(per_term):
+                if len(found):
+                    best[i] = max(best[i], _score("BM25", found[0].distance))
+        return float(best.sum())
+
+    # --- state ---------------------------------------------------------------------------
+
+    def status(self) -> dict[str, Any]:
+        """Per collection: rows held and the version synced (or why Milvus cannot say)."""
+        out: dict[str, Any] = {"backend": self.name, "uri": self.uri,
+                               "truncated_terms": self.truncated}
+        try:
+            def run(client: Any) -> dict[str, Any]:
+                kinds = {}
+                for unit, level in self.store.stored_kinds():
+                    name = self.collection(unit, level)
+                    if not client.has_collection(name):
+                        kinds[f"{unit}/{level}"] = {"rows": 0, "synced": None}
+                        continue
+                    info = client.describe_collection(name)
+                    rows = client.get_collection_stats(name).get("row_count", 0)
+                    kinds[f"{unit}/{level}"] = {
+                        "rows": int(rows),
+                        "synced": int((info.get("properties") or {}).get(_SYNCED, "0"))}
+                return kinds
+
+            out["collections"] = self._call(run)
+        except BackendUnavailable as exc:
+            out["error"] = exc.message
+        return out
+
+    def drop_all(self) -> None:
+        """Drop every collection of this engine (tests and ``--rebuild``)."""
+        def run(client: Any) -> None:
+            for name in client.list_collections():
+                if name.startswith(self.prefix + "_"):
+                    client.drop_collection(name)
+
+        with self._lock:
+            self._call(run)
+            self._synced.clear()
+            self._columns.clear()
+
+    def close(self) -> None:
+        with self._lock:
+            if self._client is not None:
+                try:
+                    self._client.close()
+                finally:
+                    self._client = None
+
+
+def _score(metric: str, distance: float) -> float:
+    """A similarity, larger is better: Milvus Lite reports BM25 negated, a server does not."""
+    return abs(float(distance)) if metric == "BM25" else float(distance)
