@@ -3,26 +3,29 @@
 ``uri`` is a file path ending in ``.db`` (Milvus Lite, in process: tests and laptops)
 or ``http://host:19530`` (a Milvus server or cluster); ``token`` authenticates.
 
-Layout: one collection per unit kind and level (``<prefix>_<unit>_<level>``), so
-BM25 keeps each kind's own statistics as the in-memory index does. A row is a
-unit: ``rowid`` (the docstore's, primary key), ``uid``, the versions that added
-and retired it (``v_from``, ``v_to``; live rows carry ``LIVE``), typed scalar
-columns for the built-in and user filter fields (``store/milvus_filter.py``),
-``terms`` — the unit's text analysed by the engine's own analyzer (lowercase,
-stopwords, Snowball stems), re-tokenised by Milvus's standard tokenizer into the
-same terms — its ``dense`` vector and ``sparse``, the BM25 vector Milvus computes
-from ``terms``. Milvus scores BM25 at query time from its own statistics.
+Layout: one collection per unit kind and level, reached through the alias
+``<prefix>_<unit>_<level>``, so BM25 keeps each kind's own statistics as the
+in-memory index does. A row is a unit: ``rowid`` (the docstore's, primary key),
+``uid``, the versions that added and retired it (``v_from``, ``v_to``; live rows
+carry ``LIVE``), typed scalar columns for the built-in and user filter fields
+(``store/milvus_filter.py``), ``terms`` — the unit's text analysed by the engine's
+own analyzer (lowercase, stopwords, Snowball stems), which Milvus's standard
+tokenizer splits back into the same terms — its ``dense`` vector and ``sparse``,
+the BM25 vector Milvus computes from ``terms``. Milvus scores BM25 at query time
+from its own statistics over every row it holds (retained older versions included).
 
 Sync: SQLite stays the source of truth. Each collection records in its
-``rcp.synced`` property the index version it holds; bringing it to version ``v``
-upserts the rows added since (idempotent per rowid), writes the new ``v_to`` of
-rows retired since (a partial upsert), deletes the rows no retained version can
-see, flushes (search on unflushed segments is ~40x slower) and only then moves
-the property. A crash or an outage at any step leaves the property behind, so the
-next sync redoes the step; a read pins ``v_from <= v < v_to``, so rows of a later
-commit are never visible early, and a read waits for (or raises until) a sync to
-its version. A collection that disappeared (a server restarted empty) is recreated
-and refilled from SQLite.
+``rcp.synced`` property the index version it holds. On a Milvus server, bringing
+it to version ``v`` upserts the rows added since (idempotent per rowid), writes the
+new ``v_to`` of rows retired since (a partial upsert), deletes the rows no retained
+version can see, flushes (search on unflushed segments is ~40x slower) and only
+then moves the property. Milvus Lite scores BM25 per segment, so there a sync
+fills a new collection with every stored row of the kind and then moves the alias
+to it (the first sync does this everywhere). A crash or an outage at any step
+leaves the property (or the alias) behind, so the next sync redoes the step; a
+read pins ``v_from <= v < v_to``, so rows of a later commit are never visible
+early, and a read waits for (or raises until) a sync to its version. A collection
+that disappeared (a server restarted empty) is recreated and refilled from SQLite.
 
 Every failure of a Milvus call is BackendUnavailable (-32010, retryable,
 ``retryAfterMs``); writes stay committed in SQLite meanwhile.
@@ -34,6 +37,7 @@ import logging
 import re
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -106,6 +110,7 @@ class MilvusRecall:
         self._synced: dict[tuple[str, int], int] = {}  # what this process knows each holds
         self._columns: dict[tuple[str, int], frozenset[str]] = {}
         self._inexact: dict[tuple[str, int], tuple[int, list[int]]] = {}
+        self._lite: bool | None = None  # Milvus Lite (per-segment BM25), known once connected
         self._retry_at = 0.0
         self._error = ""
         self.truncated = 0  # units whose analysed text exceeded a VARCHAR (BM25 on the head)
@@ -184,18 +189,35 @@ class MilvusRecall:
         client.create_collection(name, schema=schema, index_params=index,
                                  properties={_SYNCED: "0"})
 
-    def _open(self, client: Any, unit: str, level: int) -> int:
-        """Create or load the kind's collection; the version it holds."""
-        name = self.collection(unit, level)
-        if not client.has_collection(name):
-            self._create(client, name, self._fields())
-        else:
-            client.load_collection(name)
-        info = client.describe_collection(name)
+    def _is_lite(self, client: Any) -> bool:
+        if self._lite is None:
+            self._lite = str(client.get_server_version()).startswith("milvus_lite")
+        return self._lite
+
+    def _open(self, client: Any, unit: str, level: int) -> tuple[str | None, int]:
+        """The collection the kind's alias names (None if there is none yet) and the version
+        it holds, loaded for search."""
+        alias = self.collection(unit, level)
+        if alias not in client.list_aliases().get("aliases", []):
+            return None, -1
+        physical = str(client.describe_alias(alias)["collection_name"])
+        client.load_collection(physical)
+        return physical, self._describe(client, unit, level, physical)
+
+    def _describe(self, client: Any, unit: str, level: int, physical: str) -> int:
+        info = client.describe_collection(physical)
         self._columns[(unit, level)] = frozenset(f["name"] for f in info.get("fields", []))
         return int((info.get("properties") or {}).get(_SYNCED, "0"))
 
-    # --- sync ----------------------------------------------------------------------------
+    def _publish(self, client: Any, alias: str, physical: str, replaced: str | None) -> None:
+        """Point the kind's alias at ``physical`` and drop its other generations."""
+        if replaced is None:
+            client.create_alias(physical, alias)
+        else:
+            client.alter_alias(physical, alias)
+        for name in client.list_collections():
+            if name.startswith(alias + "_g") and name != physical:
+                client.drop_collection(name)
 
     def _row(self, unit: str, r: dict[str, Any], fields: Mapping[str, str],
              columns: frozenset[str]) -> dict[str, Any]:
@@ -209,24 +231,42 @@ class MilvusRecall:
                 "terms": terms, "dense": r["vector"].tolist()}
 
     def _sync_kind(self, client: Any, unit: str, level: int, upto: int) -> None:
-        held = self._open(client, unit, level)
-        if held >= upto:
+        """Bring one kind to ``upto``: incrementally into its collection, or (the first time,
+        and always on Milvus Lite) by filling a new generation and moving the alias to it.
+
+        Milvus Lite scores BM25 with each segment's own statistics and every flush makes a
+        segment, so there a kind is rewritten whole, as one segment, on each sync; a Milvus
+        server aggregates the statistics of all segments, so it is synced incrementally.
+        """
+        alias = self.collection(unit, level)
+        current, held = self._open(client, unit, level)
+        if current is not None and held >= upto:
             self._synced[(unit, level)] = held
             return
-        name = self.collection(unit, level)
+        rebuild = current is None or self._is_lite(client)
+        target = current
+        if rebuild:
+            target = f"{alias}_g{uuid.uuid4().hex[:8]}"
+            self._create(client, target, self._fields())
+            self._describe(client, unit, level, target)
+            held = -1
+        assert target is not None
         fields = dict(self._fields())
         columns = self._columns[(unit, level)]
         last = 0
         while rows := self.store.added_rows(unit, level, held, upto, last, _BATCH):
-            client.upsert(name, [self._row(unit, r, fields, columns) for r in rows])
+            client.upsert(target, [self._row(unit, r, fields, columns) for r in rows])
             last = rows[-1]["rowid"]
-        retired = self.store.retired_rows(unit, level, held, upto)
-        for i in range(0, len(retired), _BATCH):
-            client.upsert(name, [{"rowid": r, "v_to": v} for r, v in retired[i:i + _BATCH]],
-                          partial_update=True)
-        client.delete(name, filter=f"v_to <= {self.store.oldest_retained(upto)}")
-        client.flush(name)
-        client.alter_collection_properties(name, properties={_SYNCED: str(upto)})
+        if not rebuild:
+            retired = self.store.retired_rows(unit, level, held, upto)
+            for i in range(0, len(retired), _BATCH):
+                client.upsert(target, [{"rowid": r, "v_to": v}
+                                       for r, v in retired[i:i + _BATCH]], partial_update=True)
+            client.delete(target, filter=f"v_to <= {self.store.oldest_retained(upto)}")
+        client.flush(target)
+        client.alter_collection_properties(target, properties={_SYNCED: str(upto)})
+        if rebuild:
+            self._publish(client, alias, target, current)
         self._synced[(unit, level)] = upto
 
     def sync(self, upto: int | None = None, kinds: Kinds | None = None) -> None:
@@ -245,17 +285,24 @@ class MilvusRecall:
 
             self._call(run)
             if kinds is None:
-                # The outbox queues Chroma's copy, which this backend replaces (an engine opened
-                # with the embedded backend again compares all of Chroma with SQLite first).
-                last = self.store.query("SELECT MAX(seq) FROM outbox")[0][0]
-                if last is not None:
-                    self.store.clear_outbox(int(last))
+                self._clear_outbox()
 
     def after_commit(self) -> None:
+        """Sync every kind now (Milvus Lite: on the next read, which rewrites a kind whole)."""
         try:
-            self.sync()
+            if self._call(self._is_lite):
+                self._clear_outbox()
+            else:
+                self.sync()
         except BackendUnavailable as exc:
             log.warning("Milvus is behind SQLite (synced on the next read): %s", exc.message)
+
+    def _clear_outbox(self) -> None:
+        # The outbox queues Chroma's copy, which this backend replaces (an engine opened with
+        # the embedded backend again compares all of Chroma with SQLite first).
+        last = self.store.query("SELECT MAX(seq) FROM outbox")[0][0]
+        if last is not None:
+            self.store.clear_outbox(int(last))
 
     # --- search --------------------------------------------------------------------------
 
@@ -410,6 +457,9 @@ class MilvusRecall:
     def drop_all(self) -> None:
         """Drop every collection of this engine (tests and ``--rebuild``)."""
         def run(client: Any) -> None:
+            for alias in client.list_aliases().get("aliases", []):
+                if alias.startswith(self.prefix + "_"):
+                    client.drop_alias(alias)
             for name in client.list_collections():
                 if name.startswith(self.prefix + "_"):
                     client.drop_collection(name)
