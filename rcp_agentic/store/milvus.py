@@ -62,6 +62,8 @@ _UID_BYTES = 2048
 _BATCH = 500
 # Past this many rows with values Milvus cannot hold, a filter on the kind runs in SQLite.
 _MAX_INEXACT = 10_000
+# What Milvus Lite 3.2 scores BM25 with, whatever the index's bm25_k1 / bm25_b say.
+LITE_BM25_K1, LITE_BM25_B = 1.5, 0.75
 _SYNCED = "rcp.synced"
 _NAME = re.compile(r"[^A-Za-z0-9_]")
 
@@ -183,7 +185,11 @@ class MilvusRecall:
         schema.add_function(Function(name="bm25", function_type=FunctionType.BM25,
                                      input_field_names=["terms"], output_field_names=["sparse"]))
         index = client.prepare_index_params()
-        index.add_index("dense", index_type=self.dense_index, metric_type="IP")
+        # Milvus Lite's AUTOINDEX is approximate at candidate depth; it is the correctness
+        # target, so there the default is exact search.
+        dense_index = ("FLAT" if self.dense_index == "AUTOINDEX" and self._is_lite(client)
+                       else self.dense_index)
+        index.add_index("dense", index_type=dense_index, metric_type="IP")
         index.add_index("sparse", index_type="SPARSE_INVERTED_INDEX", metric_type="BM25",
                         params={"bm25_k1": self.k1, "bm25_b": self.b})
         client.create_collection(name, schema=schema, properties={_SYNCED: "0"})
@@ -194,6 +200,10 @@ class MilvusRecall:
     def _is_lite(self, client: Any) -> bool:
         if self._lite is None:
             self._lite = str(client.get_server_version()).startswith("milvus_lite")
+            if self._lite and (self.k1, self.b) != (LITE_BM25_K1, LITE_BM25_B):
+                log.warning("Milvus Lite scores BM25 with k1=%s, b=%s whatever bm25_k1=%s, "
+                            "bm25_b=%s say: sparse scores differ from the embedded backend's",
+                            LITE_BM25_K1, LITE_BM25_B, self.k1, self.b)
         return self._lite
 
     def _open(self, client: Any, unit: str, level: int) -> tuple[str | None, int]:
@@ -435,7 +445,11 @@ class MilvusRecall:
     def status(self) -> dict[str, Any]:
         """Per collection: rows held and the version synced (or why Milvus cannot say)."""
         out: dict[str, Any] = {"backend": self.name, "uri": self.uri,
-                               "truncated_terms": self.truncated}
+                               "truncated_terms": self.truncated,
+                               "bm25": {"k1": self.k1, "b": self.b}}
+        if self._lite:  # measured: Milvus Lite 3.2 ignores bm25_k1 / bm25_b
+            out["bm25"] = {"k1": LITE_BM25_K1, "b": LITE_BM25_B,
+                           "configured": {"k1": self.k1, "b": self.b}}
         try:
             def run(client: Any) -> dict[str, Any]:
                 kinds = {}
