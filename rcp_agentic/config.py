@@ -163,6 +163,14 @@ class EngineConfig(BaseModel):
             raise ValueError("chunk_overlap must be smaller than chunk_size")
         return v
 
+    @field_validator("milvus_uri")
+    @classmethod
+    def _milvus_address(cls, v: str | None) -> str | None:
+        if v is None or v.endswith(".db") or v.startswith(("http://", "https://", "tcp://")):
+            return v
+        raise ValueError("milvus_uri must be a file path ending in .db (Milvus Lite) or "
+                         "http(s)://host:port (a Milvus server)")
+
     @field_validator("graph_extractor")
     @classmethod
     def _known_extractor(cls, v: str) -> str:
