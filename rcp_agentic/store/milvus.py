@@ -80,13 +80,30 @@ def _clip(text: str, limit: int) -> tuple[str, bool]:
     return cut[:cut.rfind(" ")] if " " in cut else cut, True
 
 
+class _Bounded:
+    """A MilvusClient whose every request carries ``timeout`` (pymilvus waits forever by
+    default, so a hung server would hold a retrieve's thread)."""
+
+    _LOCAL = frozenset({"create_schema", "prepare_index_params", "close"})
+
+    def __init__(self, client: Any, timeout: float) -> None:
+        self._client = client
+        self._timeout = timeout
+
+    def __getattr__(self, name: str) -> Any:
+        method = getattr(self._client, name)
+        if name in self._LOCAL:
+            return method
+        return lambda *args, **kwargs: method(*args, timeout=self._timeout, **kwargs)
+
+
 def _connect(uri: str, token: str | None, timeout: float) -> Any:
     try:
         from pymilvus import MilvusClient
     except ImportError:
         raise InvalidParams("the Milvus backend needs pymilvus: pip install "
                             "'rcp-agentic[milvus]'", field="backend") from None
-    return MilvusClient(uri=uri, token=token or "", timeout=timeout)
+    return _Bounded(MilvusClient(uri=uri, token=token or "", timeout=timeout), timeout)
 
 
 class MilvusRecall:
