@@ -34,6 +34,7 @@ Every failure of a Milvus call is BackendUnavailable (-32010, retryable,
 from __future__ import annotations
 
 import logging
+import os
 import re
 import threading
 import time
@@ -97,6 +98,32 @@ class _Bounded:
         return lambda *args, **kwargs: method(*args, timeout=self._timeout, **kwargs)
 
 
+# Engines of this process using each Milvus Lite file: its in-process server (threads,
+# files) is stopped when the last one closes.
+_lite_users: dict[str, int] = {}
+_lite_lock = threading.Lock()
+
+
+def _hold_lite(uri: str) -> None:
+    with _lite_lock:
+        key = os.path.abspath(uri)
+        _lite_users[key] = _lite_users.get(key, 0) + 1
+
+
+def _release_lite(uri: str) -> None:
+    key = os.path.abspath(uri)
+    with _lite_lock:
+        _lite_users[key] -= 1
+        if _lite_users[key]:
+            return
+        del _lite_users[key]
+    try:
+        from milvus_lite.server_manager import server_manager_instance
+    except ImportError:
+        return
+    server_manager_instance.release_server(key)
+
+
 def _connect(uri: str, token: str | None, timeout: float) -> Any:
     try:
         from pymilvus import MilvusClient
@@ -130,6 +157,9 @@ class MilvusRecall:
         self._columns: dict[tuple[str, int], frozenset[str]] = {}
         self._inexact: dict[tuple[str, int], tuple[int, list[int]]] = {}
         self._lite: bool | None = None  # Milvus Lite (per-segment BM25), known once connected
+        self._closed = False
+        if uri.endswith(".db"):
+            _hold_lite(uri)
         self._retry_at = 0.0
         self._error = ""
         self.truncated = 0  # units whose analysed text exceeded a VARCHAR (BM25 on the head)
@@ -218,7 +248,7 @@ class MilvusRecall:
         if self._lite is None:
             self._lite = str(client.get_server_version()).startswith("milvus_lite")
             if self._lite and (self.k1, self.b) != (LITE_BM25_K1, LITE_BM25_B):
-                log.warning("Milvus Lite scores BM25 with k1=%s, b=%s whatever bm25_k1=%s, "
+                log.info("Milvus Lite scores BM25 with k1=%s, b=%s whatever bm25_k1=%s, "
                             "bm25_b=%s say: sparse scores differ from the embedded backend's",
                             LITE_BM25_K1, LITE_BM25_B, self.k1, self.b)
         return self._lite
@@ -509,6 +539,9 @@ class MilvusRecall:
                     self._client.close()
                 finally:
                     self._client = None
+            if self.uri.endswith(".db") and not self._closed:
+                self._closed = True
+                _release_lite(self.uri)
 
 
 def _score(metric: str, distance: float) -> float:
