@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from conftest import backend_overrides
 from rcp_agentic import Engine
 from rcp_agentic.pipeline.mmr import mmr_order
 from rcp_agentic.pipeline.packing import pack
@@ -32,9 +33,12 @@ def _corpus() -> list[dict]:
 
 
 @pytest.fixture(scope="module")
-def energy(tmp_path_factory: pytest.TempPathFactory, embedder) -> Iterator[Engine]:
-    eng = Engine(tmp_path_factory.mktemp("energy") / "e", embedder=embedder, chunk_size=24,
-                 chunk_overlap=0, filter_fields={"published": "date"})
+def energy(tmp_path_factory: pytest.TempPathFactory, embedder, backend: str) -> Iterator[Engine]:
+    """The energy corpus in each recall backend: budgets, sessions, MMR and recency work
+    above recall and must hold on both."""
+    path = tmp_path_factory.mktemp(f"energy-{backend}") / "e"
+    eng = Engine(path, embedder=embedder, chunk_size=24, chunk_overlap=0,
+                 filter_fields={"published": "date"}, **backend_overrides(backend, path))
     eng.add_documents(_corpus())
     # A paged document, so page units exist.
     from rcp_agentic.corpus.loaders import Page, SourceDocument

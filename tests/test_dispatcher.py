@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from typing import Any
 
 import jsonschema
 import pytest
 
-from conftest import REPO
+from conftest import DOCS, REPO, backend_overrides
 from rcp_agentic import Engine
 from rcp_agentic.protocol.dispatcher import Dispatcher
 
@@ -30,6 +31,25 @@ def req(method: str, params: Any = None, id_: Any = 1) -> dict[str, Any]:
 @pytest.fixture()
 def rpc(filled_engine: Engine) -> Dispatcher:
     return Dispatcher(filled_engine)
+
+
+@pytest.fixture(scope="module")
+def recall_engine(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory,
+                  embedder: Any, backend: str) -> Iterator[Engine]:
+    """DOCS in each recall backend (the embedded one is ``filled_engine``, built once)."""
+    if backend == "embedded":
+        yield request.getfixturevalue("filled_engine")
+        return
+    path = tmp_path_factory.mktemp(f"rpc-{backend}") / "e"
+    with Engine(path, embedder=embedder, **backend_overrides(backend, path)) as eng:
+        eng.add_documents(DOCS)
+        yield eng
+
+
+@pytest.fixture()
+def recall_rpc(recall_engine: Engine) -> Dispatcher:
+    """A fresh dispatcher over the engine of each recall backend."""
+    return Dispatcher(recall_engine)
 
 
 def init(rpc: Dispatcher) -> dict[str, Any]:
@@ -107,9 +127,9 @@ def test_batches(rpc: Dispatcher) -> None:
     assert big["error"]["code"] == -32602  # type: ignore[call-overload,index]
 
 
-def test_retrieve_over_rpc(rpc: Dispatcher) -> None:
-    init(rpc)
-    text = rpc.handle_text(json.dumps(req("retrieve", {
+def test_retrieve_over_rpc(recall_rpc: Dispatcher) -> None:
+    init(recall_rpc)
+    text = recall_rpc.handle_text(json.dumps(req("retrieve", {
         "query": "rank fusion", "k": 3, "mode": "hybrid", "fusion": {"method": "convex"},
         "filter": {"field": "lang", "op": "eq", "value": "en"}, "_meta": {"progressToken": 1},
         "futureField": {"ignored": True}})))
@@ -124,7 +144,7 @@ def test_retrieve_over_rpc(rpc: Dispatcher) -> None:
          "filter.nope"),
         ({"k": 3}, -32602, "field", "query"),
     ]:
-        err = rpc.handle(req("retrieve", params))["error"]  # type: ignore[index]
+        err = recall_rpc.handle(req("retrieve", params))["error"]  # type: ignore[index]
         assert err["code"] == code and err["data"][key] == value, (params, err)
 
 
@@ -148,13 +168,13 @@ def test_index_add_and_delete(tmp_path: Any, embedder: Any) -> None:
     eng.close()
 
 
-def test_untrusted_input_never_crashes(rpc: Dispatcher) -> None:
-    init(rpc)
+def test_untrusted_input_never_crashes(recall_rpc: Dispatcher) -> None:
+    init(recall_rpc)
     nasty = [None, [], {}, {"query": None}, {"query": {"type": "image"}}, {"query": "x", "k": 10**30},
              {"query": "x", "filter": {"and": [{"or": []}]}}, {"query": "\x00\ud800", "k": 1},
              {"query": "x", "cursor": "...."}, {"query": "x", "indexVersion": "v" + "9" * 400}]
     for params in nasty:
-        text = rpc.handle_text(json.dumps({"jsonrpc": "2.0", "id": 1, "method": "retrieve",
+        text = recall_rpc.handle_text(json.dumps({"jsonrpc": "2.0", "id": 1, "method": "retrieve",
                                            "params": params}))
         out = json.loads(text or "")
         assert "result" in out or out["error"]["code"] in (-32602, -32005, -32010), (params, out)

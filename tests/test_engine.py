@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import jsonschema
 import pytest
 
-from conftest import DOCS, REPO
+from conftest import DOCS, REPO, backend_overrides
 from rcp_agentic import (BackendUnavailable, EmbeddingMismatch, Engine, InvalidParams,
                          OptionUnsupported)
 
@@ -25,11 +26,25 @@ def result_validator() -> jsonschema.protocols.Validator:
     return jsonschema.Draft202012Validator(sub)
 
 
+@pytest.fixture(scope="module")
+def recall_engine(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory,
+                  embedder: Any, backend: str) -> Iterator[Engine]:
+    """DOCS in each recall backend, for the tests of what recall returns (those of
+    backend-independent validation use ``filled_engine``, which is the embedded one)."""
+    if backend == "embedded":
+        yield request.getfixturevalue("filled_engine")
+        return
+    path = tmp_path_factory.mktemp(f"engine-{backend}") / "engine"
+    with Engine(path, embedder=embedder, **backend_overrides(backend, path)) as eng:
+        eng.add_documents(DOCS)
+        yield eng
+
+
 @pytest.mark.parametrize("mode", ["dense", "sparse", "hybrid"])
 @pytest.mark.parametrize("unit", ["chunk", "passage", "document"])
-def test_every_mode_and_unit(filled_engine: Engine, result_validator: Any, mode: str,
+def test_every_mode_and_unit(recall_engine: Engine, result_validator: Any, mode: str,
                              unit: str) -> None:
-    res = filled_engine.retrieve("how does rank fusion combine rankings", k=3, mode=mode, unit=unit)
+    res = recall_engine.retrieve("how does rank fusion combine rankings", k=3, mode=mode, unit=unit)
     assert len(res.hits) == 3  # every mode finds 3: d5, d2 and d4 all contain "rank"
     assert res.hits[0].chunk and res.hits[0].chunk.doc_id == "d5"
     scores = [h.score for h in res.hits]
@@ -43,12 +58,12 @@ def test_every_mode_and_unit(filled_engine: Engine, result_validator: Any, mode:
     wire = res.to_wire()
     result_validator.validate(wire)
     assert json.loads(json.dumps(wire, allow_nan=False)) == wire
-    assert wire["indexVersion"] == filled_engine.index_version
+    assert wire["indexVersion"] == recall_engine.index_version
     assert set(wire["usage"]) >= {"candidates", "reranked", "tokens", "latencyMs"}
 
 
-def test_hit_carries_static_fields_and_citation(filled_engine: Engine) -> None:
-    hit = filled_engine.retrieve("vitamin D multiple sclerosis", k=1).hits[0]
+def test_hit_carries_static_fields_and_citation(recall_engine: Engine) -> None:
+    hit = recall_engine.retrieve("vitamin D multiple sclerosis", k=1).hits[0]
     assert hit.id == "doc:d1#c0"
     meta = hit.meta or {}
     assert meta["doc_id"] == "d1" and meta["chunk_index"] == 0
@@ -59,41 +74,43 @@ def test_hit_carries_static_fields_and_citation(filled_engine: Engine) -> None:
     assert hit.text == DOCS[0]["text"]
 
 
-def test_pages_units_from_pdf_and_files(engine: Engine, tmp_path: Path) -> None:
-    (tmp_path / "bad.bin").write_bytes(b"\x00\x01binary")
-    (tmp_path / "empty.txt").write_text("")
-    res = engine.index_paths([REPO / "examples" / "docs", tmp_path / "bad.bin",
-                              tmp_path / "empty.txt"])
-    assert res.documents == 5 and res.pages == 2
-    assert {Path(s.path).name: s.reason for s in res.skipped} == {
-        "bad.bin": "unsupported extension .bin", "empty.txt": "empty file"}
-    pages = engine.retrieve("packing skips a passage larger than the remaining budget", k=2,
-                            unit="page")
-    top = pages.hits[0]
-    assert top.id == "doc:docs/guides/token-budgets.pdf#p2" and top.unit == "page"
-    assert top.citation and top.citation.page == 2
-    assert top.citation.uri and top.citation.uri.startswith("file://")
-    assert (top.meta or {})["page_range_start"] == 2 == (top.meta or {})["page_range_end"]
-    chunk = engine.retrieve("token budget context window", k=1, unit="chunk",
-                            filter={"field": "file_type", "op": "eq", "value": "pdf"}).hits[0]
-    assert (chunk.meta or {})["page_range_start"] == 1
-    doc = engine.retrieve("token budgets", k=1, unit="document",
-                          filter={"field": "file_type", "op": "eq", "value": "pdf"}).hits[0]
-    assert doc.id == "doc:docs/guides/token-budgets.pdf"
-    assert (doc.meta or {})["page_range_end"] == 2
+def test_pages_units_from_pdf_and_files(tmp_path: Path, embedder: Any, backend: str) -> None:
+    path = tmp_path / "e"
+    with Engine(path, embedder=embedder, **backend_overrides(backend, path)) as engine:
+        (tmp_path / "bad.bin").write_bytes(b"\x00\x01binary")
+        (tmp_path / "empty.txt").write_text("")
+        res = engine.index_paths([REPO / "examples" / "docs", tmp_path / "bad.bin",
+                                  tmp_path / "empty.txt"])
+        assert res.documents == 5 and res.pages == 2
+        assert {Path(s.path).name: s.reason for s in res.skipped} == {
+            "bad.bin": "unsupported extension .bin", "empty.txt": "empty file"}
+        pages = engine.retrieve("packing skips a passage larger than the remaining budget", k=2,
+                                unit="page")
+        top = pages.hits[0]
+        assert top.id == "doc:docs/guides/token-budgets.pdf#p2" and top.unit == "page"
+        assert top.citation and top.citation.page == 2
+        assert top.citation.uri and top.citation.uri.startswith("file://")
+        assert (top.meta or {})["page_range_start"] == 2 == (top.meta or {})["page_range_end"]
+        chunk = engine.retrieve("token budget context window", k=1, unit="chunk",
+                                filter={"field": "file_type", "op": "eq", "value": "pdf"}).hits[0]
+        assert (chunk.meta or {})["page_range_start"] == 1
+        doc = engine.retrieve("token budgets", k=1, unit="document",
+                              filter={"field": "file_type", "op": "eq", "value": "pdf"}).hits[0]
+        assert doc.id == "doc:docs/guides/token-budgets.pdf"
+        assert (doc.meta or {})["page_range_end"] == 2
 
 
-def test_options_include_text_vectors_min_score(filled_engine: Engine) -> None:
-    res = filled_engine.retrieve("cells and energy", k=4, mode="dense", include_text=False,
+def test_options_include_text_vectors_min_score(recall_engine: Engine) -> None:
+    res = recall_engine.retrieve("cells and energy", k=4, mode="dense", include_text=False,
                                  include_vectors=True)
     assert all(h.text is None and h.vector is not None and len(h.vector) == 384 for h in res.hits)
     cut = res.hits[1].score
-    kept = filled_engine.retrieve("cells and energy", k=4, mode="dense", min_score=cut)
+    kept = recall_engine.retrieve("cells and energy", k=4, mode="dense", min_score=cut)
     assert [h.id for h in kept.hits] == [h.id for h in res.hits[:2]]
 
 
-def test_wire_names_are_accepted(filled_engine: Engine) -> None:
-    res = filled_engine.retrieve_params({"query": "BM25 term frequency", "k": 2, "mode": "hybrid",
+def test_wire_names_are_accepted(recall_engine: Engine) -> None:
+    res = recall_engine.retrieve_params({"query": "BM25 term frequency", "k": 2, "mode": "hybrid",
                                          "candidateK": 5, "includeText": False,
                                          "fusion": {"method": "rrf", "rrfK": 10},
                                          "_meta": {"x": 1}, "unknownField": True})
@@ -102,8 +119,8 @@ def test_wire_names_are_accepted(filled_engine: Engine) -> None:
 
 
 @pytest.mark.parametrize("method", ["rrf", "weighted", "convex"])
-def test_fusion_methods(filled_engine: Engine, method: str) -> None:
-    res = filled_engine.retrieve("dense retrievers cosine similarity bi-encoder", k=3,
+def test_fusion_methods(recall_engine: Engine, method: str) -> None:
+    res = recall_engine.retrieve("dense retrievers cosine similarity bi-encoder", k=3,
                                  fusion={"method": method, "weights": {"dense": 1.0, "sparse": 0.5},
                                          "alpha": 0.7})
     assert res.hits[0].id == "doc:d4#c0"
@@ -111,21 +128,21 @@ def test_fusion_methods(filled_engine: Engine, method: str) -> None:
         assert 0.0 <= res.hits[-1].score <= res.hits[0].score <= 1.5
 
 
-def test_k_is_clamped_and_noted(filled_engine: Engine) -> None:
-    res = filled_engine.retrieve("energy", k=10_000, candidate_k=10_000)
-    assert len(res.hits) <= filled_engine.config.max_k
+def test_k_is_clamped_and_noted(recall_engine: Engine) -> None:
+    res = recall_engine.retrieve("energy", k=10_000, candidate_k=10_000)
+    assert len(res.hits) <= recall_engine.config.max_k
     assert any("maxK" in n for n in res.usage.notes or [])
 
 
-def test_index_version_pin(filled_engine: Engine) -> None:
-    current = filled_engine.index_version
-    assert filled_engine.retrieve("energy", index_version=current).index_version == current
+def test_index_version_pin(recall_engine: Engine) -> None:
+    current = recall_engine.index_version
+    assert recall_engine.retrieve("energy", index_version=current).index_version == current
     for missing in ("v999", "v-1"):
         with pytest.raises(BackendUnavailable) as err:
-            filled_engine.retrieve("energy", index_version=missing)
+            recall_engine.retrieve("energy", index_version=missing)
         assert err.value.data["field"] == "indexVersion"
     with pytest.raises(BackendUnavailable) as err:
-        filled_engine.retrieve("energy", index_version="latest")
+        recall_engine.retrieve("energy", index_version="latest")
     assert err.value.data == {"field": "indexVersion", "retryable": False}
 
 
@@ -183,10 +200,10 @@ def test_bad_queries(filled_engine: Engine, query: Any) -> None:
         filled_engine.retrieve(query)
 
 
-def test_content_block_query_and_unicode(filled_engine: Engine) -> None:
-    res = filled_engine.retrieve({"type": "text", "text": "Photosynthese Lichtenergie"}, k=1)
+def test_content_block_query_and_unicode(recall_engine: Engine) -> None:
+    res = recall_engine.retrieve({"type": "text", "text": "Photosynthese Lichtenergie"}, k=1)
     assert res.hits[0].id == "doc:d3#c0"
-    assert filled_engine.retrieve("réseaux de neurones 漢字 🙂", k=1).hits
+    assert recall_engine.retrieve("réseaux de neurones 漢字 🙂", k=1).hits
 
 
 def test_unknown_python_option_is_an_error(filled_engine: Engine) -> None:

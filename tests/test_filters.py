@@ -16,10 +16,11 @@ import calendar
 import re
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
+from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import DOCS
+from conftest import DOCS, backend_overrides
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -135,12 +136,28 @@ def mentions(node: Any, field: str) -> bool:
 # --- engines --------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def dated_engine(tmp_path_factory: pytest.TempPathFactory, embedder: Any) -> Iterator[Engine]:
+def _dated(path: Path, embedder: Any, backend: str) -> Engine:
     """DOCS with ``published`` declared a date (strings would otherwise be inferred keyword)."""
-    eng = Engine(tmp_path_factory.mktemp("filters") / "engine", embedder=embedder,
-                 filter_fields={"published": "date"})
+    eng = Engine(path, embedder=embedder, filter_fields={"published": "date"},
+                 **backend_overrides(backend, path))
     eng.add_documents(DOCS)
+    return eng
+
+
+@pytest.fixture(scope="module")
+def dated_engine(tmp_path_factory: pytest.TempPathFactory, embedder: Any,
+                 backend: str) -> Iterator[Engine]:
+    """The dated corpus in each recall backend: what a filter selects must not depend on it."""
+    eng = _dated(tmp_path_factory.mktemp(f"filters-{backend}") / "engine", embedder, backend)
+    yield eng
+    eng.close()
+
+
+@pytest.fixture(scope="module")
+def checked_engine(tmp_path_factory: pytest.TempPathFactory, embedder: Any) -> Iterator[Engine]:
+    """The dated corpus in the default backend, for the errors of filter validation (which
+    happens before recall, the same for every backend)."""
+    eng = _dated(tmp_path_factory.mktemp("filters-checked") / "engine", embedder, "embedded")
     yield eng
     eng.close()
 
@@ -373,10 +390,13 @@ def test_scalar_comparison_never_matches_an_arrays_json_text(dated_engine: Engin
 
 
 @pytest.fixture(scope="module")
-def misc_engine(tmp_path_factory: pytest.TempPathFactory, embedder: Any) -> Iterator[Engine]:
+def misc_engine(tmp_path_factory: pytest.TempPathFactory, embedder: Any,
+                backend: str) -> Iterator[Engine]:
     """A declared text field (scalar and array), a keyword scalar and an int array."""
-    eng = Engine(tmp_path_factory.mktemp("filters-misc") / "engine", embedder=embedder,
-                 filter_fields={"note": "text", "kw": "keyword", "nums": "int"})
+    path = tmp_path_factory.mktemp(f"filters-misc-{backend}") / "engine"
+    eng = Engine(path, embedder=embedder,
+                 filter_fields={"note": "text", "kw": "keyword", "nums": "int"},
+                 **backend_overrides(backend, path))
     eng.add_documents([
         {"id": "m1", "text": "The first test document about apples.",
          "meta": {"note": "Alpha beta gamma", "kw": "alpha", "nums": [1, 2]}},
@@ -473,9 +493,9 @@ def _invalid(eng: Engine, flt: Any) -> InvalidParams:
     ({"and": [_leaf("lang", "eq", "en"), {"not": _leaf("colour", "exists", True)}]},
      "filter.colour"),
 ])
-def test_undeclared_field_is_invalid_params(dated_engine: Engine, flt: dict[str, Any],
+def test_undeclared_field_is_invalid_params(checked_engine: Engine, flt: dict[str, Any],
                                             field: str) -> None:
-    assert _invalid(dated_engine, flt).data["field"] == field
+    assert _invalid(checked_engine, flt).data["field"] == field
 
 
 @pytest.mark.parametrize("flt", [
@@ -488,8 +508,8 @@ def test_undeclared_field_is_invalid_params(dated_engine: Engine, flt: dict[str,
     _leaf("published", "gt", "yesterday"), _leaf("published", "eq", True),
     _leaf("published", "lt", "2019-13-01T00:00:00Z"), _leaf("published", "in", [{"ms": 1}]),
 ], ids=lambda f: f"{f['field']}-{f['op']}-{f['value']!r}")
-def test_mistyped_value_is_invalid_params(dated_engine: Engine, flt: dict[str, Any]) -> None:
-    assert _invalid(dated_engine, flt).data["field"] == f"filter.{flt['field']}"
+def test_mistyped_value_is_invalid_params(checked_engine: Engine, flt: dict[str, Any]) -> None:
+    assert _invalid(checked_engine, flt).data["field"] == f"filter.{flt['field']}"
 
 
 @pytest.mark.parametrize("flt", [
@@ -497,16 +517,16 @@ def test_mistyped_value_is_invalid_params(dated_engine: Engine, flt: dict[str, A
     _leaf("doc_id", "lt", "d5"),
 ], ids=lambda f: f"{f['field']}-{f['op']}")
 def test_ordered_operator_on_unordered_field_is_invalid_params(
-        dated_engine: Engine, flt: dict[str, Any]) -> None:
-    assert _invalid(dated_engine, flt).data["field"] == f"filter.{flt['field']}"
+        checked_engine: Engine, flt: dict[str, Any]) -> None:
+    assert _invalid(checked_engine, flt).data["field"] == f"filter.{flt['field']}"
 
 
 @pytest.mark.parametrize("flt", [
     _leaf("year", "in", 2019), _leaf("lang", "nin", "en"), _leaf("tags", "in", {"a": 1}),
     _leaf("lang", "eq", ["en"]), _leaf("tags", "contains", ["ir"]), _leaf("lang", "ne", None),
 ], ids=lambda f: f"{f['field']}-{f['op']}")
-def test_wrong_value_shape_is_invalid_params(dated_engine: Engine, flt: dict[str, Any]) -> None:
-    assert _invalid(dated_engine, flt).data["field"] == f"filter.{flt['field']}"
+def test_wrong_value_shape_is_invalid_params(checked_engine: Engine, flt: dict[str, Any]) -> None:
+    assert _invalid(checked_engine, flt).data["field"] == f"filter.{flt['field']}"
 
 
 @pytest.mark.parametrize("flt, field", [
@@ -516,9 +536,9 @@ def test_wrong_value_shape_is_invalid_params(dated_engine: Engine, flt: dict[str
     ({"or": [_leaf("lang", "eq", "en"), {"and": []}]}, "filter.or[1].and"),
     ({"and": _leaf("lang", "eq", "en")}, "filter.and"),  # not an array
 ])
-def test_empty_or_malformed_combinator_is_invalid_params(dated_engine: Engine,
+def test_empty_or_malformed_combinator_is_invalid_params(checked_engine: Engine,
                                                          flt: dict[str, Any], field: str) -> None:
-    assert _invalid(dated_engine, flt).data["field"] == field
+    assert _invalid(checked_engine, flt).data["field"] == field
 
 
 @pytest.mark.parametrize("flt, field", [
@@ -526,26 +546,27 @@ def test_empty_or_malformed_combinator_is_invalid_params(dated_engine: Engine,
     ({"and": [_leaf("lang", "eq", "en")], "or": [_leaf("lang", "eq", "de")]}, "filter"),
     ({"or": [{"not": _leaf("year", "gt", 2000), "field": "year"}]}, "filter.or[0]"),
 ])
-def test_combinator_mixed_with_field_is_invalid_params(dated_engine: Engine,
+def test_combinator_mixed_with_field_is_invalid_params(checked_engine: Engine,
                                                        flt: dict[str, Any], field: str) -> None:
-    assert _invalid(dated_engine, flt).data["field"] == field
+    assert _invalid(checked_engine, flt).data["field"] == field
 
 
 @pytest.mark.parametrize("flt", [
     _leaf("lang", "regex", "^e"),
     {"and": [_leaf("year", "gt", 2000), {"not": _leaf("lang", "regex", "^e")}]},
 ])
-def test_unknown_operator_is_option_unsupported(dated_engine: Engine, flt: dict[str, Any]) -> None:
+def test_unknown_operator_is_option_unsupported(checked_engine: Engine,
+                                                flt: dict[str, Any]) -> None:
     with pytest.raises(OptionUnsupported) as info:
-        dated_engine.retrieve("vitamin", k=5, filter=flt)
+        checked_engine.retrieve("vitamin", k=5, filter=flt)
     assert info.value.code == -32005
     assert info.value.data["option"] == "regex"
     assert "field" not in info.value.data
 
 
 @pytest.mark.parametrize("value", ["yes", 1, 0, None, ["true"]])
-def test_exists_takes_a_boolean(dated_engine: Engine, value: Any) -> None:
-    assert _invalid(dated_engine, _leaf("lang", "exists", value)).data["field"] == "filter.lang"
+def test_exists_takes_a_boolean(checked_engine: Engine, value: Any) -> None:
+    assert _invalid(checked_engine, _leaf("lang", "exists", value)).data["field"] == "filter.lang"
 
 
 def test_compile_filter_raises_the_same_errors_without_an_engine() -> None:

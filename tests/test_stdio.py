@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -11,16 +12,27 @@ from typing import Any
 from conftest import DOCS, REPO
 
 
-def run_session(engine_dir: Path, frames: list[Any]) -> tuple[list[dict[str, Any]], str]:
+def run_session(engine_dir: Path, frames: list[Any],
+                flags: tuple[str, ...] = ()) -> tuple[list[dict[str, Any]], str]:
     lines = "".join((f if isinstance(f, str) else json.dumps(f)) + "\n" for f in frames)
     proc = subprocess.run([sys.executable, "-m", "rcp_agentic.cli", "serve", "--stdio",
-                           "--engine", str(engine_dir)], input=lines, capture_output=True,
-                          text=True, timeout=300, cwd=REPO)
+                           "--engine", str(engine_dir), *flags], input=lines,
+                          capture_output=True, text=True, timeout=300, cwd=REPO)
     assert proc.returncode == 0, proc.stderr
     return [json.loads(line) for line in proc.stdout.splitlines()], proc.stderr
 
 
-def test_stdio_session(engine_dir: Path) -> None:
+def _served(engine_dir: Path, backend: str, tmp: Path) -> tuple[Path, tuple[str, ...]]:
+    """The engine directory and serve flags of ``backend``: for Milvus a copy of the DOCS
+    engine (serving with --backend saves it) that the server syncs into a new Milvus Lite."""
+    if backend == "embedded":
+        return engine_dir, ()
+    copy = tmp / "e"
+    shutil.copytree(engine_dir, copy)
+    return copy, ("--backend", "milvus", "--milvus-uri", str(tmp / "milvus.db"))
+
+
+def test_stdio_session(engine_dir: Path, backend: str, tmp_path: Path) -> None:
     frames: list[Any] = [
         {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": 1}},
         {"jsonrpc": "2.0", "method": "notifications/cancel", "params": {"id": 99}},
@@ -29,7 +41,8 @@ def test_stdio_session(engine_dir: Path) -> None:
         "{broken json",
         [{"jsonrpc": "2.0", "id": "b1", "method": "ping", "params": {"nonce": 5}}],
     ]
-    out, _stderr = run_session(engine_dir, frames)
+    served, flags = _served(engine_dir, backend, tmp_path)
+    out, _stderr = run_session(served, frames, flags)
     singles = [o for o in out if isinstance(o, dict)]
     batches = [o for o in out if isinstance(o, list)]
     by_id = {o["id"]: o for o in singles}
@@ -39,6 +52,7 @@ def test_stdio_session(engine_dir: Path) -> None:
     assert by_id[None]["error"]["code"] == -32700
     assert batches == [[{"jsonrpc": "2.0", "id": "b1", "result": {"nonce": 5}}]]
     assert len(singles) == 1 + len(DOCS) + 1  # the notification got no answer
+    assert (tmp_path / "milvus.db").exists() == (backend == "milvus")  # recall ran there
 
 
 def test_stdio_shutdown_and_eof(engine_dir: Path) -> None:

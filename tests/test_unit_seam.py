@@ -9,12 +9,14 @@ containment across kinds, and an engine directory of schema 1 is migrated.
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 
+from conftest import backend_overrides
 from rcp_agentic import Engine, units
 from rcp_agentic.errors import OptionUnsupported
 from rcp_agentic.pipeline.packing import pack
@@ -59,6 +61,21 @@ def tree_engine(tmp_path_factory: pytest.TempPathFactory, embedder: Any) -> Any:
     eng.close()
 
 
+@pytest.fixture(scope="module")
+def seam_engine(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory,
+                embedder: Any, backend: str) -> Iterator[Engine]:
+    """The tree engine in each recall backend (the embedded one is ``tree_engine``): what
+    recall returns over derived units must not depend on where recall runs."""
+    if backend == "embedded":
+        yield request.getfixturevalue("tree_engine")
+        return
+    path = tmp_path_factory.mktemp(f"tree-{backend}") / "e"
+    with Engine(path, embedder=embedder, build_tree=True, tree_top_size=2,
+                **backend_overrides(backend, path)) as eng:
+        eng.add_documents(corpus())
+        yield eng
+
+
 def live_tree(eng: Engine) -> list[dict[str, Any]]:
     return eng.store.live_derived("tree-node")
 
@@ -99,27 +116,27 @@ def test_no_tree_no_tree_node(engine: Engine) -> None:
     assert {h.unit for h in loose.hits} == {"chunk"} and loose.usage.notes
 
 
-def test_levels_and_collapsed_pool(tree_engine: Engine) -> None:
-    one = tree_engine.retrieve("honey bee hives", k=5, unit="tree-node", level=1).hits
+def test_levels_and_collapsed_pool(seam_engine: Engine) -> None:
+    one = seam_engine.retrieve("honey bee hives", k=5, unit="tree-node", level=1).hits
     assert one and {(h.unit, h.level) for h in one} == {("tree-node", 1)}
     assert all(h.chunk is None and h.provenance and h.provenance.leaves for h in one)
-    zero = tree_engine.retrieve("honey bee hives", k=5, unit="tree-node", level=0).hits
+    zero = seam_engine.retrieve("honey bee hives", k=5, unit="tree-node", level=0).hits
     assert {h.unit for h in zero} == {"chunk"}
-    pooled = tree_engine.retrieve("honey bee hives", k=40, unit="tree-node", mode="dense").hits
+    pooled = seam_engine.retrieve("honey bee hives", k=40, unit="tree-node", mode="dense").hits
     assert {h.unit for h in pooled} == {"chunk", "tree-node"}
     # Hybrid fusion of a pool: the chunks keep the order a chunk-only retrieve gives them.
-    hybrid = tree_engine.retrieve("honey bee hives", k=60, unit="tree-node",
+    hybrid = seam_engine.retrieve("honey bee hives", k=60, unit="tree-node",
                                   candidate_k=60).hits
-    alone = tree_engine.retrieve("honey bee hives", k=60, unit="chunk", candidate_k=60).hits
+    alone = seam_engine.retrieve("honey bee hives", k=60, unit="chunk", candidate_k=60).hits
     in_pool = [h.id for h in hybrid if h.unit == "chunk"]
     assert len(in_pool) >= 5
     assert in_pool == [h.id for h in alone if h.id in set(in_pool)]
     with pytest.raises(OptionUnsupported):
-        tree_engine.retrieve("bees", k=3, unit="tree-node", level=42)
+        seam_engine.retrieve("bees", k=3, unit="tree-node", level=42)
 
 
-def test_a_result_never_holds_a_node_and_what_it_contains(tree_engine: Engine) -> None:
-    hits = tree_engine.retrieve("volcano eruption ash", k=60, unit="tree-node").hits
+def test_a_result_never_holds_a_node_and_what_it_contains(seam_engine: Engine) -> None:
+    hits = seam_engine.retrieve("volcano eruption ash", k=60, unit="tree-node").hits
     sets = [frozenset(h.provenance.leaves) if h.provenance else frozenset([h.id])
             for h in hits]
     for i, a in enumerate(sets):
@@ -148,15 +165,15 @@ def test_node_hits_name_their_sources(tree_engine: Engine) -> None:
 
 @pytest.mark.parametrize("tenant", ["a", "b"])
 def test_filters_never_leak_a_node_derived_from_an_excluded_document(
-        tree_engine: Engine, tenant: str) -> None:
-    docs = leaf_docs(tree_engine)
+        seam_engine: Engine, tenant: str) -> None:
+    docs = leaf_docs(seam_engine)
     tenant_of = {d["id"]: d["meta"]["tenant"] for d in corpus()}
     # Brute force: a node may be returned only if every leaf it covers is the tenant's.
-    allowed = {n["uid"] for n in live_tree(tree_engine)
+    allowed = {n["uid"] for n in live_tree(seam_engine)
                if all(tenant_of[docs[r]] == tenant for r in n["covers"])}
     flt = {"field": "tenant", "op": "eq", "value": tenant}
     for level in (None, 1):
-        hits = tree_engine.retrieve("bees volcano chess bread", k=200, unit="tree-node",
+        hits = seam_engine.retrieve("bees volcano chess bread", k=200, unit="tree-node",
                                     level=level, filter=flt).hits
         nodes = {h.id for h in hits if h.unit == "tree-node"}
         assert nodes <= allowed
@@ -164,20 +181,20 @@ def test_filters_never_leak_a_node_derived_from_an_excluded_document(
                    for d in ((h.meta or {}).get("doc_ids") or [h.chunk.doc_id if h.chunk else ""]))
     # The mixed nodes exist, so the filter really had something to hold back.
     assert any(not all(tenant_of[docs[r]] == tenant for r in n["covers"])
-               for n in live_tree(tree_engine))
+               for n in live_tree(seam_engine))
 
 
-def test_sessions_apply_containment_across_kinds(tree_engine: Engine) -> None:
+def test_sessions_apply_containment_across_kinds(seam_engine: Engine) -> None:
     sid = "seam-session"
-    nodes = tree_engine.retrieve("chess openings", k=2, unit="tree-node", level=1,
+    nodes = seam_engine.retrieve("chess openings", k=2, unit="tree-node", level=1,
                                  session_id=sid).hits
     covered = {leaf for h in nodes for leaf in h.provenance.leaves}
-    chunks = tree_engine.retrieve("chess openings", k=48, unit="chunk", session_id=sid).hits
+    chunks = seam_engine.retrieve("chess openings", k=48, unit="chunk", session_id=sid).hits
     assert covered and not covered & {h.id for h in chunks}
     # The reverse is allowed: a coarser node may follow the chunks it contains.
     sid2 = "seam-session-2"
-    first = tree_engine.retrieve("chess openings", k=1, unit="chunk", session_id=sid2).hits
-    later = tree_engine.retrieve("chess openings", k=5, unit="tree-node", level=1,
+    first = seam_engine.retrieve("chess openings", k=1, unit="chunk", session_id=sid2).hits
+    later = seam_engine.retrieve("chess openings", k=5, unit="tree-node", level=1,
                                  session_id=sid2).hits
     assert any(first[0].id in h.provenance.leaves for h in later)
 
@@ -205,8 +222,9 @@ def test_pack_skips_containment_within_one_result() -> None:
 
 
 def test_pinned_version_serves_its_own_tree_and_a_lagging_tree_hides_changes(
-        tmp_path: Path, embedder: Any) -> None:
-    eng = Engine(tmp_path / "e", embedder=embedder, build_tree=True, tree_top_size=2)
+        tmp_path: Path, embedder: Any, backend: str) -> None:
+    eng = Engine(tmp_path / "e", embedder=embedder, build_tree=True, tree_top_size=2,
+                 **backend_overrides(backend, tmp_path / "e"))
     eng.add_documents(corpus())
     before = eng.index_version
     old = {h.id for h in eng.retrieve("bees", k=100, unit="tree-node", level=1).hits}
@@ -245,25 +263,25 @@ def test_replacing_a_document_rewrites_the_nodes_over_its_chunks(
     eng.close()
 
 
-def test_traversal_descends_from_the_top(tree_engine: Engine) -> None:
-    res = tree_engine.retrieve("rook and pawn endgames", k=6, unit="tree-node",
+def test_traversal_descends_from_the_top(seam_engine: Engine) -> None:
+    res = seam_engine.retrieve("rook and pawn endgames", k=6, unit="tree-node",
                                tree_search="traversal")
-    levels = tree_engine.derived_status()["tree-node"]["levels"]
+    levels = seam_engine.derived_status()["tree-node"]["levels"]
     # At most k nodes per layer, top layer down to the leaves, are ranked.
     assert res.hits and res.usage.candidates <= 6 * (len(levels) + 1)
-    collapsed = tree_engine.retrieve("rook and pawn endgames", k=6, unit="tree-node")
+    collapsed = seam_engine.retrieve("rook and pawn endgames", k=6, unit="tree-node")
     assert collapsed.usage.candidates > res.usage.candidates
     assert "Endgames with a rook" in (res.hits[0].text or "")
-    wire = tree_engine.retrieve_params({"query": "rook endgames", "k": 6, "unit": "tree-node",
+    wire = seam_engine.retrieve_params({"query": "rook endgames", "k": 6, "unit": "tree-node",
                                         "x-rcp-agentic-treeSearch": "traversal"})
     assert wire.hits
 
 
-def test_cursor_pages_over_the_collapsed_tree(tree_engine: Engine) -> None:
+def test_cursor_pages_over_the_collapsed_tree(seam_engine: Engine) -> None:
     seen: list[str] = []
     cursor = None
     for _ in range(20):
-        res = tree_engine.retrieve("bread and bees", k=7, unit="tree-node", cursor=cursor)
+        res = seam_engine.retrieve("bread and bees", k=7, unit="tree-node", cursor=cursor)
         seen += [h.id for h in res.hits]
         cursor = res.next_cursor
         if cursor is None:
@@ -370,7 +388,7 @@ def test_chroma_backed_tree_recall_agrees_with_exact(tree_engine: Engine, tmp_pa
     eng.close()
 
 
-def test_filters_at_the_limits_are_answered_for_tree_nodes(tree_engine: Engine) -> None:
+def test_filters_at_the_limits_are_answered_for_tree_nodes(seam_engine: Engine) -> None:
     leaf = {"field": "tenant", "op": "eq", "value": "a"}
     deep: dict[str, Any] = leaf
     for _ in range(31):
@@ -382,17 +400,17 @@ def test_filters_at_the_limits_are_answered_for_tree_nodes(tree_engine: Engine) 
     for flt, allowed in ((deep, tenant["a"]), ({"or": [leaf] * 511}, tenant["a"]),
                          (nots, tenant["b"])):
         for level in (None, 1):
-            hits = tree_engine.retrieve("bees", k=20, unit="tree-node", level=level,
+            hits = seam_engine.retrieve("bees", k=20, unit="tree-node", level=level,
                                         filter=flt).hits
             assert hits or level == 1  # level 1 may hold only nodes mixing tenants
             assert all(set((h.meta or {}).get("doc_ids") or [h.chunk.doc_id]) <= allowed
                        for h in hits if h.unit == "tree-node" or h.chunk)
 
 
-def test_chunks_score_in_the_collapsed_pool_as_they_do_alone(tree_engine: Engine) -> None:
-    alone = {h.id: h.scores for h in tree_engine.retrieve("honey wax hives", k=48,
+def test_chunks_score_in_the_collapsed_pool_as_they_do_alone(seam_engine: Engine) -> None:
+    alone = {h.id: h.scores for h in seam_engine.retrieve("honey wax hives", k=48,
                                                           unit="chunk").hits}
-    pooled = tree_engine.retrieve("honey wax hives", k=100, unit="tree-node").hits
+    pooled = seam_engine.retrieve("honey wax hives", k=100, unit="tree-node").hits
     chunks = [h for h in pooled if h.unit == "chunk" and h.id in alone]
     assert len(chunks) >= 10
     for h in chunks:  # each layer keeps its own BM25 statistics
