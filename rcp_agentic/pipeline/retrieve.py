@@ -204,7 +204,7 @@ class Retrieval:
         native = None
         if plan.filter is not None:
             compiled = compile_filter(plan.filter, fields)
-            native = self.recall.compile_filter(plan.filter, fields, plan.kinds)
+            native = self.recall.compile_filter(plan.filter, fields, index)
             # Graph recall and tree traversal walk the allowed units themselves.
             if native is None or plan.graph_recall or plan.tree_search == "traversal":
                 rows = self.store.filtered_rowids(plan.kinds, served, compiled.sql,

@@ -911,18 +911,39 @@ class Docstore:
 
     # --- what a recall backend copies (store/milvus.py) --------------------------------
 
+    _SYNC_COLUMNS = (
+        "SELECT u.rowid, u.uid, u.idx, u.page_start, u.page_end, u.v_from, u.v_to, u.text,"
+        " u.vec, d.id, d.source, d.title, d.file_type, d.modified_ms, d.fmeta"
+        " FROM units u LEFT JOIN documents d ON d.drow = u.doc_row")
+
     def added_rows(self, unit: str, level: int, after: int, upto: int,
                    after_rowid: int = 0, limit: int = 1000) -> list[dict[str, Any]]:
         """Rows of a kind added in versions ``after < v_from <= upto`` and still stored, in
         rowid order from ``after_rowid`` (exclusive), with their vector, text and document
         fields (``doc`` is None for a derived unit)."""
-        rows = self.query(
-            "SELECT u.rowid, u.uid, u.idx, u.page_start, u.page_end, u.v_from, u.v_to, u.text,"
-            " u.vec, d.id, d.source, d.title, d.file_type, d.modified_ms, d.fmeta"
-            " FROM units u LEFT JOIN documents d ON d.drow = u.doc_row"
-            " WHERE u.unit = ? AND u.level = ? AND u.v_from > ? AND u.v_from <= ?"
+        return self._sync_rows(self.query(
+            f"{self._SYNC_COLUMNS} WHERE u.unit = ? AND u.level = ? AND u.v_from > ?"
+            " AND u.v_from <= ? AND u.rowid > ? ORDER BY u.rowid LIMIT ?",
+            (unit, level, after, upto, after_rowid, limit)))
+
+    def rows_at(self, unit: str, level: int, version: int, after_rowid: int = 0,
+                limit: int = 1000) -> list[dict[str, Any]]:
+        """Rows of a kind visible at ``version``, as :meth:`added_rows` gives them."""
+        return self._sync_rows(self.query(
+            f"{self._SYNC_COLUMNS} WHERE u.unit = ? AND u.level = ? AND {_visible('u')}"
             " AND u.rowid > ? ORDER BY u.rowid LIMIT ?",
-            (unit, level, after, upto, after_rowid, limit))
+            (unit, level, version, version, after_rowid, limit)))
+
+    def visible_signature(self, unit: str, level: int, version: int) -> tuple[int, int]:
+        """(newest ``v_from``, row count) of a kind's rows visible at ``version``: it changes
+        whenever that set of rows does (a write adds rows at a new version, or retires some)."""
+        newest, count = self.query(
+            f"SELECT COALESCE(MAX(v_from), 0), COUNT(*) FROM units u WHERE unit = ? AND level = ?"
+            f" AND {_visible('u')}", (unit, level, version, version))[0]
+        return int(newest), int(count)
+
+    @staticmethod
+    def _sync_rows(rows: list[tuple[Any, ...]]) -> list[dict[str, Any]]:
         return [{"rowid": r[0], "uid": r[1], "idx": r[2], "page_start": r[3], "page_end": r[4],
                  "v_from": r[5], "v_to": r[6], "text": r[7],
                  "vector": np.frombuffer(r[8], dtype=np.float32),

@@ -14,18 +14,25 @@ tokenizer splits back into the same terms — its ``dense`` vector and ``sparse`
 the BM25 vector Milvus computes from ``terms``. Milvus scores BM25 at query time
 from its own statistics over every row it holds (retained older versions included).
 
-Sync: SQLite stays the source of truth. Each collection records in its
-``rcp.synced`` property the index version it holds. On a Milvus server, bringing
-it to version ``v`` upserts the rows added since (idempotent per rowid), writes the
-new ``v_to`` of rows retired since (a partial upsert), deletes the rows no retained
-version can see, flushes (search on unflushed segments is ~40x slower) and only
-then moves the property. Milvus Lite scores BM25 per segment, so there a sync
-fills a new collection with every stored row of the kind and then moves the alias
-to it (the first sync does this everywhere). A crash or an outage at any step
-leaves the property (or the alias) behind, so the next sync redoes the step; a
-read pins ``v_from <= v < v_to``, so rows of a later commit are never visible
-early, and a read waits for (or raises until) a sync to its version. A collection
-that disappeared (a server restarted empty) is recreated and refilled from SQLite.
+Sync: SQLite stays the source of truth. On a Milvus server each collection records
+in its ``rcp.synced`` property the index version it holds; bringing it to version
+``v`` upserts the rows added since (idempotent per rowid), writes the new ``v_to``
+of rows retired since (a partial upsert), deletes the rows no retained version can
+see, flushes (search on unflushed segments is ~40x slower) and only then moves the
+property. A crash or an outage at any step leaves the property behind, so the next
+sync redoes the step; a read pins ``v_from <= v < v_to``, so rows of a later commit
+are never visible early, and a read syncs to its version first (or raises). A
+collection that disappeared (a server restarted empty) is recreated and refilled.
+BM25 there counts every row the collection holds, retained older versions included
+(as Lucene counts deleted documents until a merge).
+
+Milvus Lite scores BM25 with each segment's own statistics (every flush makes a
+segment) over every row it holds, so there a read at version ``v`` searches a
+snapshot collection of the kind holding exactly its rows visible at ``v``, written
+whole on the first read and marked complete last (``rcp.complete``); versions with
+the same rows share one, and the newest ``snapshots_retained`` are kept. BM25 is then
+exact at every version, at the cost of a rewrite of the kind after each write —
+right for tests and a laptop, not for a large corpus.
 
 Every failure of a Milvus call is BackendUnavailable (-32010, retryable,
 ``retryAfterMs``); writes stay committed in SQLite meanwhile.
@@ -66,6 +73,7 @@ _MAX_INEXACT = 10_000
 # What Milvus Lite 3.2 scores BM25 with, whatever the index's bm25_k1 / bm25_b say.
 LITE_BM25_K1, LITE_BM25_B = 1.5, 0.75
 _SYNCED = "rcp.synced"
+_COMPLETE = "rcp.complete"
 _NAME = re.compile(r"[^A-Za-z0-9_]")
 
 Kinds = Sequence[tuple[str, int]]
@@ -155,9 +163,13 @@ class MilvusRecall:
         self._lock = threading.RLock()
         self._synced: dict[tuple[str, int], int] = {}  # what this process knows each holds
         self._columns: dict[tuple[str, int], frozenset[str]] = {}
-        self._inexact: dict[tuple[str, int], tuple[int, list[int]]] = {}
+        self._inexact: dict[str, tuple[int, list[int]]] = {}
         self._lite: bool | None = None  # Milvus Lite (per-segment BM25), known once connected
         self._closed = False
+        # Milvus Lite: the snapshot collection of each (unit, level, version) read, and the
+        # collections loaded by this process.
+        self._targets: dict[tuple[str, int, int], str] = {}
+        self._loaded: set[str] = set()
         if uri.endswith(".db"):
             _hold_lite(uri)
         self._retry_at = 0.0
@@ -186,6 +198,8 @@ class MilvusRecall:
         self._retry_at = time.monotonic() + 1.0 + (time.monotonic() - started)
         self._synced.clear()  # re-read every collection's state once it answers
         self._columns.clear()
+        self._targets.clear()
+        self._loaded.clear()
         if self._client is not None:
             try:
                 self._client.close()
@@ -290,19 +304,14 @@ class MilvusRecall:
                 "terms": terms, "dense": r["vector"].tolist()}
 
     def _sync_kind(self, client: Any, unit: str, level: int, upto: int) -> None:
-        """Bring one kind to ``upto``: incrementally into its collection, or (the first time,
-        and always on Milvus Lite) by filling a new generation and moving the alias to it.
-
-        Milvus Lite scores BM25 with each segment's own statistics and every flush makes a
-        segment, so there a kind is rewritten whole, as one segment, on each sync; a Milvus
-        server aggregates the statistics of all segments, so it is synced incrementally.
-        """
+        """A Milvus server: bring one kind to ``upto``, incrementally into its collection (the
+        first time by filling a new collection and pointing the kind's alias at it)."""
         alias = self.collection(unit, level)
         current, held = self._open(client, unit, level)
         if current is not None and held >= upto:
             self._synced[(unit, level)] = held
             return
-        rebuild = current is None or self._is_lite(client)
+        rebuild = current is None
         target = current
         if rebuild:
             target = f"{alias}_g{uuid.uuid4().hex[:8]}"
@@ -328,26 +337,78 @@ class MilvusRecall:
             self._publish(client, alias, target, current)
         self._synced[(unit, level)] = upto
 
+    def _snapshot(self, client: Any, unit: str, level: int, version: int) -> str:
+        """Milvus Lite: the collection holding exactly the kind's rows visible at ``version``,
+        built on first use and shared by every version with the same rows; the newest
+        ``retain`` of a kind are kept.
+
+        Milvus Lite scores BM25 with each segment's statistics (every flush makes one) over
+        every row it holds, so only a collection written whole, with that version's rows
+        alone, scores as the embedded backend does at that version.
+        """
+        alias = self.collection(unit, level)
+        newest, count = self.store.visible_signature(unit, level, version)
+        name = f"{alias}_s{newest}_{count}"
+        if name in self._loaded:
+            return name
+        existing = set(client.list_collections())
+        if name in existing and (client.describe_collection(name).get("properties") or {}
+                                 ).get(_COMPLETE) == "1":
+            client.load_collection(name)
+        else:
+            if name in existing:  # a build a crash or an outage cut short
+                client.drop_collection(name)
+            self._create(client, name, self._fields())
+            fields = dict(self._fields())
+            columns = self._columns_of(client, name)
+            last = 0
+            while rows := self.store.rows_at(unit, level, version, last, _BATCH):
+                client.insert(name, [self._row(unit, r, fields, columns) for r in rows])
+                last = rows[-1]["rowid"]
+            client.flush(name)
+            client.alter_collection_properties(name, properties={_COMPLETE: "1"})
+            older = sorted((c for c in existing if c.startswith(alias + "_s") and c != name),
+                           key=lambda c: int(c[len(alias) + 2:].split("_")[0]))
+            for stale in older[:max(0, len(older) - self.store.retain + 1)]:
+                client.drop_collection(stale)
+                self._loaded.discard(stale)
+        self._columns[(unit, level)] = self._columns_of(client, name)
+        self._loaded.add(name)
+        return name
+
+    def _columns_of(self, client: Any, name: str) -> frozenset[str]:
+        info = client.describe_collection(name)
+        return frozenset(f["name"] for f in info.get("fields", []))
+
+    def _target(self, unit: str, level: int, version: int) -> str:
+        """The collection a read of the kind at ``version`` searches (after :meth:`sync`)."""
+        return self._targets.get((unit, level, version)) or self.collection(unit, level)
+
     def sync(self, upto: int | None = None, kinds: Kinds | None = None) -> None:
         """Bring the collections of ``kinds`` (default: every stored kind) to version ``upto``
         (default: the last commit). Raises BackendUnavailable while Milvus cannot be reached."""
         version = self.store.index_version() if upto is None else upto
         wanted = list(kinds) if kinds is not None else self.store.stored_kinds()
         with self._lock:
-            todo = [k for k in wanted if self._synced.get(k, -1) < version]
+            todo = [k for k in wanted if self._synced.get(k, -1) < version
+                    and (k[0], k[1], version) not in self._targets]
             if not todo:
                 return
 
             def run(client: Any) -> None:
                 for unit, level in todo:
-                    self._sync_kind(client, unit, level, version)
+                    if self._is_lite(client):
+                        self._targets[(unit, level, version)] = self._snapshot(
+                            client, unit, level, version)
+                    else:
+                        self._sync_kind(client, unit, level, version)
 
             self._call(run)
             if kinds is None:
                 self._clear_outbox()
 
     def after_commit(self) -> None:
-        """Sync every kind now (Milvus Lite: on the next read, which rewrites a kind whole)."""
+        """Sync every kind now (Milvus Lite: build a read's snapshot when it is first read)."""
         try:
             if self._call(self._is_lite):
                 self._clear_outbox()
@@ -365,17 +426,21 @@ class MilvusRecall:
 
     # --- search --------------------------------------------------------------------------
 
-    def compile_filter(self, node: Any, fields: Mapping[str, str], kinds: Kinds) -> str | None:
+    def compile_filter(self, node: Any, fields: Mapping[str, str], index: UnitIndex
+                       ) -> str | None:
+        kinds = index.kinds
         derived = derived_kinds()
         if any(unit in derived for unit, _lv in kinds):
             return None  # a derived unit passes only if every leaf it covers does: SQLite
-        self.sync(kinds=kinds)
+        self.sync(index.version, kinds)
         columns = frozenset.intersection(*(self._columns[k] for k in kinds))
         expr = compile_milvus_filter(node, fields, columns)
         if expr is None:
             return None
         # Rows holding a value Milvus cannot store faithfully are judged by SQLite.
-        inexact = [r for kind in kinds for r in self._inexact_rows(kind)]
+        inexact = [r for unit, level in kinds
+                   for r in self._inexact_rows(self._target(unit, level, index.version),
+                                               self._synced.get((unit, level), -1))]
         if not inexact:
             return expr
         if len(inexact) > _MAX_INEXACT:
@@ -384,17 +449,16 @@ class MilvusRecall:
         passing = self.store.passing_rowids(inexact, sql.sql, sql.params)
         return f"({expr}) or rowid in [{','.join(map(str, passing))}]" if passing else expr
 
-    def _inexact_rows(self, kind: tuple[str, int]) -> list[int]:
-        """Rowids of a kind's rows Milvus holds with ``b_inexact`` set (cached per sync)."""
-        held = self._synced.get(kind, -1)
-        cached = self._inexact.get(kind)
-        if cached is not None and cached[0] == held:
+    def _inexact_rows(self, name: str, synced: int) -> list[int]:
+        """Rowids of a collection's rows with ``b_inexact`` set (cached while it holds the
+        same version)."""
+        cached = self._inexact.get(name)
+        if cached is not None and cached[0] == synced:
             return cached[1]
-        name = self.collection(*kind)
         found = self._call(lambda client: client.query(
             name, filter=INEXACT_ROWS, output_fields=["rowid"], limit=_MAX_INEXACT + 1))
         rows = sorted(int(row["rowid"]) for row in found)
-        self._inexact[kind] = (held, rows)
+        self._inexact[name] = (synced, rows)
         return rows
 
     def _searches(self, index: UnitIndex, *, depth: int, allowed: np.ndarray | None,
@@ -414,7 +478,7 @@ class MilvusRecall:
                 expr += f" and rowid in [{','.join(map(str, index.rowids[mine].tolist()))}]"
                 limit = min(depth, len(mine))
             if limit > 0:
-                yield self.collection(unit, level), expr, min(limit, MAX_TOPK)
+                yield self._target(unit, level, version), expr, min(limit, MAX_TOPK)
 
     def _search(self, index: UnitIndex, field: str, data: Any, metric: str, *, depth: int,
                 allowed: np.ndarray | None, native: str | None) -> Ranking:
@@ -475,7 +539,8 @@ class MilvusRecall:
         expr = f"v_from <= {index.version} and v_to > {index.version}"
 
         def run(client: Any) -> list[Any]:
-            return [client.search(self.collection(u, lv), data=terms, anns_field="sparse",
+            return [client.search(self._target(u, lv, index.version), data=terms,
+                                  anns_field="sparse",
                                   limit=1, filter=expr, output_fields=["rowid"],
                                   search_params={"metric_type": "BM25"})
                     for u, lv in index.kinds]
@@ -499,17 +564,26 @@ class MilvusRecall:
                            "configured": {"k1": self.k1, "b": self.b}}
         try:
             def run(client: Any) -> dict[str, Any]:
-                kinds = {}
+                kinds: dict[str, dict[str, Any]] = {}
+                names = set(client.list_collections())
                 for unit, level in self.store.stored_kinds():
                     name = self.collection(unit, level)
-                    if not client.has_collection(name):
-                        kinds[f"{unit}/{level}"] = {"rows": 0, "synced": None}
+                    if self._is_lite(client):  # the newest snapshot collection of the kind
+                        snaps = sorted((c for c in names if c.startswith(name + "_s")),
+                                       key=lambda c: int(c[len(name) + 2:].split("_")[0]))
+                        name = snaps[-1] if snaps else ""
+                    elif not client.has_collection(name):
+                        name = ""
+                    if not name:
+                        kinds[f"{unit}/{level}"] = {"collection": None, "rows": 0,
+                                                    "synced": None}
                         continue
-                    info = client.describe_collection(name)
+                    props = client.describe_collection(name).get("properties") or {}
                     rows = client.get_collection_stats(name).get("row_count", 0)
                     kinds[f"{unit}/{level}"] = {
-                        "rows": int(rows),
-                        "synced": int((info.get("properties") or {}).get(_SYNCED, "0"))}
+                        "collection": name, "rows": int(rows),
+                        "synced": (int(name.rsplit("_s", 1)[1].split("_")[0])
+                                   if self._is_lite(client) else int(props.get(_SYNCED, "0")))}
                 return kinds
 
             out["collections"] = self._call(run)

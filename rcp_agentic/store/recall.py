@@ -18,7 +18,7 @@ served version), so a result is always one snapshot.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 import numpy as np
@@ -26,7 +26,6 @@ import numpy as np
 from .memindex import Ranked, UnitIndex
 
 Ranking = list[tuple[int, float]]
-Kinds = Sequence[tuple[str, int]]
 
 
 class RecallBackend(Protocol):
@@ -37,11 +36,12 @@ class RecallBackend(Protocol):
     #: ``dense_exact_max``, vectors): only when this backend scores them.
     scores_in_memory: bool
 
-    def compile_filter(self, node: Any, fields: Mapping[str, str], kinds: Kinds) -> Any | None:
+    # ``index`` is the served snapshot of the pool (``index.kinds`` at ``index.version``).
+
+    def compile_filter(self, node: Any, fields: Mapping[str, str], index: UnitIndex
+                       ) -> Any | None:
         """The filter in the backend's own syntax, or None: the engine then selects the
         allowed units in SQLite and passes them as ``allowed``."""
-
-    # ``index`` is the served snapshot of the pool (``index.kinds`` at ``index.version``).
 
     def dense(self, index: UnitIndex, qvec: np.ndarray, *,
               depth: int, allowed: np.ndarray | None = None, native: Any = None) -> Ranking:
@@ -98,7 +98,7 @@ class EmbeddedRecall:
         self._sync = sync
         self._status = status
 
-    def compile_filter(self, node: Any, fields: Mapping[str, str], kinds: Kinds) -> None:
+    def compile_filter(self, node: Any, fields: Mapping[str, str], index: UnitIndex) -> None:
         return None  # filters run in SQLite, which this backend shares
 
     def dense(self, index: UnitIndex, qvec: np.ndarray, *,
