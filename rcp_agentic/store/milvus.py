@@ -372,6 +372,7 @@ class MilvusRecall:
             for stale in older[:max(0, len(older) - self.store.retain + 1)]:
                 client.drop_collection(stale)
                 self._loaded.discard(stale)
+                self._targets = {k: v for k, v in self._targets.items() if v != stale}
         self._columns[(unit, level)] = self._columns_of(client, name)
         self._loaded.add(name)
         return name
