@@ -338,26 +338,26 @@ class MilvusRecall:
         self._synced[(unit, level)] = upto
 
     def _snapshot(self, client: Any, unit: str, level: int, version: int) -> str:
-        """Milvus Lite: the collection holding exactly the kind's rows visible at ``version``,
-        built on first use and shared by every version with the same rows; the newest
-        ``retain`` of a kind are kept.
+        """Milvus Lite: a collection holding exactly the kind's rows visible at ``version``,
+        built on first use and shared by every version with the same rows.
 
         Milvus Lite scores BM25 with each segment's statistics (every flush makes one) over
         every row it holds, so only a collection written whole, with that version's rows
-        alone, scores as the embedded backend does at that version.
+        alone, scores as the embedded backend does at that version. A build writes a
+        collection of its own name (``<alias>_s<newest v_from>_<rows>_<build>``) and marks
+        it complete last, so a read only ever uses a complete one, whichever process built
+        it; then every copy of the kind no retained version reads is dropped.
         """
         alias = self.collection(unit, level)
-        newest, count = self.store.visible_signature(unit, level, version)
-        name = f"{alias}_s{newest}_{count}"
-        if name in self._loaded:
-            return name
-        existing = set(client.list_collections())
-        if name in existing and (client.describe_collection(name).get("properties") or {}
-                                 ).get(_COMPLETE) == "1":
-            client.load_collection(name)
+        prefix = "{}_s{}_{}_".format(alias, *self.store.visible_signature(unit, level, version))
+        existing = [c for c in client.list_collections() if c.startswith(alias + "_s")]
+        done = sorted(c for c in existing if c.startswith(prefix) and self._complete(client, c))
+        if done:
+            name = done[0]
+            if name not in self._loaded:
+                client.load_collection(name)
         else:
-            if name in existing:  # a build a crash or an outage cut short
-                client.drop_collection(name)
+            name = prefix + uuid.uuid4().hex[:8]
             self._create(client, name, self._fields())
             fields = dict(self._fields())
             columns = self._columns_of(client, name)
@@ -367,15 +367,30 @@ class MilvusRecall:
                 last = rows[-1]["rowid"]
             client.flush(name)
             client.alter_collection_properties(name, properties={_COMPLETE: "1"})
-            older = sorted((c for c in existing if c.startswith(alias + "_s") and c != name),
-                           key=lambda c: int(c[len(alias) + 2:].split("_")[0]))
-            for stale in older[:max(0, len(older) - self.store.retain + 1)]:
-                client.drop_collection(stale)
-                self._loaded.discard(stale)
-                self._targets = {k: v for k, v in self._targets.items() if v != stale}
+            current = self.store.index_version()
+            read = {"{}_s{}_{}_".format(alias, *self.store.visible_signature(unit, level, v))
+                    for v in range(self.store.oldest_retained(current), current + 1)}
+            # A copy no retained version reads, a duplicate, or a build cut short (or another
+            # process's build under way: it fails, -32010, and its retry finds this one).
+            for stale in existing:
+                if stale[:stale.rfind("_") + 1] not in read or stale.startswith(prefix):
+                    client.drop_collection(stale)
+                    self._loaded.discard(stale)
+                    self._targets = {k: v for k, v in self._targets.items() if v != stale}
         self._columns[(unit, level)] = self._columns_of(client, name)
         self._loaded.add(name)
         return name
+
+    @staticmethod
+    def _complete(client: Any, name: str) -> bool:
+        return (client.describe_collection(name).get("properties") or {}).get(_COMPLETE) == "1"
+
+    @staticmethod
+    def _snapshot_order(alias: str, name: str) -> tuple[int, int]:
+        """Version order of a kind's snapshots: newer rows first by ``v_from``, and between
+        equal ones (only deletes in between) fewer rows is later."""
+        newest, count = name[len(alias) + 2:].split("_")[:2]
+        return int(newest), -int(count)
 
     def _columns_of(self, client: Any, name: str) -> frozenset[str]:
         info = client.describe_collection(name)
@@ -570,8 +585,10 @@ class MilvusRecall:
                 for unit, level in self.store.stored_kinds():
                     name = self.collection(unit, level)
                     if self._is_lite(client):  # the newest snapshot collection of the kind
-                        snaps = sorted((c for c in names if c.startswith(name + "_s")),
-                                       key=lambda c: int(c[len(name) + 2:].split("_")[0]))
+                        alias = name
+                        snaps = sorted((c for c in names if c.startswith(alias + "_s")
+                                        and self._complete(client, c)),
+                                       key=lambda c: self._snapshot_order(alias, c))
                         name = snaps[-1] if snaps else ""
                     elif not client.has_collection(name):
                         name = ""
@@ -583,7 +600,7 @@ class MilvusRecall:
                     rows = client.get_collection_stats(name).get("row_count", 0)
                     kinds[f"{unit}/{level}"] = {
                         "collection": name, "rows": int(rows),
-                        "synced": (int(name.rsplit("_s", 1)[1].split("_")[0])
+                        "synced": (self._snapshot_order(self.collection(unit, level), name)[0]
                                    if self._is_lite(client) else int(props.get(_SYNCED, "0")))}
                 return kinds
 
