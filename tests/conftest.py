@@ -87,6 +87,29 @@ def filled_engine(tmp_path_factory: pytest.TempPathFactory,
     eng.close()
 
 
+_TOPICS = ["volcano", "violin", "glacier", "espresso", "satellite", "penguin", "cathedral",
+           "tornado", "orchard", "submarine"]
+
+
+def numbered_docs(n: int, start: int = 0) -> list[dict[str, Any]]:
+    """``n`` short documents, each with a word (``tokNNN``) no other document has."""
+    return [{"id": f"o{i:03d}",
+             "text": f"Field notes tok{i:03d} on the {_TOPICS[i % len(_TOPICS)]} number {i}."}
+            for i in range(start, start + n)]
+
+
+def child_env() -> dict[str, str]:
+    """This environment without engine overrides: a child reads the directory's config."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RCP_AGENTIC_")}
+    env["TOKENIZERS_PARALLELISM"] = "false"
+    return env
+
+
+def cli_command(*args: str) -> list[str]:
+    """The `rcp-agentic` command line run by this interpreter."""
+    return [sys.executable, "-m", "rcp_agentic.cli", *args]
+
+
 # Recall backends every backend-parametrized suite runs against (README "Scaling out").
 BACKENDS = ("embedded", "milvus")
 

@@ -20,22 +20,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import _heartbeat, free_port, running_server
+from conftest import _heartbeat, free_port, numbered_docs, running_server
 
 from rcp_agentic import BackendUnavailable, Engine
 from rcp_agentic.store.chroma import CollectionLost
 
 pytestmark = pytest.mark.chroma_server
-
-_TOPICS = ["volcano", "violin", "glacier", "espresso", "satellite", "penguin", "cathedral",
-           "tornado", "orchard", "submarine"]
-
-
-def docs(n: int, start: int = 0) -> list[dict[str, Any]]:
-    """``n`` short documents, each with a word (``tokNNN``) no other document has."""
-    return [{"id": f"o{i:03d}",
-             "text": f"Field notes tok{i:03d} on the {_TOPICS[i % len(_TOPICS)]} number {i}."}
-            for i in range(start, start + n)]
 
 
 @contextmanager
@@ -95,7 +85,7 @@ def test_server_killed_mid_add_commits_every_document_and_heals(tmp_path: Path,
     list) while it is down, and catches up from the outbox when it is back."""
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    batch = docs(100)
+    batch = numbered_docs(100)
     with ExitStack() as stack:
         server = stack.enter_context(chroma(tmp_path / "server", port))
         eng = stack.enter_context(Engine(tmp_path / "engine", embedder=embedder, chroma_url=url,
@@ -133,8 +123,8 @@ def test_hung_server_times_out_and_never_blocks_writers(tmp_path: Path, embedder
         eng = stack.enter_context(Engine(tmp_path / "engine", embedder=embedder,
                                          chroma_url=f"http://127.0.0.1:{port}",
                                          dense_exact_max=0, chroma_timeout_seconds=timeout))
-        eng.add_documents(docs(10))
-        assert top_doc(eng, docs(1, 3)[0]["text"], mode="dense") == "o003"
+        eng.add_documents(numbered_docs(10))
+        assert top_doc(eng, numbered_docs(1, 3)[0]["text"], mode="dense") == "o003"
         os.kill(server.pid, signal.SIGSTOP)
         outcome: dict[str, Any] = {}
 
@@ -151,9 +141,9 @@ def test_hung_server_times_out_and_never_blocks_writers(tmp_path: Path, embedder
             thread.start()
             return thread
 
-        first = run("add1", lambda: eng.add_documents(docs(2, 10)))
+        first = run("add1", lambda: eng.add_documents(numbered_docs(2, 10)))
         time.sleep(1.0)  # the first write now waits on the hung server, outside the write lock
-        second = run("add2", lambda: eng.add_documents(docs(2, 12)))
+        second = run("add2", lambda: eng.add_documents(numbered_docs(2, 12)))
         second.join(timeout=timeout - 1.0)
         assert not second.is_alive(), "a write waited for another write's hung Chroma sync"
         query = run("dense", lambda: eng.retrieve("tok011 penguin", mode="dense"))
@@ -171,7 +161,7 @@ def test_hung_server_times_out_and_never_blocks_writers(tmp_path: Path, embedder
         assert top_doc(eng, "tok013", mode="sparse") == "o013"
         assert "o000" not in eng.store.document_ids()
         os.kill(server.pid, signal.SIGCONT)
-        hits = retry_until_served(lambda: eng.retrieve(docs(1, 13)[0]["text"], k=20,
+        hits = retry_until_served(lambda: eng.retrieve(numbered_docs(1, 13)[0]["text"], k=20,
                                                        mode="dense", unit="document").hits)
         got = [h.meta["doc_id"] for h in hits]
         assert got[0] == "o013" and "o000" not in got
@@ -189,8 +179,8 @@ def test_server_restarted_empty_is_refilled_without_reopening(tmp_path: Path,
         eng = stack.enter_context(Engine(tmp_path / "engine", embedder=embedder,
                                          chroma_url=f"http://127.0.0.1:{port}",
                                          dense_exact_max=0, chroma_timeout_seconds=5))
-        eng.add_documents(docs(20))
-        assert top_doc(eng, docs(1, 7)[0]["text"], mode="dense") == "o007"
+        eng.add_documents(numbered_docs(20))
+        assert top_doc(eng, numbered_docs(1, 7)[0]["text"], mode="dense") == "o007"
         kill(server)
         stack.enter_context(chroma(tmp_path / "server-b", port))
         with pytest.raises(CollectionLost) as info:
@@ -199,10 +189,10 @@ def test_server_restarted_empty_is_refilled_without_reopening(tmp_path: Path,
         assert "restarted" in info.value.message and "refilled from SQLite" in info.value.message
         assert "reopen" not in info.value.message
         # The query heals the engine in place and is answered in full.
-        assert top_doc(eng, docs(1, 7)[0]["text"], mode="dense") == "o007"
+        assert top_doc(eng, numbered_docs(1, 7)[0]["text"], mode="dense") == "o007"
         assert in_sync(eng)
-        eng.add_documents(docs(2, 20))
-        assert top_doc(eng, docs(1, 21)[0]["text"], mode="dense") == "o021"
+        eng.add_documents(numbered_docs(2, 20))
+        assert top_doc(eng, numbered_docs(1, 21)[0]["text"], mode="dense") == "o021"
         assert in_sync(eng)
 
 
@@ -216,12 +206,12 @@ def test_server_restarted_empty_is_refilled_by_the_next_write(tmp_path: Path,
         eng = stack.enter_context(Engine(tmp_path / "engine", embedder=embedder,
                                          chroma_url=f"http://127.0.0.1:{port}",
                                          dense_exact_max=0, chroma_timeout_seconds=5))
-        eng.add_documents(docs(12))
+        eng.add_documents(numbered_docs(12))
         kill(server)
         stack.enter_context(chroma(tmp_path / "server-b", port))
-        eng.add_documents(docs(1, 12))
+        eng.add_documents(numbered_docs(1, 12))
         assert in_sync(eng), "the write's sync did not refill the restarted server"
-        assert top_doc(eng, docs(1, 5)[0]["text"], mode="dense") == "o005"
+        assert top_doc(eng, numbered_docs(1, 5)[0]["text"], mode="dense") == "o005"
 
 
 def test_open_while_server_down_is_degraded_then_heals(tmp_path: Path, embedder: Any) -> None:
@@ -232,12 +222,12 @@ def test_open_while_server_down_is_degraded_then_heals(tmp_path: Path, embedder:
     path = tmp_path / "engine"
     with chroma(tmp_path / "server", port):
         with Engine(path, embedder=embedder, chroma_url=url) as eng:
-            eng.add_documents(docs(8))
+            eng.add_documents(numbered_docs(8))
     started = time.monotonic()
     with Engine(path, embedder=embedder, chroma_url=url, dense_exact_max=0) as eng:
         assert time.monotonic() - started < 15
         assert top_doc(eng, "tok004", mode="sparse") == "o004"
-        eng.add_documents(docs(2, 8))
+        eng.add_documents(numbered_docs(2, 8))
         eng.delete_documents(["o001"])
         with pytest.raises(BackendUnavailable) as info:
             eng.retrieve("tok009 penguin", mode="dense")
@@ -246,13 +236,13 @@ def test_open_while_server_down_is_degraded_then_heals(tmp_path: Path, embedder:
         with pytest.raises(BackendUnavailable):
             eng.reconcile()
         with Engine(path, embedder=embedder, chroma_url=url) as exact:  # dense_exact_max default
-            assert top_doc(exact, docs(1, 9)[0]["text"], mode="dense") == "o009"
+            assert top_doc(exact, numbered_docs(1, 9)[0]["text"], mode="dense") == "o009"
         with chroma(tmp_path / "server", port):
-            doc = retry_until_served(lambda: top_doc(eng, docs(1, 9)[0]["text"], mode="dense"))
+            doc = retry_until_served(lambda: top_doc(eng, numbered_docs(1, 9)[0]["text"], mode="dense"))
             assert doc == "o009"
             assert in_sync(eng)
             assert "o001" not in {h.meta["doc_id"] for h in eng.retrieve(
-                docs(1, 1)[0]["text"], k=20, mode="dense", unit="document").hits}
+                numbered_docs(1, 1)[0]["text"], k=20, mode="dense", unit="document").hits}
 
 
 def test_fresh_engine_created_while_server_down(tmp_path: Path, embedder: Any) -> None:
@@ -261,10 +251,10 @@ def test_fresh_engine_created_while_server_down(tmp_path: Path, embedder: Any) -
     url = f"http://127.0.0.1:{port}"
     with Engine(tmp_path / "engine", embedder=embedder, chroma_url=url,
                 dense_exact_max=0) as eng:
-        eng.add_documents(docs(3))
+        eng.add_documents(numbered_docs(3))
         assert top_doc(eng, "tok002", mode="sparse") == "o002"
         with chroma(tmp_path / "server", port):
-            assert retry_until_served(lambda: top_doc(eng, docs(1, 2)[0]["text"],
+            assert retry_until_served(lambda: top_doc(eng, numbered_docs(1, 2)[0]["text"],
                                                       mode="dense")) == "o002"
             assert in_sync(eng)
 
@@ -297,12 +287,12 @@ def test_open_against_a_hung_server_is_bounded_by_the_timeout(tmp_path: Path,
         assert time.monotonic() - started < 3 * timeout + 10
         eng = opened["engine"]
         try:
-            eng.add_documents(docs(3))
+            eng.add_documents(numbered_docs(3))
             with pytest.raises(BackendUnavailable) as info:
                 eng.retrieve("tok001", mode="dense")
             assert_unavailable(info.value)
             os.kill(server.pid, signal.SIGCONT)
-            assert retry_until_served(lambda: top_doc(eng, docs(1, 1)[0]["text"],
+            assert retry_until_served(lambda: top_doc(eng, numbered_docs(1, 1)[0]["text"],
                                                       mode="dense")) == "o001"
             assert in_sync(eng)
         finally:

@@ -29,7 +29,6 @@ documents, 250 chunks; 18 queries; chunk and document units):
 from __future__ import annotations
 
 import math
-import os
 import re
 import signal
 import subprocess
@@ -44,7 +43,8 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import DOCS, REPO, backend_overrides, free_port, milvus_lite_server
+from conftest import (DOCS, REPO, backend_overrides, child_env, cli_command, free_port,
+                      milvus_lite_server, numbered_docs)
 
 from rcp_agentic import BackendUnavailable, Engine, InvalidParams
 from rcp_agentic.store.milvus import MilvusRecall
@@ -66,17 +66,6 @@ _COMPLETE = "rcp.complete"
 
 
 # --- helpers -----------------------------------------------------------------------------
-
-
-def _child_env() -> dict[str, str]:
-    """This environment without engine overrides: a child reads the directory's config."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RCP_AGENTIC_")}
-    env["TOKENIZERS_PARALLELISM"] = "false"
-    return env
-
-
-def _cli(*args: str) -> list[str]:
-    return [sys.executable, "-m", "rcp_agentic.cli", *args]
 
 
 def recall_of(eng: Engine) -> MilvusRecall:
@@ -237,17 +226,6 @@ def assert_unavailable(exc: BackendUnavailable) -> None:
     assert wire["code"] == -32010
     assert wire["data"]["retryable"] is True
     assert isinstance(wire["data"]["retryAfterMs"], int) and wire["data"]["retryAfterMs"] > 0
-
-
-_TOPICS = ["volcano", "violin", "glacier", "espresso", "satellite", "penguin", "cathedral",
-           "tornado", "orchard", "submarine"]
-
-
-def docs(n: int, start: int = 0) -> list[dict[str, Any]]:
-    """``n`` short documents, each with a word (``tokNNN``) no other document has."""
-    return [{"id": f"o{i:03d}",
-             "text": f"Field notes tok{i:03d} on the {_TOPICS[i % len(_TOPICS)]} number {i}."}
-            for i in range(start, start + n)]
 
 
 def doc_ids(eng: Engine, query: str, mode: str, k: int = 50, unit: str = "document",
@@ -550,7 +528,7 @@ def test_snapshots_pin_old_rows_and_collected_versions_leave_milvus(
 
         # v4: v2 goes, and d5's last row with it. (Lite: v2's and v3's snapshots share
         # their newest v_from, 2: v3's, with one row fewer, is the newer.)
-        eng.add_documents(docs(1))
+        eng.add_documents(numbered_docs(1))
         assert assert_milvus_holds_sqlite(eng, client) == {"chunk/0": 8, "document/0": 8}
         assert old_rows["doc:d5#c0"] not in collection_rows(client, target_of(eng, "chunk", 0))
         if lite:
@@ -670,7 +648,7 @@ def test_server_killed_then_restarted_then_restarted_empty(tmp_path: Path,
         uri, server = stack.enter_context(milvus_lite_server(tmp_path / "server", port))
         eng = stack.enter_context(Engine(tmp_path / "e", embedder=embedder, backend="milvus",
                                          milvus_uri=uri, milvus_timeout_seconds=5))
-        eng.add_documents(docs(10))
+        eng.add_documents(numbered_docs(10))
         client = MilvusClient(uri)
         assert assert_milvus_holds_sqlite(eng, client) == {"chunk/0": 10, "document/0": 10}
         client.close()
@@ -683,7 +661,7 @@ def test_server_killed_then_restarted_then_restarted_empty(tmp_path: Path,
                 eng.retrieve("tok004 satellite", mode=mode)
             assert_unavailable(info.value)
             assert uri in info.value.message
-        assert eng.add_documents(docs(3, 10)).ids == ["o010", "o011", "o012"]
+        assert eng.add_documents(numbered_docs(3, 10)).ids == ["o010", "o011", "o012"]
         assert eng.delete_documents(["o001"]) == 1
         assert eng.index_version == "v3"
         assert "o012" in eng.store.document_ids() and "o001" not in eng.store.document_ids()
@@ -693,8 +671,8 @@ def test_server_killed_then_restarted_then_restarted_empty(tmp_path: Path,
         assert retry_until_served(lambda: doc_ids(eng, "tok012", "sparse", k=1)) == ["o012"]
         for mode in MODES:  # each kind is synced by its first read
             for unit in UNITS:
-                assert doc_ids(eng, str(docs(1, 11)[0]["text"]), mode, 1, unit) == ["o011"]
-                assert "o001" not in doc_ids(eng, str(docs(1, 1)[0]["text"]), mode, 50, unit)
+                assert doc_ids(eng, str(numbered_docs(1, 11)[0]["text"]), mode, 1, unit) == ["o011"]
+                assert "o001" not in doc_ids(eng, str(numbered_docs(1, 1)[0]["text"]), mode, 50, unit)
         client = MilvusClient(uri)
         # v3's snapshots: its 12 live rows (o001's, retired at v3, is SQLite's for v1, v2).
         assert assert_milvus_holds_sqlite(eng, client) == {"chunk/0": 12, "document/0": 12}
@@ -706,7 +684,7 @@ def test_server_killed_then_restarted_then_restarted_empty(tmp_path: Path,
         stack.enter_context(milvus_lite_server(tmp_path / "server-empty", port))
         assert retry_until_served(lambda: doc_ids(eng, "tok007", "sparse", k=1)) == ["o007"]
         for unit in UNITS:
-            assert doc_ids(eng, str(docs(1, 10)[0]["text"]), "dense", 1, unit) == ["o010"]
+            assert doc_ids(eng, str(numbered_docs(1, 10)[0]["text"]), "dense", 1, unit) == ["o010"]
         client = MilvusClient(uri)
         assert assert_milvus_holds_sqlite(eng, client) == {"chunk/0": 12, "document/0": 12}
         client.close()
@@ -771,7 +749,7 @@ def test_writer_process_is_seen_then_killed_mid_sync(tmp_path: Path, embedder: A
         log = stack.enter_context(open(tmp_path / "writer.log", "w+"))
         writer = subprocess.Popen([sys.executable, "-c", WRITER, str(path), uri, str(SMALL),
                                    str(BIG)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                  stderr=log, text=True, env=_child_env(), cwd=REPO)
+                                  stderr=log, text=True, env=child_env(), cwd=REPO)
 
         def stderr() -> str:
             return (tmp_path / "writer.log").read_text("utf-8", errors="replace")[-3000:]
@@ -909,16 +887,16 @@ def test_cli_index_then_query_on_milvus_lite(tmp_path: Path) -> None:
     for d in DOCS:
         (corpus / f"{d['id']}.txt").write_text(str(d["text"]), "utf-8")
     engine_dir, uri = tmp_path / "e", tmp_path / "m.db"
-    res = subprocess.run(_cli("index", str(corpus), "--engine", str(engine_dir), "--backend",
+    res = subprocess.run(cli_command("index", str(corpus), "--engine", str(engine_dir), "--backend",
                               "milvus", "--milvus-uri", str(uri), "--quiet"),
-                         capture_output=True, text=True, env=_child_env(), cwd=REPO,
+                         capture_output=True, text=True, env=child_env(), cwd=REPO,
                          timeout=300)
     assert res.returncode == 0, res.stderr
     assert uri.exists()
     # The choice is saved: query needs no flag.
-    res = subprocess.run(_cli("query", "reciprocal rank fusion of rankings", "--engine",
+    res = subprocess.run(cli_command("query", "reciprocal rank fusion of rankings", "--engine",
                               str(engine_dir), "--k", "1", "--mode", "sparse", "--json"),
-                         capture_output=True, text=True, env=_child_env(), cwd=REPO,
+                         capture_output=True, text=True, env=child_env(), cwd=REPO,
                          timeout=300)
     assert res.returncode == 0, res.stderr
     import json

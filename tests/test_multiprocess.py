@@ -7,7 +7,6 @@ SQLite's write lock.
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import threading
@@ -17,7 +16,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import DOCS, REPO
+from conftest import DOCS, REPO, child_env, cli_command
 
 from rcp_agentic import BackendUnavailable, Engine
 from rcp_agentic.store.docstore import UnitArrays
@@ -25,17 +24,6 @@ from rcp_agentic.store.memindex import UnitIndex
 
 WORDS = ("quokka", "zanzibar", "marimba", "obsidian", "tamarind", "wolverine", "gazpacho",
          "trebuchet", "nautilus", "pangolin")
-
-
-def _child_env() -> dict[str, str]:
-    """This environment without engine overrides: the child reads the directory's config."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RCP_AGENTIC_")}
-    env["TOKENIZERS_PARALLELISM"] = "false"
-    return env
-
-
-def _cli(*args: str) -> list[str]:
-    return [sys.executable, "-m", "rcp_agentic.cli", *args]
 
 
 def _write_corpus(folder: Path, tag: str, n: int) -> dict[str, str]:
@@ -60,8 +48,8 @@ def test_open_engine_sees_and_survives_a_cli_index_run(tmp_path: Path, embedder:
         assert eng.retrieve("vitamin D multiple sclerosis", k=3, mode=mode).hits
     assert eng.retrieve("quokka", k=3, mode="sparse").hits == []
     _write_corpus(tmp_path / "corpus", "alpha", 3)
-    res = subprocess.run(_cli("index", str(tmp_path / "corpus"), "--engine", str(tmp_path / "e"),
-                              "--quiet"), capture_output=True, text=True, env=_child_env(),
+    res = subprocess.run(cli_command("index", str(tmp_path / "corpus"), "--engine", str(tmp_path / "e"),
+                              "--quiet"), capture_output=True, text=True, env=child_env(),
                          cwd=REPO, timeout=300)
     assert res.returncode == 0, res.stderr
     # The very next request sees the other process's commit, in every mode and unit.
@@ -91,8 +79,8 @@ def test_open_engine_sees_other_process_vectors_in_embedded_chroma(tmp_path: Pat
     for unit in ("chunk", "document"):  # load both HNSW indexes into this process
         assert eng.retrieve("vitamin D multiple sclerosis", k=3, mode="dense", unit=unit).hits
     _write_corpus(tmp_path / "corpus", "beta", 3)
-    res = subprocess.run(_cli("index", str(tmp_path / "corpus"), "--engine", str(tmp_path / "e"),
-                              "--quiet"), capture_output=True, text=True, env=_child_env(),
+    res = subprocess.run(cli_command("index", str(tmp_path / "corpus"), "--engine", str(tmp_path / "e"),
+                              "--quiet"), capture_output=True, text=True, env=child_env(),
                          cwd=REPO, timeout=300)
     assert res.returncode == 0, res.stderr
     got = eng.retrieve("The quokka and the zanzibar meet near betamarker0", k=3, mode="dense",
@@ -109,9 +97,9 @@ def test_two_writer_processes_at_once(tmp_path: Path, embedder: Any) -> None:
     # 130 files each: three write transactions (64 + 64 + 2) per process, interleaved.
     expected = _write_corpus(tmp_path / "one", "one", 130)
     expected |= _write_corpus(tmp_path / "two", "two", 130)
-    procs = [subprocess.Popen(_cli("index", str(tmp_path / name), "--engine", str(engine_dir),
+    procs = [subprocess.Popen(cli_command("index", str(tmp_path / name), "--engine", str(engine_dir),
                                    "--quiet"), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              text=True, env=_child_env(), cwd=REPO)
+                              text=True, env=child_env(), cwd=REPO)
              for name in ("one", "two")]
     outputs = [p.communicate(timeout=600) for p in procs]
     for proc, (out, err) in zip(procs, outputs):
