@@ -2,7 +2,9 @@
 
 ``Engine(path)`` opens or creates an engine directory holding ``engine.db``
 (SQLite, the source of truth), ``chroma/`` (embedded Chroma, unless a server URL
-is configured) and ``config.json``. All public methods are thread-safe, and several
+is configured) and ``config.json``. Dense and sparse recall run in the recall
+backend ``config.backend`` names (``store/recall.py``: in this process, or in Milvus
+synced from SQLite). All public methods are thread-safe, and several
 processes may open one directory: writes are serialised on SQLite, and each read
 first catches up with what other processes committed (see ``store/docstore.py``).
 """
