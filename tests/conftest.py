@@ -120,6 +120,35 @@ def backend(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
 
+@pytest.fixture(scope="module")
+def recall_engine(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory,
+                  embedder: SentenceTransformerEmbedder, backend: str) -> Iterator[Engine]:
+    """DOCS in each recall backend, for tests of what recall returns (the embedded one is
+    ``filled_engine``, built once; backend-independent validation uses that one directly)."""
+    if backend == "embedded":
+        yield request.getfixturevalue("filled_engine")
+        return
+    path = tmp_path_factory.mktemp(f"docs-{backend}") / "engine"
+    with Engine(path, embedder=embedder, **backend_overrides(backend, path)) as eng:
+        eng.add_documents(DOCS)
+        yield eng
+
+
+def retry_until_served(call: Callable[[], Any], limit: float = 90.0) -> Any:
+    """Call until it stops raising BackendUnavailable (retryable, with retryAfterMs), sleeping
+    its retryAfterMs (at most 2 s), for at most ``limit`` seconds."""
+    from rcp_agentic import BackendUnavailable
+
+    deadline = time.monotonic() + limit
+    while True:
+        try:
+            return call()
+        except BackendUnavailable as exc:
+            assert time.monotonic() < deadline, f"still unavailable after {limit} s: {exc}"
+            assert exc.data.get("retryable") is True and exc.data.get("retryAfterMs", 0) > 0
+            time.sleep(min(exc.data["retryAfterMs"] / 1000.0, 2.0))
+
+
 def backend_overrides(backend: str, engine_path: Path) -> dict[str, Any]:
     """Engine keyword arguments for ``backend``; Milvus Lite keeps its data beside the engine."""
     if backend == "embedded":

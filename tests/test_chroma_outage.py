@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import _heartbeat, free_port, numbered_docs, running_server
+from conftest import _heartbeat, free_port, numbered_docs, retry_until_served, running_server
 
 from rcp_agentic import BackendUnavailable, Engine
 from rcp_agentic.store.chroma import CollectionLost
@@ -56,18 +56,6 @@ def in_sync(eng: Engine) -> bool:
 
 def top_doc(eng: Engine, query: str, **options: Any) -> str:
     return str(eng.retrieve(query, k=1, unit="document", **options).hits[0].meta["doc_id"])
-
-
-def retry_until_served(call: Callable[[], Any], limit: float = 60.0) -> Any:
-    """Call until it stops raising BackendUnavailable, sleeping its retryAfterMs (bounded)."""
-    deadline = time.monotonic() + limit
-    while True:
-        try:
-            return call()
-        except BackendUnavailable as exc:
-            assert time.monotonic() < deadline, f"still unavailable after {limit} s: {exc}"
-            assert exc.data.get("retryable") is True and exc.data.get("retryAfterMs", 0) > 0
-            time.sleep(min(exc.data["retryAfterMs"] / 1000.0, 2.0))
 
 
 def assert_unavailable(exc: BackendUnavailable) -> None:

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import jsonschema
 import pytest
 
-from conftest import DOCS, REPO, backend_overrides
+from conftest import REPO
 from rcp_agentic import Engine
 from rcp_agentic.protocol.dispatcher import Dispatcher
 
@@ -31,19 +30,6 @@ def req(method: str, params: Any = None, id_: Any = 1) -> dict[str, Any]:
 @pytest.fixture()
 def rpc(filled_engine: Engine) -> Dispatcher:
     return Dispatcher(filled_engine)
-
-
-@pytest.fixture(scope="module")
-def recall_engine(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory,
-                  embedder: Any, backend: str) -> Iterator[Engine]:
-    """DOCS in each recall backend (the embedded one is ``filled_engine``, built once)."""
-    if backend == "embedded":
-        yield request.getfixturevalue("filled_engine")
-        return
-    path = tmp_path_factory.mktemp(f"rpc-{backend}") / "e"
-    with Engine(path, embedder=embedder, **backend_overrides(backend, path)) as eng:
-        eng.add_documents(DOCS)
-        yield eng
 
 
 @pytest.fixture()

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,20 +23,6 @@ def result_validator() -> jsonschema.protocols.Validator:
     sub = {"$schema": schema["$schema"], "$defs": schema["$defs"],
            "$ref": "#/$defs/RetrieveResult"}
     return jsonschema.Draft202012Validator(sub)
-
-
-@pytest.fixture(scope="module")
-def recall_engine(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory,
-                  embedder: Any, backend: str) -> Iterator[Engine]:
-    """DOCS in each recall backend, for the tests of what recall returns (those of
-    backend-independent validation use ``filled_engine``, which is the embedded one)."""
-    if backend == "embedded":
-        yield request.getfixturevalue("filled_engine")
-        return
-    path = tmp_path_factory.mktemp(f"engine-{backend}") / "engine"
-    with Engine(path, embedder=embedder, **backend_overrides(backend, path)) as eng:
-        eng.add_documents(DOCS)
-        yield eng
 
 
 @pytest.mark.parametrize("mode", ["dense", "sparse", "hybrid"])

@@ -33,9 +33,8 @@ import re
 import signal
 import subprocess
 import sys
-import time
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,7 +43,7 @@ from typing import Any
 import numpy as np
 import pytest
 from conftest import (DOCS, REPO, backend_overrides, child_env, cli_command, free_port,
-                      milvus_lite_server, numbered_docs)
+                      milvus_lite_server, numbered_docs, retry_until_served)
 
 from rcp_agentic import BackendUnavailable, Engine, InvalidParams
 from rcp_agentic.store.milvus import MilvusRecall
@@ -207,18 +206,6 @@ def assert_milvus_holds_sqlite(eng: Engine, client: MilvusClient) -> dict[str, i
             "collection": name, "rows": len(truth), "synced": synced}
         counts[f"{unit}/{level}"] = len(truth)
     return counts
-
-
-def retry_until_served(call: Callable[[], Any], limit: float = 90.0) -> Any:
-    """Call until it stops raising BackendUnavailable, sleeping its retryAfterMs (bounded)."""
-    deadline = time.monotonic() + limit
-    while True:
-        try:
-            return call()
-        except BackendUnavailable as exc:
-            assert time.monotonic() < deadline, f"still unavailable after {limit} s: {exc}"
-            assert_unavailable(exc)
-            time.sleep(min(exc.data["retryAfterMs"] / 1000.0, 2.0))
 
 
 def assert_unavailable(exc: BackendUnavailable) -> None:
