@@ -12,10 +12,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-
-pytest.importorskip("pymilvus")  # the optional rcp-agentic[milvus] extra
-
-from hypothesis import HealthCheck, given, settings  # noqa: I001
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pymilvus import DataType, MilvusClient
 
