@@ -356,6 +356,7 @@ class MilvusRecall:
             name = done[0]
             if name not in self._loaded:
                 client.load_collection(name)
+            columns = self._columns_of(client, name)
         else:
             name = prefix + uuid.uuid4().hex[:8]
             self._create(client, name, self._fields())
@@ -377,7 +378,7 @@ class MilvusRecall:
                     client.drop_collection(stale)
                     self._loaded.discard(stale)
                     self._targets = {k: v for k, v in self._targets.items() if v != stale}
-        self._columns[(unit, level)] = self._columns_of(client, name)
+        self._columns[(unit, level)] = columns
         self._loaded.add(name)
         return name
 
