@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ..control import RequestControl, checked
 from ..errors import BackendUnavailable, InvalidParams, OptionUnsupported
 from ..models.embedder import normalize_rows
 from ..models.llm import json_object
@@ -52,9 +53,10 @@ from ..pipeline import cursor as cursors
 from ..pipeline import fusion
 from ..pipeline.params import query_text
 from ..raptor.summarize import cut_to_tokens, split_sentences
-from ..wire import CommunityEntry, GraphResult, Hit, Usage
-from .compose import community_masses, reading_order
+from ..wire import CommunityEntry, GraphResult, Hit, Trust, Usage
+from .compose import community_masses, reading_order, request_view
 from .reports import KEY_RELATIONS
+from .sources import SourceTrust
 
 if TYPE_CHECKING:
     from ..engine import Engine
@@ -73,6 +75,7 @@ MAX_FOLLOWUPS = 5  # follow-ups derived from one primer
 FOLLOWUPS_PER_CALL = 2  # follow-ups one drift call runs (the first also runs the question)
 MAX_FOLLOWUP_CHARS = 300
 MAX_POINTS = 16  # points taken from one report
+EMBED_SLICE = 32  # report points embedded between two deadline checks
 MAX_CURSOR_CHARS = 4096
 DUPLICATE_COSINE = 0.92  # two points this close say the same thing
 RRF_K = 60
@@ -140,7 +143,8 @@ def default_level(store: CommunityStore) -> int:
     return min(range(store.top_level + 1), key=distance)
 
 
-def _filter(value: Any) -> Mapping[str, Any] | None:
+def filter_param(value: Any) -> Mapping[str, Any] | None:
+    """A ``filter`` param: None or an object (its tree is checked where it is compiled)."""
     if value is None:
         return None
     if not isinstance(value, Mapping):
@@ -161,6 +165,7 @@ class DriftState:
     pending: list[str] = field(default_factory=list)
     asked: list[str] = field(default_factory=list)
     primed: list[str] = field(default_factory=list)
+    trust: Trust | None = None  # of every follow-up derived so far (their sources, combined)
 
 
 class Frontiers:
@@ -287,16 +292,16 @@ class CommunityOps:
         return query_text(query, max_chars=self.engine.config.max_query_chars)
 
     def _ranked(self, text: str, level: int, k: int, filter_: Mapping[str, Any] | None,
-                skip: Sequence[str] = ()) -> tuple[list[tuple[Hit, StoredCommunity]],
-                                                   CommunityStore, str | None]:
+                control: RequestControl, skip: Sequence[str] = ()
+                ) -> tuple[list[tuple[Hit, StoredCommunity]], CommunityStore, str | None]:
         """The level's communities ranked for ``text`` by retrieve (``skip``: ids left out),
         with the store of the version retrieve served."""
         raw: dict[str, Any] = {"query": text, "unit": "community", "level": level,
                                "k": min(self.engine.config.max_k, k + len(skip))}
         if filter_ is not None:
             raw["filter"] = dict(filter_)
-        res = self.engine.retrieve_params(raw)
-        version = _version(res.index_version)
+        res = self.engine.retrieve_params(raw, control)
+        version = version_of(res.index_version)
         store = self._store("global", version)
         out = []
         for hit in res.hits:
@@ -305,13 +310,41 @@ class CommunityOps:
                 out.append((hit, c))
         return out[:k], store, res.index_version
 
+    def _rowids(self, store: CommunityStore) -> dict[str, int]:
+        """Community id -> its row, for the communities of ``store`` (one version)."""
+        index = self.engine._index(_community_kinds(store), store.version)
+        return {str(u): int(r) for u, r in zip(index.uids, index.rowids)}
+
+    def _passing(self, store: CommunityStore, filter_: Mapping[str, Any]) -> set[str]:
+        """Ids of the communities of ``store`` that pass ``filter_``: every chunk a community
+        covers passes (as retrieve judges a derived unit)."""
+        rows = self.engine.passing_rowids(filter_, _community_kinds(store), store.version)
+        by_row = {r: u for u, r in self._rowids(store).items()}
+        return {by_row[int(r)] for r in rows if int(r) in by_row}
+
+    def _trust(self, store: CommunityStore, ids: Sequence[str]) -> dict[str, Trust]:
+        """The trust each community's report carries, as its retrieve hit does: the lowest of
+        the documents it covers, suspected when the report screened as an injection."""
+        rowids = self._rowids(store)
+        rows = self.engine.store.hydrate([rowids[i] for i in ids if i in rowids])
+        out: dict[str, Trust] = {}
+        for row in rows.values():
+            out[row["uid"]] = Trust(level=row["trust"],
+                                    injection_suspected=bool(row["injection_suspected"]))
+        return out
+
     # --- communities ------------------------------------------------------------------------
 
-    def communities(self, *, level: Any = None, k: Any = None,
-                    cursor: Any = None) -> GraphResult:
-        """One page of the partition at ``level``, largest first; ``nextCursor`` while more."""
+    def communities(self, *, level: Any = None, k: Any = None, cursor: Any = None,
+                    filter: Mapping[str, Any] | None = None,
+                    control: RequestControl | None = None) -> GraphResult:
+        """One page of the partition at ``level``, largest first; ``nextCursor`` while more.
+        With ``filter`` only the communities all of whose chunks pass it are listed (and a
+        cursor pages the listing of its own filter only)."""
         k = count_param(k, "k", DEFAULT_PAGE, 1, MAX_PAGE)
-        qhash = cursors.query_hash({"op": "communities", "level": level})
+        ctl = checked(control)
+        qhash = cursors.query_hash({"op": "communities", "level": level,
+                                    "filter": _filter_key(filter)})
         start, version = 0, None
         if cursor is not None:
             if not isinstance(cursor, str) or not cursor or len(cursor) > MAX_CURSOR_CHARS:
@@ -328,11 +361,17 @@ class CommunityOps:
         level_ = level_param(level, store)
         lvl = store.top_level if level_ is None else level_
         part = store.level(lvl)
+        if filter is not None:
+            passing = self._passing(store, filter)
+            part = [c for c in part if c.id in passing]
+        ctl.check()
         if start > len(part):
             raise InvalidParams("cursor is past the end of this level", field="cursor")
         page = part[start:start + k]
+        trust = self._trust(store, [c.id for c in page])
         entries = [CommunityEntry(id=c.id, level=lvl, summary=c.text, title=c.title,
-                                  size=c.size, rating=c.rating) for c in page]
+                                  size=c.size, rating=c.rating, trust=trust.get(c.id))
+                   for c in page]
         after = start + len(page)
         nxt = (cursors.encode(cursors.CursorState(version, after, frozenset(), qhash),
                               self.engine._secret) if after < len(part) else None)
@@ -344,10 +383,13 @@ class CommunityOps:
     # --- global -----------------------------------------------------------------------------
 
     def global_search(self, query: Any, *, level: Any = None, k: Any = None,
-                      token_budget: Any = None, filter: Any = None) -> GraphResult:
+                      token_budget: Any = None, filter: Any = None,
+                      control: RequestControl | None = None) -> GraphResult:
         """The level's communities ranked for ``query`` and a ``summary`` of the best of their
-        reports within ``token_budget`` (see the module doc)."""
+        reports within ``token_budget`` (see the module doc). The summary carries the lowest
+        trust of the reports it draws on (``GraphResult.trust``)."""
         t0 = time.perf_counter()
+        ctl = checked(control)
         text = self._query(query, "global")
         store = self._store("global")
         lvl = level_param(level, store)
@@ -355,24 +397,31 @@ class CommunityOps:
         k = count_param(k, "k", DEFAULT_GLOBAL_K, 1, MAX_PAGE)
         budget = count_param(token_budget, "tokenBudget", DEFAULT_SUMMARY_TOKENS, 1,
                              MAX_SUMMARY_TOKENS)
-        ranked, store, version = self._ranked(text, lvl, k, _filter(filter))
+        ranked, store, version = self._ranked(text, lvl, k, filter_param(filter), ctl)
         notes = [f"level {lvl} of 0..{store.top_level}"]
         if not ranked:
             return GraphResult(summary="", communities=[], index_version=version,
                                usage=Usage(notes=notes + ["no community matches the query"]))
+        ctl.check()
         llm = getattr(self.engine, "llm", None)
         if llm is not None:
-            summary, n_points = self._llm_global(text, ranked, budget, llm, notes)
+            summary, n_points = self._llm_global(text, ranked, budget, llm, notes, ctl)
         else:
-            points = self._offline_points(text, ranked)
+            points = self._offline_points(text, ranked, ctl)
             summary, n_points = pack_points(points, budget), len(points)
+        ctl.check()
         entries = [CommunityEntry(id=c.id, level=lvl, summary=c.text, title=c.title,
-                                  size=c.size, rating=c.rating, score=round(float(hit.score), 8))
+                                  size=c.size, rating=c.rating, score=round(float(hit.score), 8),
+                                  trust=hit.trust)
                    for hit, c in ranked]
+        screened = Trust(level="trusted",
+                         injection_suspected=self.engine.screen.screen(summary).suspected)
+        trust = SourceTrust.combine([*(hit.trust for hit, _c in ranked), screened])
         tokens = count_tokens(summary)
         notes.append(f"summary: {tokens} of {budget} tokens from {n_points} points of "
                      f"{len(ranked)} communities" + (" (LLM map-reduce)" if llm else ""))
         return GraphResult(summary=summary, communities=entries, index_version=version,
+                           trust=trust,
                            usage=Usage(candidates=n_points, tokens=tokens,
                                        latency_ms=round((time.perf_counter() - t0) * 1000, 3),
                                        notes=notes))
@@ -400,26 +449,29 @@ class CommunityOps:
                     out.append(line)
         return out[:MAX_POINTS]
 
-    def _offline_points(self, text: str, ranked: Sequence[tuple[Hit, StoredCommunity]]
-                        ) -> list[_Point]:
+    def _offline_points(self, text: str, ranked: Sequence[tuple[Hit, StoredCommunity]],
+                        control: RequestControl) -> list[_Point]:
         """Every ranked report's points, scored by the embedder's cosine to the query."""
         raw = [(rank, p) for rank, (_h, c) in enumerate(ranked) for p in self._report_points(c)]
         if not raw:
             return []
-        vectors = self._point_vectors([p for _r, p in raw])
+        vectors = self._point_vectors([p for _r, p in raw], control)
         q = normalize_rows(self.engine.embedder.embed_query(text))[0]
         sims = vectors @ q
         return [_Point(p, float(s), rank, v) for (rank, p), s, v in zip(raw, sims, vectors)]
 
-    def _point_vectors(self, texts: list[str]) -> np.ndarray:
+    def _point_vectors(self, texts: list[str], control: RequestControl) -> np.ndarray:
         """Unit vectors of report points; kept (bounded; one engine, one embedder): the same
-        reports come back query after query."""
+        reports come back query after query. Embedded in slices, the request's deadline and
+        cancellation checked between them (a cold cache is the slow part of ``global``)."""
         with self._cache_lock:
             todo = [t for t in dict.fromkeys(texts) if t not in self._vectors]
-        if todo:
-            fresh = normalize_rows(self.engine.embedder.embed_documents(todo))
+        for at in range(0, len(todo), EMBED_SLICE):
+            control.check()
+            part = todo[at:at + EMBED_SLICE]
+            fresh = normalize_rows(self.engine.embedder.embed_documents(part))
             with self._cache_lock:
-                for t, v in zip(todo, fresh):
+                for t, v in zip(part, fresh):
                     self._vectors[t] = v
                 while len(self._vectors) > POINT_CACHE:
                     self._vectors.popitem(last=False)
@@ -433,13 +485,15 @@ class CommunityOps:
         return np.stack([np.asarray(v) for v in got])
 
     def _llm_global(self, text: str, ranked: Sequence[tuple[Hit, StoredCommunity]],
-                    budget: int, llm: Any, notes: list[str]) -> tuple[str, int]:
+                    budget: int, llm: Any, notes: list[str],
+                    control: RequestControl) -> tuple[str, int]:
         """GraphRAG's map (points with importance per community) and reduce (an answer)."""
         from ..models.llm import ChatLLM
 
         chat = llm if isinstance(llm, ChatLLM) else ChatLLM(llm)
         replies = chat.ask_many(MAP_SYSTEM, [MAP_PROMPT.format(query=text, id=c.id, text=c.text)
                                              for _h, c in ranked])
+        control.check()
         points: list[_Point] = []
         fallback: list[tuple[Hit, StoredCommunity]] = []
         for rank, ((hit, c), reply) in enumerate(zip(ranked, replies)):
@@ -451,12 +505,13 @@ class CommunityOps:
         if fallback:  # an unparseable map reply: that report's own best sentences
             notes.append(f"{len(fallback)} map replies were not JSON points: their reports' "
                          "sentences stand in")
-            for p in self._offline_points(text, fallback):
+            for p in self._offline_points(text, fallback, control):
                 points.append(_Point(p.text, 100.0 * max(p.score, 0.0), p.rank))
         points.sort(key=lambda p: (-p.score, p.rank))
         context = pack_points(points, min(MAX_SUMMARY_TOKENS, 4 * budget), scored=True)
         if not context:
             return "", len(points)
+        control.check()
         answer = chat.ask(REDUCE_SYSTEM, REDUCE_PROMPT.format(
             query=text, words=max(1, int(budget * 0.7)), points=context))
         summary = cut_to_tokens(" ".join(answer.split()), budget, count_tokens)
@@ -468,17 +523,22 @@ class CommunityOps:
     # --- drift ------------------------------------------------------------------------------
 
     def drift(self, query: Any, *, k: Any = None, level: Any = None,
-              session_id: str | None = None, filter: Any = None) -> GraphResult:
+              session_id: str | None = None, filter: Any = None,
+              control: RequestControl | None = None) -> GraphResult:
         """Primer, follow-ups and local search (see the module doc); with ``session_id`` a
-        call with the same question continues the session's frontier."""
+        call with the same question continues the session's frontier. Primer, follow-ups
+        and hits come only from what ``filter`` allows (the follow-ups from the graph
+        restricted to its chunks, whatever the communities' lag behind the graph); the
+        follow-ups' trust is ``GraphResult.trust``."""
         t0 = time.perf_counter()
+        ctl = checked(control)
         text = self._query(query, "drift")
         store = self._store("drift")
         lvl = level_param(level, store)
         lvl = default_level(store) if lvl is None else lvl
         k = count_param(k, "k", 10, 1, self.engine.config.max_k)
-        filter_ = _filter(filter)
-        filter_key = json.dumps(filter_, sort_keys=True, default=str) if filter_ else ""
+        filter_ = filter_param(filter)
+        filter_key = _filter_key(filter_)
         state = self.frontiers.get(session_id) if session_id else None
         continued = (state is not None and state.query == text and state.level == lvl
                      and state.filter_key == filter_key)
@@ -486,68 +546,85 @@ class CommunityOps:
         if not continued or state is None:
             state = DriftState(text, lvl, filter_key)
         else:
-            notes.append(f"continued session {session_id!r}: {len(state.asked)} queries run "
+            notes.append(f"continued the session's search: {len(state.asked)} queries run "
                          f"before, {len(state.pending)} follow-ups pending")
         if not state.pending:
-            state.pending.extend(self._followups(text, lvl, state, filter_, notes))
+            state.pending.extend(self._followups(text, lvl, state, filter_, notes, ctl))
         run = [] if continued else [text]  # the question itself opens a search
         while state.pending and len(run) < FOLLOWUPS_PER_CALL + (0 if continued else 1):
             run.append(state.pending.pop(0))
         if not run:
             notes.append("no follow-up left: the question again")
             run = [text]
-        hits, version = self._local(run, k, session_id, filter_, first_step=len(state.asked))
+        hits, version = self._local(run, k, session_id, filter_, ctl,
+                                    first_step=len(state.asked))
         state.asked.extend(q for q in run if q not in state.asked)
         if session_id:
             self.frontiers.put(session_id, state)
         notes.append(f"ran {len(run)} searches; {len(state.pending)} follow-ups left")
         return GraphResult(hits=hits, followups=list(state.pending), index_version=version,
+                           trust=state.trust,
                            usage=Usage(candidates=len(hits),
                                        latency_ms=round((time.perf_counter() - t0) * 1000, 3),
                                        notes=notes))
 
     def _followups(self, text: str, level: int, state: DriftState,
-                   filter_: Mapping[str, Any] | None, notes: list[str]) -> list[str]:
-        """Follow-ups from the next primer communities (those not used by the session yet)."""
-        primer, version = self._primer(text, level, state.primed, filter_)
+                   filter_: Mapping[str, Any] | None, notes: list[str],
+                   control: RequestControl) -> list[str]:
+        """Follow-ups from the next primer communities (those not used by the session yet);
+        ``state.trust`` takes in the trust of their sources."""
+        primer, view, store = self._primer(text, level, state.primed, filter_, control)
         state.primed.extend(c.id for c in primer)
         if not primer:
             return []
+        control.check()
         done = {q.casefold() for q in [*state.asked, *state.pending, text]}
         llm = getattr(self.engine, "llm", None)
-        found: list[str] = []
+        found: list[tuple[str, Trust | None]] = []
         if llm is not None:
-            found = self._llm_followups(text, primer, llm)
+            # Written from the primer reports: each carries the reports' trust.
+            reports = self._trust(store, [c.id for c in primer])
+            from_reports = SourceTrust.combine(reports.values())
+            found = [(q, from_reports) for q in self._llm_followups(text, primer, llm)]
+            control.check()
             if not found:
                 notes.append("the primer replies held no follow-up queries: derived offline")
-        if not found:
-            found = self._offline_followups(text, primer, version)
+        if not found and view is not None:
+            found = self._offline_followups(text, primer, view)
         out: list[str] = []
-        for q in found:
+        kept: list[Trust | None] = [state.trust]
+        screen = self.engine.screen
+        for q, trust in found:
             if q.casefold() not in done and len(out) < MAX_FOLLOWUPS:
                 done.add(q.casefold())
                 out.append(q)
+                kept += [trust, Trust(level="trusted",
+                                      injection_suspected=screen.screen(q).suspected)]
+        state.trust = SourceTrust.combine(kept)
         notes.append(f"primer: {', '.join(c.id for c in primer)}")
         return out
 
     def _primer(self, text: str, level: int, used: Sequence[str],
-                filter_: Mapping[str, Any] | None) -> tuple[list[StoredCommunity], int | None]:
+                filter_: Mapping[str, Any] | None, control: RequestControl
+                ) -> tuple[list[StoredCommunity], GraphView | None, CommunityStore]:
         """The next ``PRIMER_K`` communities of the level for the question: by the personalised
-        PageRank mass (from the entities it names) their members hold, then retrieve's
-        ranking. With a filter only retrieve's (it applies the filter; membership does
-        not)."""
-        ranked, store, token = self._ranked(text, level, PRIMER_K, filter_, skip=used)
-        version = _version(token)
+        PageRank mass (from the entities it names, over the graph the filter allows) their
+        members hold, then retrieve's ranking; only communities that pass the filter. Also
+        the filtered graph and the store of the version served."""
+        ranked, store, token = self._ranked(text, level, PRIMER_K, filter_, control, skip=used)
+        view, _v = request_view(self.engine, filter_, store.version)
+        control.check()
         first: list[StoredCommunity] = []
-        view = self.engine.graph_view(version) if filter_ is None else None
         links = view.link(text) if view is not None else {}
         if view is not None and links:
-            weight = community_masses(view, view.mass(links),
-                                      (c for c in store.level(level) if c.id not in used))
+            passing = self._passing(store, filter_) if filter_ is not None else None
+            weight = community_masses(view, view.mass(links), (
+                c for c in store.level(level)
+                if c.id not in used and (passing is None or c.id in passing)))
             first = sorted((store.by_id[i] for i in weight),
                            key=lambda c: (-weight[c.id], c.id))
         out = list({c.id: c for c in [*first, *(c for _h, c in ranked)]}.values())
-        return out[:PRIMER_K], version
+        return out[:PRIMER_K], view, store
 
     def _llm_followups(self, text: str, primer: Sequence[StoredCommunity],
                        llm: Any) -> list[str]:
@@ -560,15 +637,14 @@ class CommunityOps:
         return _round_robin([parse_followups(r) for r in replies])
 
     def _offline_followups(self, text: str, primer: Sequence[StoredCommunity],
-                           version: int | None) -> list[str]:
+                           view: GraphView) -> list[tuple[str, Trust]]:
         """Per primer community, its most central members the question does not name, each
         phrased by its strongest attested relation (to a question entity, else a fellow
         member, else any entity), else as the question's other words plus its name; then its
         members' facts about entities outside it the question does not name. Round-robin
-        over the communities, best first."""
-        view = self.engine.graph_view(version)
-        if view is None:
-            return []
+        over the communities, best first. ``view`` is the graph the request may see (members
+        and relations outside it are never read), and each follow-up carries the trust of
+        the chunks its words come from."""
         keys = self.node_keys(view)
         entities = view.graph.entities
         linked = set(view.link(text))
@@ -583,21 +659,27 @@ class CommunityOps:
         for key in sorted(linked, key=lambda e: -len(entities[e].name)):
             core = re.sub(re.escape(entities[key].name), " ", core, flags=re.I)
         core = " ".join(core.replace("?", " ").split()).strip(" ,;:")
-        lists = []
+        lists: list[list[str]] = []
+        sources: dict[str, Sequence[str]] = {}  # follow-up -> the chunks its words come from
         for c in primer:
             members = [keys[u] for u in c.entities if u in keys] or list(c.members)
             inside = set(c.members)
             own = [self._phrase(view, key, linked, inside, core)
                    for key in members[:8] if key in entities and new(key)]
             facts = self._facts(view, [m for m in members[:8] if m in entities], inside, new)
-            lists.append(own + facts)
-        return _round_robin(lists)
+            for phrase, chunks in [*own, *facts]:
+                sources.setdefault(phrase, chunks)
+            lists.append([phrase for phrase, _c in [*own, *facts]])
+        trust = SourceTrust(self.engine.store, self.engine.screen)
+        trust.prefetch(c for chunks in sources.values() for c in chunks)
+        return [(q, trust.of(sources[q])) for q in _round_robin(lists)]
 
     @staticmethod
     def _phrase(view: GraphView, key: str, linked: set[str], members: set[str],
-                core: str) -> str:
+                core: str) -> tuple[str, Sequence[str]]:
+        """An entity's follow-up and the chunks its words come from."""
         names = view.graph.entities
-        best: tuple[int, float, str] | None = None  # (rank, weight, phrase)
+        best: tuple[int, float, str, Sequence[str]] | None = None  # (rank, weight, phrase, src)
         for a, b, w, r in view.neighbors([key], hops=1, limit=64).edges:
             if r is None or key not in (a, b):
                 continue
@@ -608,18 +690,21 @@ class CommunityOps:
             first, second = reading_order(r, names[r.subject], names[r.object])
             phrase = " ".join(f"{first} {r.relation} {second}".split())
             if best is None or (rank, -w) < (best[0], -best[1]):
-                best = (rank, w, phrase)
+                best = (rank, w, phrase, r.chunks)
         if best is not None:
-            return best[2][:MAX_FOLLOWUP_CHARS]
-        return " ".join(f"{core} {names[key].name}".split())[:MAX_FOLLOWUP_CHARS]
+            return best[2][:MAX_FOLLOWUP_CHARS], best[3]
+        e = names[key]
+        return (" ".join(f"{core} {e.name}".split())[:MAX_FOLLOWUP_CHARS],
+                [*e.mentions, *e.about])
 
     @staticmethod
     def _facts(view: GraphView, members: Sequence[str], inside: set[str],
-               new: Callable[[str], bool]) -> list[str]:
+               new: Callable[[str], bool]) -> list[tuple[str, Sequence[str]]]:
         """Attested relations from ``members`` to entities outside the community that are
-        new to the question, strongest first, as ``"<A> <relation> <B>"``."""
+        new to the question, strongest first, as ``"<A> <relation> <B>"`` with the chunks
+        attesting them."""
         names = view.graph.entities
-        found: dict[str, tuple[float, str]] = {}
+        found: dict[str, tuple[float, str, Sequence[str]]] = {}
         for a, b, w, r in view.neighbors(members, hops=1, limit=64).edges:
             if r is None or (a in inside) == (b in inside):
                 continue
@@ -629,12 +714,13 @@ class CommunityOps:
             first, second = reading_order(r, names[r.subject], names[r.object])
             phrase = " ".join(f"{first} {r.relation} {second}".split())[:MAX_FOLLOWUP_CHARS]
             if other not in found or w > found[other][0]:
-                found[other] = (w, phrase)
-        return [p for _o, (_w, p) in sorted(found.items(), key=lambda kv: (-kv[1][0], kv[0]))]
+                found[other] = (w, phrase, r.chunks)
+        return [(p, src) for _o, (_w, p, src) in
+                sorted(found.items(), key=lambda kv: (-kv[1][0], kv[0]))]
 
     def _local(self, run: Sequence[str], k: int, session_id: str | None,
-               filter_: Mapping[str, Any] | None, *, first_step: int = 0
-               ) -> tuple[list[Hit], str | None]:
+               filter_: Mapping[str, Any] | None, control: RequestControl, *,
+               first_step: int = 0) -> tuple[list[Hit], str | None]:
         """Graph-aware chunk hits for each query of ``run``, fused by RRF; each hit's
         ``meta.drift`` names the query that found it first and its ``step`` (the number of
         queries the session ran before it). With a session the
@@ -657,7 +743,7 @@ class CommunityOps:
                 raw["sessionId"] = session_id
             if filter_ is not None:
                 raw["filter"] = dict(filter_)
-            res = self.engine.retrieve_params(raw)
+            res = self.engine.retrieve_params(raw, control)
             version = version or res.index_version
             lists[str(step)] = [(hit.id, hit.score) for hit in res.hits]
             for hit in res.hits:
@@ -707,6 +793,17 @@ def pack_points(points: Sequence[_Point], budget: int, *, scored: bool = False) 
     return text
 
 
+def _filter_key(filter_: Mapping[str, Any] | None) -> str:
+    """A filter as a canonical string ("" for none): what a cursor or a drift frontier was
+    made under, so neither is replayed under another filter."""
+    return json.dumps(filter_, sort_keys=True, default=str) if filter_ else ""
+
+
+def _community_kinds(store: CommunityStore) -> list[tuple[str, int]]:
+    """The (unit, level) pairs community rows are stored under (each at its lowest level)."""
+    return [("community", lv) for lv in range(store.top_level + 1)]
+
+
 def _round_robin(lists: Sequence[Sequence[str]]) -> list[str]:
     out: list[str] = []
     for i in range(max((len(x) for x in lists), default=0)):
@@ -716,7 +813,8 @@ def _round_robin(lists: Sequence[Sequence[str]]) -> list[str]:
     return out
 
 
-def _version(token: str | None) -> int | None:
+def version_of(token: str | None) -> int | None:
+    """The version of an ``indexVersion`` token ``v<N>`` (None for another form)."""
     if token and token.startswith("v") and token[1:].isdigit():
         return int(token[1:])
     return None

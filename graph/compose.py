@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..models.tokenizer import count_tokens
+from ..store.docstore import lowest_trust
 from .index import node_uid, object_first
 from .index import triplet_uids as stored_triplet_uids
 from .model import Entity, GraphData, Relation
@@ -53,7 +54,6 @@ SUBGRAPH_TOKENS = 256
 MAX_COMPOSED = 200
 # Restricted views kept per process (a filter repeated by an agent reuses its view).
 _SCOPED_CACHE = 8
-_TRUST_ORDER = {"untrusted": 0, "community": 1, "trusted": 2}
 
 
 # --- the graph a request may see -------------------------------------------------------------
@@ -110,6 +110,17 @@ def scoped_view(view: GraphView, allowed: frozenset[str] | None) -> GraphView:
         while len(_scoped) > _SCOPED_CACHE:
             _scoped.popitem(last=False)
     return scoped
+
+
+def request_view(engine: Engine, filter_: Mapping[str, Any] | None,
+                 version: int | None = None) -> tuple[GraphView | None, int]:
+    """The graph a request with ``filter_`` may see at ``version`` (default: the current
+    one), and that version; the view is None when the version holds no graph."""
+    v = engine._served_version(None) if version is None else version
+    view = engine.graph_view(v)
+    if view is None:
+        return None, v
+    return scoped_view(view, engine.chunk_scope(filter_, v)), v
 
 
 # --- PageRank ---------------------------------------------------------------------------------
@@ -284,7 +295,7 @@ def _finish(c: Composed, ev: _Evidence) -> Composed:
         c.citation = {"source": first["source"] or first["doc_id"], "uri": first["uri"],
                       "title": first["title"], "start": first["start"], "end": first["end"],
                       "page": first["page_start"]}
-        level = min((row["trust"] for row in rows), key=lambda t: _TRUST_ORDER.get(t, 0))
+        level = lowest_trust(row["trust"] for row in rows)
         suspected = any(bool(row["injection_suspected"]) for row in rows)
         c.trust = {"level": level, "injection_suspected": suspected}
     c.tokens = count_tokens(c.text)

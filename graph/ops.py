@@ -26,6 +26,14 @@ engine's knowledge graph.
 * ``memory_recall`` — clues: the query's entities, then bridging facts (an entity the
   query's PageRank reaches, joined to a query entity by an attested relation) as
   surrogate queries with their seed node ids and weights; optional draft hits (``local``).
+
+Every op takes a ``filter`` (RCP §8) and sees only the graph restricted to the chunks that
+pass it (:func:`.compose.scoped_view`): its entities, relations and PageRank. A node id
+outside that scope is answered exactly as one that does not exist, so ids are no oracle
+of names the caller cannot see. Each text an op returns (node names, clue queries) carries
+the trust of the chunks it comes from (:class:`.sources.SourceTrust`). Every op runs under
+the request's :class:`~rcp_agentic.control.RequestControl`: its deadline and cancellation
+are checked between stages, and the retrieves it makes share them.
 """
 
 from __future__ import annotations
@@ -34,16 +42,19 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ..errors import CapabilityMissing, InvalidParams, OptionUnsupported
+from ..control import RequestControl, checked
+from ..errors import BackendUnavailable, CapabilityMissing, InvalidParams, NotFound, \
+    OptionUnsupported
 from ..pipeline.params import query_text
 from ..wire import (GraphEdge, GraphNode, GraphResult, Hit, MemoryBuildResult, MemoryClue,
                     MemoryRecallResult, Usage)
 from .community_ops import (COMMUNITY_OPS, MAX_PAGE, MAX_SUMMARY_TOKENS, CommunityOps,
-                            count_param)
-from .compose import reading_order, install, relevance
+                            count_param, filter_param, version_of)
+from .compose import reading_order, install, relevance, request_view
 from .index import node_uid
 from .memory import SessionMemory
 from .ppr import GraphView
+from .sources import SourceTrust
 
 if TYPE_CHECKING:
     from ..engine import Engine
@@ -60,6 +71,8 @@ MAX_CLUES = 50
 MAX_MEMORY_DOCS = 256
 # A session's remembered entities seed recall at this share of the query's own.
 SESSION_SHARE = 0.3
+NO_GRAPH = ("this engine has no knowledge graph (open it with build_graph=True, or "
+            "`rcp-agentic index --graph`)")
 _MEMORY_ID = re.compile(r"graph@v(0|[1-9][0-9]{0,17})")
 
 
@@ -89,9 +102,20 @@ class GraphOps:
     def _view(self, version: int | None = None) -> GraphView:
         view = self.engine.graph_view(version)
         if view is None:
-            raise CapabilityMissing("this engine has no knowledge graph (open it with "
-                                    "build_graph=True, or `rcp-agentic index --graph`)")
+            raise CapabilityMissing(NO_GRAPH)
         return view
+
+    def scope(self, filter_: Mapping[str, Any] | None,
+              version: int | None = None) -> tuple[GraphView, int]:
+        """The graph a request with ``filter_`` may see at ``version`` (default: the current
+        one): restricted to the chunks that pass the filter; and that version."""
+        view, v = request_view(self.engine, filter_, version)
+        if view is None:
+            raise CapabilityMissing(NO_GRAPH)
+        return view, v
+
+    def _sources(self) -> SourceTrust:
+        return SourceTrust(self.engine.store, self.engine.screen)
 
     def ops(self) -> list[str]:
         """The ``graph`` ops that work now (``graph.ops`` of the capabilities): none without
@@ -106,32 +130,36 @@ class GraphOps:
               seed_ids: Sequence[str] | None = None, hops: int | None = None,
               level: int | None = None, session_id: str | None = None,
               cursor: str | None = None, token_budget: int | None = None,
-              filter: Mapping[str, Any] | None = None) -> GraphResult:
+              filter: Mapping[str, Any] | None = None,
+              control: RequestControl | None = None) -> GraphResult:
         """Run one ``graph`` op; see the module doc. Bad input is InvalidParams (``field``);
         an op this engine does not offer is OptionUnsupported (``option: "op"``).
 
-        ``level`` (a community level), ``cursor`` (``communities``), ``token_budget``
-        (``global``: tokens of the summary) and ``filter`` (``global``, ``drift``: applied
-        to the retrieves they make) belong to the community ops."""
+        ``level`` (a community level), ``cursor`` (``communities``) and ``token_budget``
+        (``global``: tokens of the summary) belong to the community ops; ``filter`` scopes
+        every op; ``control`` bounds it (deadline, cancellation)."""
         if not isinstance(op, str):
             raise InvalidParams("op must be a string", field="op")
         if op not in OPS + LATER_OPS:
             raise InvalidParams(f"op must be one of {', '.join(OPS + LATER_OPS)}", field="op")
         session = _session(session_id, self.engine)
-        takes = {"communities": ("cursor",), "global": ("tokenBudget", "filter"),
-                 "drift": ("filter",)}.get(op, ())
-        for name, value in (("cursor", cursor), ("tokenBudget", token_budget),
-                            ("filter", filter)):
+        takes = {"communities": ("cursor",), "global": ("tokenBudget",)}.get(op, ())
+        for name, value in (("cursor", cursor), ("tokenBudget", token_budget)):
             if value is not None and name not in takes:
                 raise OptionUnsupported(f"{name} does not apply to op {op!r}", option=name)
+        filter_ = filter_param(filter)
+        ctl = checked(control)
+        ctl.check()
         if op == "communities":
-            return self.community.communities(level=level, k=k, cursor=cursor)
+            return self.community.communities(level=level, k=k, cursor=cursor, filter=filter_,
+                                              control=ctl)
         if op == "global":
             return self.community.global_search(query, level=level, k=k,
-                                                token_budget=token_budget, filter=filter)
+                                                token_budget=token_budget, filter=filter_,
+                                                control=ctl)
         if op == "drift":
             return self.community.drift(query, k=k, level=level, session_id=session,
-                                        filter=filter)
+                                        filter=filter_, control=ctl)
         if level not in (None, 0):
             raise OptionUnsupported(f"op {op!r} works on the entity graph: level 0 only",
                                     option="level")
@@ -139,11 +167,12 @@ class GraphOps:
             if query is None:
                 raise InvalidParams("op 'local' needs a query", field="query")
             return self.local(query, k=count_param(k, "k", 10, 1, self.engine.config.max_k),
-                              session_id=session)
+                              session_id=session, filter=filter_, control=ctl)
         if seed_ids is None:
             raise InvalidParams("op 'neighbors' needs seedIds", field="seedIds")
         return self.neighbors(seed_ids, hops=count_param(hops, "hops", 1, 1, MAX_HOPS),
-                              k=count_param(k, "k", 10, 1, MAX_NODES))
+                              k=count_param(k, "k", 10, 1, MAX_NODES), filter=filter_,
+                              control=ctl)
 
     def graph_params(self, raw: Mapping[str, Any]) -> GraphResult:
         """``graph`` from wire params (camelCase, §7.9)."""
@@ -157,26 +186,34 @@ class GraphOps:
                           cursor=raw.get("cursor"), token_budget=raw.get("tokenBudget"),
                           filter=raw.get("filter"))
 
-    def local(self, query: Any, *, k: int = 10, session_id: str | None = None) -> GraphResult:
-        """Entity-anchored, PageRank-expanded chunk hits (``op: "local"``)."""
-        view = self._view()
+    def local(self, query: Any, *, k: int = 10, session_id: str | None = None,
+              filter: Mapping[str, Any] | None = None,
+              control: RequestControl | None = None) -> GraphResult:
+        """Entity-anchored, PageRank-expanded chunk hits (``op: "local"``), within ``filter``."""
+        ctl = checked(control)
+        self._view()  # no graph: CapabilityMissing before any work
         raw: dict[str, Any] = {"query": query, "k": k, "unit": "chunk",
                                "x-rcp-agentic-graphRecall": True}
         if session_id is not None:
             raw["sessionId"] = session_id
-        res = self.engine.retrieve_params(raw)
+        if filter is not None:
+            raw["filter"] = dict(filter)
+        res = self.engine.retrieve_params(raw, ctl)
+        view, version = self.scope(filter, version_of(res.index_version))
         text = query_text(query, max_chars=self.engine.config.max_query_chars)
         links = view.link(text)
         rel = relevance(view, view.mass(links)) if links else {}
-        hits = [self._anchor(view, h, rel) for h in res.hits]
+        ctl.check()
+        hits = [self._anchor(view, h, rel, version) for h in res.hits]
         return GraphResult(hits=hits, index_version=res.index_version, usage=res.usage)
 
-    def _anchor(self, view: GraphView, hit: Hit, rel: Mapping[str, float]) -> Hit:
+    def _anchor(self, view: GraphView, hit: Hit, rel: Mapping[str, float],
+                version: int) -> Hit:
         """``hit`` with ``provenance.nodes``: the entities its chunk mentions or is about
         that carry the query's PageRank, most relevant first (at most 8)."""
         if not rel:
             return hit
-        index = self.engine._index([("chunk", 0)])
+        index = self.engine._index([("chunk", 0)], version)
         pos = index.positions_of_uids([hit.id])
         if not len(pos):
             return hit
@@ -192,16 +229,21 @@ class GraphOps:
         wire["provenance"].setdefault("leaves", [hit.id])
         return Hit.model_validate(wire)
 
-    def neighbors(self, seed_ids: Sequence[str], *, hops: int = 1, k: int = 10) -> GraphResult:
+    def neighbors(self, seed_ids: Sequence[str], *, hops: int = 1, k: int = 10,
+                  filter: Mapping[str, Any] | None = None,
+                  control: RequestControl | None = None) -> GraphResult:
         """Nodes within ``hops`` of the seeds (at most ``max(k, seeds)``), scored by PageRank
-        from the seeds, and the weighted edges among them (strongest first, bounded)."""
+        from the seeds, and the weighted edges among them (strongest first, bounded); all
+        within the graph ``filter`` allows (a seed outside it is not a node of this graph)."""
         if isinstance(seed_ids, (str, bytes)) or not isinstance(seed_ids, Sequence):
             raise InvalidParams("seedIds must be an array of node ids", field="seedIds")
         if not seed_ids:
             raise InvalidParams("seedIds must not be empty", field="seedIds")
         if len(seed_ids) > MAX_SEEDS:
             raise InvalidParams(f"seedIds holds more than {MAX_SEEDS} ids", field="seedIds")
-        view = self._view()
+        ctl = checked(control)
+        view, version = self.scope(filter)
+        ctl.check()
         keys = self._keys_of(view)
         seeds = []
         for i, sid in enumerate(seed_ids):
@@ -212,11 +254,16 @@ class GraphOps:
         seeds = list(dict.fromkeys(seeds))
         sub = view.neighbors(seeds, hops=hops, limit=min(MAX_NODES, max(k, len(seeds))))
         scores = view.mass({s: 1.0 for s in seeds})
+        ctl.check()
         ent = scores[:view.n_entities]
         mass = {key: float(ent[view.e_index[key]]) for key in sub.nodes}
         order = sorted(sub.nodes, key=lambda e: (e not in seeds, -mass[e], e))
-        nodes = [GraphNode(id=node_uid(e), score=round(mass[e], 8),
-                           name=view.graph.entities[e].name) for e in order]
+        sources = self._sources()
+        entities = view.graph.entities
+        sources.prefetch(c for e in order for c in _chunks_of(view, e))
+        nodes = [GraphNode(id=node_uid(e), score=round(mass[e], 8), name=entities[e].name,
+                           trust=sources.of(_chunks_of(view, e), entities[e].name))
+                 for e in order]
         best: dict[tuple[str, str], float] = {}
         for a, b, w, _r in sub.edges:
             pair = (min(a, b), max(a, b))
@@ -227,7 +274,7 @@ class GraphOps:
         if len(edges) > MAX_EDGES:
             notes.append(f"kept the {MAX_EDGES} strongest of {len(edges)} edges")
             edges = edges[:MAX_EDGES]
-        return GraphResult(nodes=nodes, edges=edges, index_version=self.engine.index_version,
+        return GraphResult(nodes=nodes, edges=edges, index_version=f"v{version}",
                            usage=Usage(notes=notes or None))
 
     def _keys_of(self, view: GraphView) -> dict[str, str]:
@@ -242,14 +289,22 @@ class GraphOps:
 
     def memory_build(self, documents: Sequence[Mapping[str, Any]] | None = None, *,
                      memory_id: str | None = None, scope: str = "global",
-                     session_id: str | None = None) -> MemoryBuildResult:
+                     session_id: str | None = None, filter: Mapping[str, Any] | None = None,
+                     control: RequestControl | None = None) -> MemoryBuildResult:
         """Build or refresh the memory (the graph); see the module doc. ``tokens``: the size
-        of the memory (node and triplet texts, or the session's entity names)."""
+        of the memory (node and triplet texts, or the session's entity names). ``filter``
+        scopes the entities a session memory links (a corpus write is not filtered:
+        OptionUnsupported with ``scope="global"``)."""
         if scope not in ("global", "session"):
             raise InvalidParams("scope must be 'global' or 'session'", field="scope")
         if "node" not in self.engine.builders:
             raise CapabilityMissing("memory is the knowledge graph, which this engine does not "
                                     "build (open it with build_graph=True)")
+        filter_ = filter_param(filter)
+        if filter_ is not None and scope != "session":
+            raise OptionUnsupported("filter scopes a session memory; the global memory is the "
+                                    "corpus's graph, built from every document", option="filter")
+        ctl = checked(control)
         if memory_id is not None:
             self._memory_version(memory_id)
         docs = self._documents(documents)
@@ -257,9 +312,10 @@ class GraphOps:
             session = _session(session_id, self.engine)
             if session is None:
                 raise InvalidParams("scope 'session' needs a sessionId", field="sessionId")
-            view = self._view()
+            view, _v = self.scope(filter_)
             found: dict[str, float] = {}
             for doc in docs:
+                ctl.check()
                 for key, w in view.link(doc["text"]).items():
                     found[key] = max(found.get(key, 0.0), float(w))
             held = self.memory.add(session, found)
@@ -270,7 +326,8 @@ class GraphOps:
             return MemoryBuildResult(memory_id=f"session:{session}",
                                      tokens=count_tokens(" ".join(names)) if held else 0)
         if docs:
-            self.engine.add_documents(docs)  # the normal add path; it updates the graph
+            # The normal add path; it updates the graph.
+            self.engine.add_documents(docs, control=ctl)
         else:
             self.engine.update_derived(only="node")
         version = self.engine.store.index_version()
@@ -298,37 +355,57 @@ class GraphOps:
         return out
 
     def _memory_version(self, memory_id: Any) -> int | None:
-        """The snapshot a ``graph@v<N>`` memory id pins (None for a session memory id)."""
+        """The snapshot a ``graph@v<N>`` memory id pins (None for a session memory id). An id
+        this engine never gave is NotFound (-32015); a snapshot since collected is
+        BackendUnavailable (-32010, not retryable), as a pinned ``indexVersion`` is."""
         if not isinstance(memory_id, str):
             raise InvalidParams("memoryId must be a string", field="memoryId")
         if memory_id.startswith("session:"):
             return None
+        shown = memory_id if len(memory_id) <= 40 else memory_id[:40] + "…"
         match = _MEMORY_ID.fullmatch(memory_id)
-        if match is None:
-            raise InvalidParams("memoryId is not a memory of this engine (graph@v<version> or "
-                                "session:<sessionId>)", field="memoryId")
-        return self.engine._served_version(f"v{match[1]}")
+        current = self.engine._served_version(None)
+        if match is None or int(match[1]) > current:
+            raise NotFound(f"memoryId {shown!r} is not a memory of this engine (graph@v<version> "
+                           "as memory/build returned it, or session:<sessionId>)",
+                           field="memoryId")
+        try:
+            return self.engine._served_version(f"v{match[1]}")
+        except BackendUnavailable as exc:
+            raise BackendUnavailable(f"memoryId {shown!r} pins a snapshot this engine no longer "
+                                     f"keeps: {exc.message}", field="memoryId",
+                                     retryable=False) from None
 
     def memory_recall(self, query: Any, *, memory_id: str | None = None,
-                      session_id: str | None = None, n: int = 5,
-                      hits: bool = True) -> MemoryRecallResult:
+                      session_id: str | None = None, n: int = 5, hits: bool = True,
+                      filter: Mapping[str, Any] | None = None,
+                      control: RequestControl | None = None) -> MemoryRecallResult:
         """Clues for ``query``: the query's entities (``seedIds``, weight 1), then up to ``n - 1``
         bridging facts — an entity the query's PageRank reaches (relevance = mass x
         specificity), joined to a query entity by an attested relation — as a surrogate query
         ``"<A> <relation words> <B>"`` with both seed ids, weighted by relevance relative to
         the best. A session's remembered entities also seed PageRank (``SESSION_SHARE``), and
-        the entities of this recall are remembered. ``hits``: draft hits (``local``, k=n)."""
+        the entities of this recall are remembered. ``hits``: draft hits (``local``, k=n).
+        Everything comes from the graph ``filter`` allows; a ``memoryId`` of a session that
+        holds no memory is NotFound."""
         n = count_param(n, "n", 5, 1, MAX_CLUES)
         session = _session(session_id, self.engine)
         text = query_text(query, max_chars=self.engine.config.max_query_chars)
+        filter_ = filter_param(filter)
+        ctl = checked(control)
         version = self._memory_version(memory_id) if memory_id is not None else None
-        if memory_id is not None and memory_id.startswith("session:") and session is None:
-            session = _session(memory_id[len("session:"):], self.engine)
-        view = self._view(version)
+        if memory_id is not None and memory_id.startswith("session:"):
+            named = _session(memory_id[len("session:"):], self.engine)
+            if named is None or not self.memory.get(named):
+                raise NotFound("memoryId names a session that holds no memory (build it with "
+                               "memory/build scope 'session')", field="memoryId")
+            session = session or named
+        view, version = self.scope(filter_, version)
+        ctl.check()
         notes: list[str] = []
         links = view.link(text)
         if not links:
-            links = self._fallback_links(view, text)
+            links = self._fallback_links(view, text, version, filter_, ctl)
             if links:
                 notes.append("the query names no entity of the graph: clues start from the "
                              "entities of its best hybrid passages")
@@ -344,19 +421,24 @@ class GraphOps:
         clues: list[MemoryClue] = []
         if seeds:
             rel = relevance(view, view.mass(seeds))
+            ctl.check()
             names = view.graph.entities
+            sources = self._sources()
             anchors = sorted(links, key=lambda e: (-links[e], e))
             if anchors:
-                clues.append(MemoryClue(query=" ".join(names[e].name for e in anchors[:4]),
-                                        seed_ids=[node_uid(e) for e in anchors], weight=1.0))
-            clues.extend(self._bridges(view, set(seeds), rel, n - len(clues)))
+                said = " ".join(names[e].name for e in anchors[:4])
+                clues.append(MemoryClue(query=said, seed_ids=[node_uid(e) for e in anchors],
+                                        weight=1.0, trust=sources.of(
+                                            [c for e in anchors[:4] for c in _chunks_of(view, e)],
+                                            said)))
+            clues.extend(self._bridges(view, set(seeds), rel, n - len(clues), sources))
             if session:
                 self.memory.add(session, {**{k: 1.0 for k in links},
                                           **{k: 0.5 for c in clues[1:] for k in
                                              self._keys_from(view, c.seed_ids or [])}})
         draft = None
-        if hits and clues and version in (None, self.engine.store.index_version()):
-            draft = self.local(text, k=n, session_id=None).hits
+        if hits and clues and version == self.engine.store.index_version():
+            draft = self.local(text, k=n, session_id=None, filter=filter_, control=ctl).hits
         return MemoryRecallResult(clues=clues[:n], hits=draft, usage=Usage(notes=notes or None))
 
     def _keys_from(self, view: GraphView, ids: Sequence[str]) -> list[str]:
@@ -364,13 +446,14 @@ class GraphOps:
         return [keys[i] for i in ids if i in keys]
 
     def _bridges(self, view: GraphView, anchors: set[str], rel: Mapping[str, float],
-                 n: int) -> list[MemoryClue]:
-        """Bridging facts from the anchors to the entities PageRank reaches, best first."""
+                 n: int, sources: SourceTrust) -> list[MemoryClue]:
+        """Bridging facts from the anchors to the entities PageRank reaches, best first, each
+        with the trust of the chunks attesting its relation."""
         if n <= 0:
             return []
         names = view.graph.entities
         sub = view.neighbors(sorted(anchors), hops=1, limit=MAX_NODES)
-        best: dict[str, tuple[float, str, list[str]]] = {}
+        best: dict[str, tuple[float, str, list[str], tuple[str, ...]]] = {}
         for a, b, _w, r in sub.edges:
             if (a in anchors) == (b in anchors) or r is None:
                 continue
@@ -381,22 +464,28 @@ class GraphOps:
             first, second = reading_order(r, names[r.subject], names[r.object])
             query = f"{first} {r.relation} {second}".strip()
             if other not in best or score > best[other][0]:
-                best[other] = (score, query, [node_uid(anchor), node_uid(other)])
+                best[other] = (score, query, [node_uid(anchor), node_uid(other)], r.chunks)
         ranked = sorted(best.items(), key=lambda kv: (-kv[1][0], kv[0]))[:n]
         if not ranked:
             return []
         top = ranked[0][1][0]
-        return [MemoryClue(query=q, seed_ids=ids, weight=round(s / top, 6))
-                for _k, (s, q, ids) in ranked]
+        return [MemoryClue(query=q, seed_ids=ids, weight=round(s / top, 6),
+                           trust=sources.of(chunks, q))
+                for _k, (s, q, ids, chunks) in ranked]
 
-    def _fallback_links(self, view: GraphView, text: str) -> dict[str, float]:
-        """Entities of the best three hybrid passages, by specificity (for a query that names
-        no entity of the graph)."""
-        res = self.engine.retrieve_params({"query": text, "k": 3, "unit": "chunk",
-                                           "includeText": False})
+    def _fallback_links(self, view: GraphView, text: str, version: int,
+                        filter_: Mapping[str, Any] | None,
+                        control: RequestControl) -> dict[str, float]:
+        """Entities of the best three hybrid passages within the filter, by specificity (for a
+        query that names no entity of the graph)."""
+        raw: dict[str, Any] = {"query": text, "k": 3, "unit": "chunk", "includeText": False,
+                               "indexVersion": f"v{version}"}
+        if filter_ is not None:
+            raw["filter"] = dict(filter_)
+        res = self.engine.retrieve_params(raw, control)
         if not res.hits:
             return {}
-        index = self.engine._index([("chunk", 0)])
+        index = self.engine._index([("chunk", 0)], version)
         wanted = {f"r{int(index.rowids[p])}" for p in index.positions_of_uids(
             [h.id for h in res.hits])}
         out: dict[str, float] = {}
@@ -407,3 +496,9 @@ class GraphOps:
                 out[key] = view.specificity(key)
         best = sorted(out.items(), key=lambda kv: (-kv[1], kv[0]))[:5]
         return dict(best)
+
+
+def _chunks_of(view: GraphView, key: str) -> list[str]:
+    """The chunk keys that mention an entity or are about it, in the view's scope."""
+    e = view.graph.entities[key]
+    return [*e.mentions, *e.about]

@@ -31,8 +31,15 @@ class RequestControl:
     """Cancellation flag, deadline and progress sink of one request (thread-safe)."""
 
     def __init__(self, *, timeout: float | None = None,
-                 on_progress: Callable[[Progress], None] | None = None) -> None:
+                 on_progress: Callable[[Progress], None] | None = None,
+                 parent: RequestControl | None = None) -> None:
         self.deadline = None if timeout is None else time.monotonic() + max(0.0, timeout)
+        # A request of a batch lives inside the batch's control: never past its deadline,
+        # and cancelled with it (a client that hangs up cancels the whole batch).
+        self.parent = parent
+        if parent is not None and parent.deadline is not None:
+            self.deadline = (parent.deadline if self.deadline is None
+                             else min(self.deadline, parent.deadline))
         self.on_progress = on_progress
         self._cancelled = threading.Event()
         self.reason: str | None = None
@@ -43,7 +50,7 @@ class RequestControl:
 
     @property
     def cancelled(self) -> bool:
-        return self._cancelled.is_set()
+        return self._cancelled.is_set() or (self.parent is not None and self.parent.cancelled)
 
     def cancel(self, reason: str | None = None) -> None:
         self.reason = reason
@@ -55,6 +62,8 @@ class RequestControl:
 
     def check(self) -> None:
         """Raise Cancelled or Timeout if the request should stop now."""
+        if self.parent is not None:
+            self.parent.check()
         if self._cancelled.is_set():
             raise Cancelled("the request was cancelled" + (f": {self.reason}" if self.reason
                                                            else ""))

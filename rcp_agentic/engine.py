@@ -489,30 +489,40 @@ class Engine(Retrieval):
               seed_ids: list[str] | None = None, hops: int | None = None,
               level: int | None = None, session_id: str | None = None,
               cursor: str | None = None, token_budget: int | None = None,
-              filter: Mapping[str, Any] | None = None) -> GraphResult:
+              filter: Mapping[str, Any] | None = None,
+              control: RequestControl | None = None) -> GraphResult:
         """RCP ``graph`` (§7.9): ``local`` (entity-anchored, PageRank-expanded hits),
         ``neighbors`` (``seed_ids`` within ``hops``: nodes and weighted edges), and with
         communities built ``communities`` (one level, paginated by ``cursor``), ``global``
         (communities ranked for the query and a ``summary`` within ``token_budget``) and
         ``drift`` (a primer, follow-up queries and their hits; a ``session_id`` continues
-        its frontier). ``filter`` (RCP §8) scopes ``global`` and ``drift``."""
+        its frontier). ``filter`` (RCP §8) scopes every op: each text, id and count comes
+        only from chunks that pass it. ``control`` carries the request's deadline and
+        cancellation (checked between stages)."""
         return self.graph_ops.graph(op, query=query, k=k, seed_ids=seed_ids, hops=hops,
                                     level=level, session_id=session_id, cursor=cursor,
-                                    token_budget=token_budget, filter=filter)
+                                    token_budget=token_budget, filter=filter,
+                                    control=control)
 
     def memory_build(self, documents: list[dict[str, Any]] | None = None, *,
                      memory_id: str | None = None, scope: str = "global",
-                     session_id: str | None = None) -> MemoryBuildResult:
-        """RCP ``memory/build`` (§7.17): the knowledge graph is the memory."""
+                     session_id: str | None = None, filter: Mapping[str, Any] | None = None,
+                     control: RequestControl | None = None) -> MemoryBuildResult:
+        """RCP ``memory/build`` (§7.17): the knowledge graph is the memory. ``filter`` scopes
+        the entities a session memory links (``scope="session"``)."""
         return self.graph_ops.memory_build(documents, memory_id=memory_id, scope=scope,
-                                           session_id=session_id)
+                                           session_id=session_id, filter=filter,
+                                           control=control)
 
     def memory_recall(self, query: Any, *, memory_id: str | None = None,
-                      session_id: str | None = None, n: int = 5) -> MemoryRecallResult:
+                      session_id: str | None = None, n: int = 5,
+                      filter: Mapping[str, Any] | None = None,
+                      control: RequestControl | None = None) -> MemoryRecallResult:
         """RCP ``memory/recall`` (§7.17): clues (seed node ids, surrogate queries) and draft
-        hits."""
+        hits, all from chunks that pass ``filter``."""
         return self.graph_ops.memory_recall(query, memory_id=memory_id,
-                                            session_id=session_id, n=n)
+                                            session_id=session_id, n=n, filter=filter,
+                                            control=control)
 
     def stats(self) -> dict[str, int]:
         """Counts of documents and of each unit."""

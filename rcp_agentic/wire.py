@@ -123,6 +123,7 @@ class GraphNode(WireModel):
     id: str
     score: float | None = None
     name: str | None = None
+    trust: Trust | None = None  # of the chunks that name it (and of the name itself)
 
 
 class CommunityEntry(WireModel):
@@ -137,6 +138,7 @@ class CommunityEntry(WireModel):
     size: int | None = None
     rating: float | None = None
     score: float | None = None
+    trust: Trust | None = None  # of the chunks its report was written from
 
 
 class GraphResult(WireModel):
@@ -151,6 +153,10 @@ class GraphResult(WireModel):
     next_cursor: str | None = None
     index_version: str | None = None
     usage: Usage | None = None
+    # What the op's own texts (``summary``, ``followups``) may claim: the lowest trust of the
+    # chunks they were composed from, and whether any of those (or the texts) screen as an
+    # injection. Hits, nodes and communities carry their own.
+    trust: Trust | None = None
 
 
 class MemoryBuildResult(WireModel):
@@ -166,6 +172,7 @@ class MemoryClue(WireModel):
     query: str | None = None
     seed_ids: list[str] | None = None
     weight: float | None = None
+    trust: Trust | None = None  # of the chunks the surrogate query's words come from
 
 
 class MemoryRecallResult(WireModel):

@@ -15,7 +15,7 @@ import pytest
 from test_graph_recall import BRIDGE, QUESTION, corpus
 
 from rcp_agentic import Engine
-from rcp_agentic.errors import CapabilityMissing, InvalidParams, OptionUnsupported
+from rcp_agentic.errors import CapabilityMissing, InvalidParams, NotFound, OptionUnsupported
 from rcp_agentic.graph.index import node_uid
 from rcp_agentic.graph.memory import SessionMemory
 from rcp_agentic.graph.ops import MAX_HOPS, MAX_SEEDS, GraphOps
@@ -95,7 +95,7 @@ def test_memory_build_is_stable_per_corpus_version(ops: GraphOps) -> None:
     built = ops.memory_build()
     assert built.memory_id == f"graph@{ops.engine.index_version}" and (built.tokens or 0) > 0
     assert ops.memory_build(memory_id=built.memory_id).memory_id == built.memory_id
-    with pytest.raises(InvalidParams):
+    with pytest.raises(NotFound):  # §12: an unknown memoryId is -32015
         ops.memory_build(memory_id="someone-else")
     with pytest.raises(InvalidParams):
         ops.memory_build(scope="galaxy")
@@ -118,7 +118,7 @@ def test_memory_recall_gives_bridging_clues(ops: GraphOps) -> None:
     assert res.hits and len(res.hits) <= 4
     with pytest.raises(InvalidParams):
         ops.memory_recall(QUESTION, n=0)
-    with pytest.raises(InvalidParams):
+    with pytest.raises(NotFound):  # a memory id this engine never gave (§12: -32015)
         ops.memory_recall(QUESTION, memory_id="graph@banana")
 
 

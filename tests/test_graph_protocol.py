@@ -221,7 +221,7 @@ def test_session_memory_keeps_the_trajectory(rpc: Dispatcher) -> None:
     ("memory/recall", {"query": "x", "n": 0}, -32602, "n"),
     ("memory/recall", {"query": "x", "n": "5"}, -32602, "n"),
     ("memory/recall", {"query": "x", "memoryId": 5}, -32602, "memoryId"),
-    ("memory/recall", {"query": "x", "memoryId": "someone-else"}, -32602, "memoryId"),
+    ("memory/recall", {"query": "x", "memoryId": "someone-else"}, -32015, "memoryId"),
     ("memory/recall", {"query": "x", "sessionId": ["s"]}, -32602, "sessionId"),
     ("memory/build", {"scope": "forever"}, -32602, "scope"),
     ("memory/build", {"scope": "session"}, -32602, "sessionId"),

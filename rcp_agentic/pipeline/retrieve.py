@@ -25,7 +25,7 @@ from ..store.memindex import UnitIndex
 from ..wire import Hit, RetrieveResult, Usage
 from . import cursor, fusion
 from .cursor import CursorState, query_hash
-from .filters import compile_filter
+from .filters import check_filter_size, compile_filter
 from .hits import build_composed_hit, build_hit
 from .mmr import mmr_order
 from .packing import Packed, pack
@@ -639,15 +639,31 @@ class Retrieval:
             plan.notes.append(f"index version v{served} holds no knowledge graph: no graph "
                               "recall")
             return None, None
-        allowed: frozenset[str] | None = None
-        if plan.filter is not None:
-            compiled = compile_filter(plan.filter, fields or self.filter_fields())
-            rows = self.store.filtered_rowids([("chunk", 0)], served, compiled.sql,
-                                              compiled.params)
-            allowed = frozenset(f"r{int(r)}" for r in rows)
+        allowed = self.chunk_scope(plan.filter, served, fields)
         from ..graph.compose import scoped_view
 
         return scoped_view(view, allowed), allowed
+
+    def chunk_scope(self, filter_: Mapping[str, Any] | None, version: int,
+                    fields: Mapping[str, str] | None = None) -> frozenset[str] | None:
+        """The chunk keys (``r<rowid>``) visible at ``version`` that pass ``filter_`` (None
+        without a filter: every chunk). Every graph surface — graph recall, the composed
+        units, each ``graph`` op and ``memory/recall`` — derives only from these chunks.
+        A malformed or oversized filter is InvalidParams (``data.field``), as for retrieve."""
+        if filter_ is None:
+            return None
+        return frozenset(f"r{int(r)}" for r in self.passing_rowids(
+            filter_, [("chunk", 0)], version, fields))
+
+    def passing_rowids(self, filter_: Mapping[str, Any], kinds: list[tuple[str, int]],
+                       version: int, fields: Mapping[str, str] | None = None) -> np.ndarray:
+        """Rowids of the units of ``kinds`` visible at ``version`` that pass ``filter_`` (a
+        derived unit only when every chunk it covers passes); the filter is bounded and
+        validated first (InvalidParams / OptionUnsupported naming it)."""
+        check_filter_size(filter_, max_depth=self.config.max_filter_depth,
+                          max_nodes=self.config.max_filter_nodes)
+        compiled = compile_filter(dict(filter_), dict(fields or self.filter_fields()))
+        return self.store.filtered_rowids(kinds, version, compiled.sql, compiled.params)
 
     def _chunk_prior(self, plan: Plan, served: int, index: UnitIndex | None,
                      lists: dict[str, list[tuple[int, float]]], qvec: np.ndarray | None,

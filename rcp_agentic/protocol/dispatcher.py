@@ -131,7 +131,12 @@ class Dispatcher:
             if len(message) > self.max_batch:
                 return _error(None, InvalidParams(f"batch of {len(message)} exceeds the limit of "
                                                   f"{self.max_batch}", field="batch"))
-            out = [r for r in (self._one(m, send, scope, on_start) for m in message)
+            # The batch as a whole gets the server's deadline, and a cancel of the batch (the
+            # client hanging up) stops every request of it still to run.
+            batch = RequestControl(timeout=self.request_timeout)
+            if on_start is not None:
+                on_start(batch)
+            out = [r for r in (self._one(m, send, scope, on_start, batch) for m in message)
                    if r is not None]
             return out or None
         return self._one(message, send, scope, on_start)
@@ -147,7 +152,8 @@ class Dispatcher:
         return bool(controls)
 
     def _one(self, msg: Any, send: Send | None, scope: Hashable,
-             on_start: Callable[[RequestControl], None] | None = None) -> dict[str, Any] | None:
+             on_start: Callable[[RequestControl], None] | None = None,
+             batch: RequestControl | None = None) -> dict[str, Any] | None:
         if not isinstance(msg, dict):
             return _error(None, InvalidRequest("a request must be a JSON object"))
         has_id = "id" in msg
@@ -172,7 +178,7 @@ class Dispatcher:
             return _error(id_, InvalidParams("params must be an object", field="params"))
         key = (scope, _id_key(id_))
         try:
-            control = self._control(params, send)
+            control = self._control(params, send, batch)
             if on_start is not None:
                 on_start(control)
             with self._inflight_lock:
@@ -193,8 +199,10 @@ class Dispatcher:
             return _error(id_, InternalError(f"internal error while handling {method}"))
         return {"jsonrpc": "2.0", "id": id_, "result": result}
 
-    def _control(self, params: dict[str, Any], send: Send | None) -> RequestControl:
-        """The request's control: the server deadline, shortened by ``_meta.deadlineMs``."""
+    def _control(self, params: dict[str, Any], send: Send | None,
+                 batch: RequestControl | None = None) -> RequestControl:
+        """The request's control: the server deadline, shortened by ``_meta.deadlineMs`` (and
+        by what is left of its ``batch``'s)."""
         meta = params.get("_meta")
         meta = meta if isinstance(meta, dict) else {}
         timeout = self.request_timeout
@@ -212,7 +220,7 @@ class Dispatcher:
                 isinstance(token, str) or (isinstance(token, int) and not isinstance(token, bool))):
             def sink(report: Progress) -> None:
                 send(_progress_frame(token, report))
-        return RequestControl(timeout=timeout, on_progress=sink)
+        return RequestControl(timeout=timeout, on_progress=sink, parent=batch)
 
     def _call(self, method: str, params: dict[str, Any], control: RequestControl) -> Any:
         # An `x-` method is defined only by the server offering it (§12: prefer -32004).
@@ -346,15 +354,15 @@ class Dispatcher:
 
     def _graph(self, params: dict[str, Any], control: RequestControl) -> dict[str, Any]:
         call = graph_call(params, self.capabilities())
-        return self.engine.graph(**call).to_wire()
+        return self.engine.graph(**call, control=control).to_wire()
 
     def _memory_build(self, params: dict[str, Any], control: RequestControl) -> dict[str, Any]:
         call = memory_build_call(params, self.capabilities())
-        return self.engine.memory_build(**call).to_wire()
+        return self.engine.memory_build(**call, control=control).to_wire()
 
     def _memory_recall(self, params: dict[str, Any], control: RequestControl) -> dict[str, Any]:
         call = memory_recall_call(params, self.capabilities())
-        return self.engine.memory_recall(**call).to_wire()
+        return self.engine.memory_recall(**call, control=control).to_wire()
 
     def _feedback(self, params: dict[str, Any], control: RequestControl) -> dict[str, Any]:
         for name in ("signals", "sessionId", "query"):  # stored as given: must be Unicode

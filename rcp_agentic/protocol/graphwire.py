@@ -10,7 +10,8 @@ advertised capabilities: a malformed value is InvalidParams naming ``data.field`
 scope RCP defines but the session did not advertise is OptionUnsupported (``data.option``); a
 well-formed value above an advertised limit is clamped (§12), never refused. The community
 ops take ``level``, ``cursor`` (``communities``), ``tokenBudget`` (``global``, a vendor extra
-clamped to ``maxSummaryTokens``) and ``filter`` (``global``, ``drift``).
+clamped to ``maxSummaryTokens``); every op, ``memory/build`` (session scope) and
+``memory/recall`` take a ``filter`` (§8), which scopes every text and id they return.
 """
 
 from __future__ import annotations
@@ -138,15 +139,20 @@ def graph_call(params: Mapping[str, Any], caps: Mapping[str, Any]) -> dict[str, 
             raise OptionUnsupported("tokenBudget applies to the global op only",
                                     option="tokenBudget")
         call["token_budget"] = budget
-    filter_ = params.get("filter")
+    filter_ = _filter(params)
     if filter_ is not None:
-        if op not in ("global", "drift"):
-            raise OptionUnsupported("filter applies to the global and drift ops",
-                                    option="filter")
-        if not isinstance(filter_, dict):
-            raise InvalidParams("filter must be an object", field="filter")
         call["filter"] = filter_
     return call
+
+
+def _filter(params: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The request's RCP §8 filter (an object), which scopes every graph and memory op."""
+    value = params.get("filter")
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise InvalidParams("filter must be an object", field="filter")
+    return value
 
 
 def _seed_ids(value: Any, limit: int | None) -> list[str]:
@@ -190,6 +196,9 @@ def memory_build_call(params: Mapping[str, Any], caps: Mapping[str, Any]) -> dic
             raise InvalidParams("scope 'session' needs a sessionId (or a memoryId "
                                 "'session:<sessionId>')", field="sessionId")
         call["session_id"] = session
+    filter_ = _filter(params)
+    if filter_ is not None:
+        call["filter"] = filter_
     return call
 
 
@@ -225,4 +234,7 @@ def memory_recall_call(params: Mapping[str, Any], caps: Mapping[str, Any]) -> di
     n = _count(params, "n", limit=_limit(caps, "maxClues"))
     if n is not None:
         call["n"] = n
+    filter_ = _filter(params)
+    if filter_ is not None:
+        call["filter"] = filter_
     return call

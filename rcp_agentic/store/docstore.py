@@ -843,9 +843,24 @@ class Docstore:
             if covered:
                 _id, row["title"], row["source"], row["uri"], _t, _n = covered[0]
             row["doc_ids"] = [d[0] for d in covered]
-            row["trust"] = min((d[4] for d in covered), key=_TRUST_ORDER.index,
-                               default="untrusted")
+            row["trust"] = lowest_trust(d[4] for d in covered)
             row["leaves"] = leaves.get(r, [])
+
+    def unit_trust(self, rowids: Iterable[int]) -> dict[int, tuple[str, bool]]:
+        """(trust level of its document, injection suspected) of per-document units by rowid
+        (missing ones absent): what a text composed from those units inherits. One light
+        query per 900 rowids (no text is read)."""
+        wanted = list(dict.fromkeys(int(r) for r in rowids))
+        out: dict[int, tuple[str, bool]] = {}
+        for i in range(0, len(wanted), 900):
+            part = wanted[i:i + 900]
+            marks = ",".join("?" * len(part))
+            for rowid, trust, suspected in self.query(
+                    "SELECT u.rowid, d.trust, COALESCE(s.suspected, 0) FROM units u"
+                    " JOIN documents d ON d.drow = u.doc_row LEFT JOIN screens s"
+                    f" ON s.urow = u.rowid WHERE u.rowid IN ({marks})", part):
+                out[int(rowid)] = (str(trust), bool(suspected))
+        return out
 
     def covered_leaves(self, rowids: list[int]) -> dict[int, list[str]]:
         """The leaf chunk ids each derived unit covers (hydrated rows, so cached)."""
@@ -985,6 +1000,13 @@ def _busy_error(waited: float, *, write: bool = True) -> BackendUnavailable:
 
 
 _TRUST_ORDER = ["untrusted", "community", "trusted"]
+
+
+def lowest_trust(levels: Iterable[str]) -> str:
+    """The least trusted of ``levels`` (``"untrusted"`` when there are none): what a text
+    derived from several sources may claim."""
+    return min(levels, key=lambda t: _TRUST_ORDER.index(t) if t in _TRUST_ORDER else 0,
+               default="untrusted")
 
 
 def _kinds_clause(alias: str, kinds: list[tuple[str, int]]) -> tuple[str, tuple[Any, ...]]:

@@ -1,0 +1,54 @@
+"""The trust of a text a graph or memory op composes (RCP §7.7.2, §15.2).
+
+A node name, a clue's surrogate query, a drift follow-up or a global summary is derived
+from chunks. Such a text may claim no more trust than the least trusted of those chunks'
+documents, and it is suspected of injection when any of those chunks was, or when the
+text itself screens as an instruction (a name can be the quoted instruction itself).
+:class:`SourceTrust` answers that for one request, reading each chunk's trust once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from ..pipeline.trust import InjectionScreen
+from ..store.docstore import Docstore, lowest_trust
+from ..wire import Trust
+
+
+def chunk_rowids(keys: Iterable[str]) -> list[int]:
+    """Rowids of graph chunk keys (``r<rowid>``)."""
+    return [int(k[1:]) for k in keys if k[:1] == "r" and k[1:].isdigit()]
+
+
+class SourceTrust:
+    """Trust of composed texts by the chunks they come from, for one request (cached)."""
+
+    def __init__(self, store: Docstore, screen: InjectionScreen) -> None:
+        self.store = store
+        self.screen = screen
+        self._rows: dict[int, tuple[str, bool]] = {}
+
+    def prefetch(self, keys: Iterable[str]) -> None:
+        """Read the trust of these chunk keys in one go (before many :meth:`of` calls)."""
+        todo = [r for r in chunk_rowids(keys) if r not in self._rows]
+        if todo:
+            self._rows.update(self.store.unit_trust(todo))
+
+    def of(self, keys: Iterable[str], *texts: str) -> Trust:
+        """The trust a text composed from the chunks ``keys`` (and reading ``texts``) carries."""
+        keys = list(keys)
+        self.prefetch(keys)
+        rows = [self._rows[r] for r in chunk_rowids(keys) if r in self._rows]
+        suspected = any(s for _t, s in rows) or any(
+            self.screen.screen(t).suspected for t in texts if t)
+        return Trust(level=lowest_trust(t for t, _s in rows), injection_suspected=suspected)
+
+    @staticmethod
+    def combine(parts: Iterable[Trust | None]) -> Trust | None:
+        """One trust for a text built from several parts (None when no part has one)."""
+        got = [p for p in parts if p is not None]
+        if not got:
+            return None
+        return Trust(level=lowest_trust(p.level for p in got),
+                     injection_suspected=any(bool(p.injection_suspected) for p in got))
