@@ -7,6 +7,11 @@ Quality: precision, recall, F1 and false-positive rate of ``InjectionScreen`` on
 ``tests/data/injection.jsonl``, separately; then, per ``kind`` and split, the share
 flagged (recall for injected kinds, false-positive rate for clean kinds).
 
+Variants: the same on ``tests/data/injection_variants.jsonl`` (``bench/injection_variants.py``:
+quoted, re-cased and split copies of the injected and clean rows, plus quoted attack
+phrases *mentioned* in security-article framing), per split and variant kind, and the
+share flagged per transform.
+
 Speed: median µs per ``screen()`` call on 1 kB passages (1,024 characters) built by
 concatenating texts of the set: ordinary prose (``clean_general``), hard negatives
 (every clean kind, dense in trigger words) and injected texts.  Each passage is
@@ -30,10 +35,12 @@ if __package__ in (None, ""):
 from rcp_agentic.pipeline.trust import InjectionScreen
 
 DATA = Path(__file__).resolve().parent.parent / "tests" / "data" / "injection.jsonl"
+VARIANTS = DATA.with_name("injection_variants.jsonl")
+VARIANT_KINDS = ("original", "quoted", "cased", "split")
 
 
-def load() -> list[dict]:
-    return [json.loads(line) for line in DATA.read_text(encoding="utf-8").splitlines() if line]
+def load(path: Path = DATA) -> list[dict]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line]
 
 
 def quality(rows: list[dict], flagged: list[bool]) -> dict[str, float]:
@@ -69,6 +76,41 @@ def timing(screen: InjectionScreen, texts: list[str], repeat: int) -> tuple[floa
         samples.append((time.perf_counter_ns() - t0) / repeat / 1000)
     samples.sort()
     return statistics.median(samples), samples[int(0.9 * (len(samples) - 1))]
+
+
+def _line(label: str, q: dict[str, float]) -> str:
+    return (f"{label:16} {q['n']:5d} {q['pos']:4d} {q['neg']:5d}  {q['precision']:9.3f} "
+            f"{q['recall']:6.3f} {q['f1']:6.3f} {q['fpr']:6.3f}  {q['tp']:4d} {q['fp']:4d} "
+            f"{q['fn']:4d}")
+
+
+def report_variants(rows: list[dict], flagged: list[bool], variants: list[dict],
+                    v_flagged: list[bool]) -> None:
+    """Quality per split and variant kind, then the share flagged per transform."""
+    print(f"\nvariants: {VARIANTS.relative_to(VARIANTS.parents[2])} ({len(variants)} texts;"
+          " 'original' = the rows above; mentions count as clean 'quoted')")
+    print(f"{'split/variant':16} {'n':>5} {'inj':>4} {'clean':>5}  {'precision':>9} {'recall':>6} "
+          f"{'F1':>6} {'FPR':>6}    tp   fp   fn")
+    pool = [(r, f, "original") for r, f in zip(rows, flagged)] + [
+        (r, f, r["variant"]) for r, f in zip(variants, v_flagged)]
+    for split in ("dev", "test"):
+        for kind in VARIANT_KINDS:
+            sel = [(r, f) for r, f, k in pool if r["split"] == split and k == kind]
+            print(_line(f"{split}/{kind}", quality([r for r, _ in sel], [f for _, f in sel])))
+        sel = [(r, f) for r, f, _ in pool if r["split"] == split]
+        print(_line(f"{split}/all", quality([r for r, _ in sel], [f for _, f in sel])))
+
+    print("\nper transform: flagged / n  (label 1: recall; label 0: false-positive rate)")
+    per: dict[tuple[int, str], dict[str, list[int]]] = defaultdict(lambda: defaultdict(list))
+    for r, f in zip(variants, v_flagged):
+        name = "mention" if r["kind"] == "mention" else r["transform"].split(":frame:")[0] + (
+            ":frame" if ":frame:" in r["transform"] else "")
+        per[(r["label"], name)][r["split"]].append(int(f))
+    print(f"  {'label':5} {'transform':22} {'dev':>9} {'test':>9}")
+    for (label, name), by in sorted(per.items(), key=lambda kv: (-kv[0][0], kv[0][1])):
+        cells = [f"{sum(by[s]):>3}/{len(by[s]):<3}" if by.get(s) else "    -    "
+                 for s in ("dev", "test")]
+        print(f"  {label:5d} {name:22} {cells[0]:>9} {cells[1]:>9}")
 
 
 def main() -> None:
@@ -107,12 +149,16 @@ def main() -> None:
         print(f"  {label:5d} {kind:18} {cells[0]:>9} {cells[1]:>9} "
               f"{sum(xs):>3}/{len(xs):<3} {sum(xs) / len(xs):5.2f}")
 
+    variants = load(VARIANTS)
+    v_verdicts = [screen.screen(r["text"]) for r in variants]
+    report_variants(rows, flagged, variants, [v.suspected for v in v_verdicts])
+
     if args.misses:
         print("\nfalse negatives / false positives:")
-        for r, v in zip(rows, verdicts):
+        for r, v in zip(rows + variants, verdicts + v_verdicts):
             if v.suspected != bool(r["label"]):
                 tag = "FN" if r["label"] else "FP"
-                print(f"  {tag} [{r['split']}/{r['kind']}] score={v.score:.2f} {v.signals} "
+                print(f"  {tag} [{r['split']}/{r['kind']}/{r.get('transform', 'original')}] score={v.score:.2f} {v.signals} "
                       f"{r['text'][:110]!r}")
 
     print(f"\nspeed: µs per screen() on 1 kB passages (60 passages x {args.repeat} calls)")
