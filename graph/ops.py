@@ -318,6 +318,7 @@ class GraphOps:
                 ctl.check()
                 for key, w in view.link(doc["text"]).items():
                     found[key] = max(found.get(key, 0.0), float(w))
+            ctl.check()  # nothing is remembered for a request stopped before here
             held = self.memory.add(session, found)
             names = [view.graph.entities[k].name for k in self.memory.get(session)
                      if k in view.graph.entities]
