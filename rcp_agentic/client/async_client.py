@@ -199,19 +199,23 @@ class AsyncRCPClient:
 
     async def memory_build(self, documents: Iterable[Mapping[str, Any]] | None = None, *,
                            memory_id: str | None = None, scope: str | None = None,
-                           session_id: str | None = None, timeout: float | None = None,
+                           session_id: str | None = None,
+                           filter: Mapping[str, Any] | None = None,
+                           timeout: float | None = None,
                            strict: bool | None = None) -> MemoryBuildResult:
         """``memory/build`` (§7.17); see :meth:`RCPClient.memory_build`."""
         return await self.call(  # type: ignore[no-any-return]
-            "memory/build", memory_build_params(documents, memory_id, scope, session_id),
+            "memory/build", memory_build_params(documents, memory_id, scope, session_id,
+                                                filter),
             timeout=timeout, strict=strict)
 
     async def memory_recall(self, query: Any, *, memory_id: str | None = None,
                             session_id: str | None = None, n: int | None = None,
+                            filter: Mapping[str, Any] | None = None,
                             timeout: float | None = None) -> MemoryRecallResult:
         """``memory/recall`` (§7.17); see :meth:`RCPClient.memory_recall`."""
         return await self.call(  # type: ignore[no-any-return]
-            "memory/recall", memory_recall_params(query, memory_id, session_id, n),
+            "memory/recall", memory_recall_params(query, memory_id, session_id, n, filter),
             timeout=timeout)
 
     async def call(self, method: str, params: Mapping[str, Any] | None = None, *,

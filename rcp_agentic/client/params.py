@@ -96,7 +96,7 @@ def graph_params(op: str, query: Any, k: int | None, seed_ids: Sequence[str] | N
                  cursor: str | None = None, token_budget: int | None = None,
                  filter: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """``graph`` (§7.9); ``cursor`` pages ``communities``, ``tokenBudget`` bounds ``global``'s
-    summary, ``filter`` scopes ``global`` and ``drift``."""
+    summary, ``filter`` scopes every op."""
     return _present(op=op, query=query, k=k,
                     seedIds=None if seed_ids is None else list(seed_ids), hops=hops,
                     level=level, sessionId=session_id, cursor=cursor, tokenBudget=token_budget,
@@ -104,13 +104,18 @@ def graph_params(op: str, query: Any, k: int | None, seed_ids: Sequence[str] | N
 
 
 def memory_build_params(documents: Iterable[Mapping[str, Any]] | None, memory_id: str | None,
-                        scope: str | None, session_id: str | None) -> dict[str, Any]:
-    """``memory/build`` (§7.17); ``sessionId`` names the trajectory of ``scope="session"``."""
+                        scope: str | None, session_id: str | None,
+                        filter: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """``memory/build`` (§7.17); ``sessionId`` names the trajectory of ``scope="session"``,
+    whose entities ``filter`` scopes."""
     return _present(documents=None if documents is None else [dict(d) for d in documents],
-                    memoryId=memory_id, scope=scope, sessionId=session_id)
+                    memoryId=memory_id, scope=scope, sessionId=session_id,
+                    filter=None if filter is None else dict(filter))
 
 
 def memory_recall_params(query: Any, memory_id: str | None, session_id: str | None,
-                         n: int | None) -> dict[str, Any]:
-    """``memory/recall`` (§7.17)."""
-    return _present(query=query, memoryId=memory_id, sessionId=session_id, n=n)
+                         n: int | None, filter: Mapping[str, Any] | None = None
+                         ) -> dict[str, Any]:
+    """``memory/recall`` (§7.17); ``filter`` scopes the clues and draft hits."""
+    return _present(query=query, memoryId=memory_id, sessionId=session_id, n=n,
+                    filter=None if filter is None else dict(filter))

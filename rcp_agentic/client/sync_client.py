@@ -245,22 +245,24 @@ class RCPClient:
 
     def memory_build(self, documents: Iterable[Mapping[str, Any]] | None = None, *,
                      memory_id: str | None = None, scope: str | None = None,
-                     session_id: str | None = None, timeout: float | None = None,
-                     cancel: CancelToken | None = None,
+                     session_id: str | None = None, filter: Mapping[str, Any] | None = None,
+                     timeout: float | None = None, cancel: CancelToken | None = None,
                      strict: bool | None = None) -> MemoryBuildResult:
         """``memory/build`` (§7.17): ``{"memoryId": ..., "tokens": ...}``, gated by ``memory``.
 
         No ``documents``: bring the memory (the knowledge graph) up to date with the index.
         ``documents`` (``{"id"?, "text"}``) are added to the corpus first — give them ids, so a
         retry is harmless. ``scope="session"`` with ``session_id`` remembers the entities the
-        texts name for that trajectory instead (nothing is added to the corpus).
+        texts name for that trajectory instead (nothing is added to the corpus), only
+        entities of chunks that pass ``filter`` (RCP §8).
         """
         return self.call("memory/build", memory_build_params(documents, memory_id, scope,
-                                                             session_id),
+                                                             session_id, filter),
                          timeout=timeout, cancel=cancel, strict=strict)  # type: ignore[no-any-return]
 
     def memory_recall(self, query: Any, *, memory_id: str | None = None,
                       session_id: str | None = None, n: int | None = None,
+                      filter: Mapping[str, Any] | None = None,
                       timeout: float | None = None,
                       cancel: CancelToken | None = None) -> MemoryRecallResult:
         """``memory/recall`` (§7.17): ``{"clues": [{"query", "seedIds", "weight"}], "hits"?}``.
@@ -268,9 +270,11 @@ class RCPClient:
         Feed a clue's ``query`` to :meth:`retrieve` (with the same ``session_id``) or its
         ``seedIds`` to :meth:`graph` (``op="neighbors"``). ``memory_id`` pins the memory a
         :meth:`memory_build` returned; ``session_id`` also seeds recall with the trajectory's
-        remembered entities.
+        remembered entities. ``filter`` (RCP §8): clues and hits come only from chunks that
+        pass it.
         """
-        return self.call("memory/recall", memory_recall_params(query, memory_id, session_id, n),
+        return self.call("memory/recall", memory_recall_params(query, memory_id, session_id, n,
+                                                               filter),
                          timeout=timeout, cancel=cancel)  # type: ignore[no-any-return]
 
     def call(self, method: str, params: Mapping[str, Any] | None = None, *,

@@ -87,7 +87,7 @@ class Federation(FanOut):
         packing each engine's own (an engine that failed a page is asked that page again);
         ``cursor`` is only one this federation returned. ``drift`` runs on every engine with
         the same ``session_id`` (each continues its own frontier); ``followups`` are
-        deduplicated. ``filter`` (``global``, ``drift``) goes to every engine as given.
+        deduplicated. ``filter`` goes to every engine as given (it scopes every op).
         """
         req = self._graph_request(op, query, k, seed_ids, hops, level, session_id, timeout,
                                   strict, cursor, token_budget, filter)
@@ -136,21 +136,24 @@ class Federation(FanOut):
 
     def memory_recall(self, query: Any, *, memory_id: str | None = None,
                       session_id: str | None = None, n: int | None = None,
+                      filter: Mapping[str, Any] | None = None,
                       timeout: float | None = None) -> dict[str, Any]:
         """Federated ``memory/recall`` (§7.17): the engines' clues, ``seedIds`` engine-qualified
         (feed them to :meth:`graph`, a clue's ``query`` to :meth:`retrieve`), interleaved by
         weighted RRF over each engine's own order, the first ``n`` (default 5). With a
-        federated ``memory_id`` only the engines it names are asked."""
-        req = self._recall_request(query, memory_id, session_id, n, timeout)
+        federated ``memory_id`` only the engines it names are asked. ``filter`` goes to
+        every engine as given and scopes each one's clues."""
+        req = self._recall_request(query, memory_id, session_id, n, timeout, filter)
         futures = {spawn(self._call_sync, self._members[id_], req): self._members[id_]
                    for id_ in req.params}
         return self._recall_result(req, self._collect(futures, req), n)
 
     async def amemory_recall(self, query: Any, *, memory_id: str | None = None,
                              session_id: str | None = None, n: int | None = None,
+                             filter: Mapping[str, Any] | None = None,
                              timeout: float | None = None) -> dict[str, Any]:
         """The asyncio :meth:`memory_recall`."""
-        req = self._recall_request(query, memory_id, session_id, n, timeout)
+        req = self._recall_request(query, memory_id, session_id, n, timeout, filter)
         tasks = {asyncio.create_task(self._call_async(self._members[id_], req)):
                  self._members[id_] for id_ in req.params}
         return self._recall_result(req, await self._acollect(tasks, req), n)
@@ -250,10 +253,12 @@ class Federation(FanOut):
         return self._request("memory/build", params, needs, timeout, strict, {})
 
     def _recall_request(self, query: Any, memory_id: Any, session_id: Any, n: Any,
-                        timeout: float | None) -> _Request:
+                        timeout: float | None, filter: Any = None) -> _Request:
         if not isinstance(query, str):
             raise InvalidParams("query must be a string", field="query")
         _check_count("n", n)
+        if filter is not None and not isinstance(filter, Mapping):
+            raise InvalidParams("filter must be an object", field="filter")
         own = graphs.unpack_memory_id(memory_id) if memory_id is not None else None
         params: dict[str, dict[str, Any]] = {}
         skipped: dict[str, str] = {}
@@ -262,7 +267,7 @@ class Federation(FanOut):
                 skipped[id_] = "not asked: not part of this memory"
             else:
                 params[id_] = memory_recall_params(query, None if own is None else own[id_],
-                                                   session_id, n)
+                                                   session_id, n, filter)
 
         def needs(caps: Mapping[str, Any]) -> RCPError | None:
             return None if isinstance(caps.get("memory"), Mapping) \
