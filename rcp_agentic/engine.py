@@ -49,6 +49,7 @@ from .store.chroma import ChromaVectors, CollectionLost
 from .store.docstore import DocumentRecord, Docstore
 from .store.feedback import FeedbackLog
 from .sessions import SessionStore
+from .bounded import ByteBudget
 from .store.memindex import UnitIndex
 from .store.recall import EmbeddedRecall, RecallBackend
 from .wire import RerankResult
@@ -148,10 +149,13 @@ class Engine(Retrieval):
         self._indexes: dict[tuple[tuple[tuple[str, int], ...], int], UnitIndex] = {}
         self._offered_cache: tuple[tuple[int, tuple[str, ...]],
                                    dict[str, tuple[int, ...]]] | None = None
+        # One byte budget for everything session-scoped: retrieve's sessions here, the graph
+        # memory and DRIFT frontiers (graph/ops.py, graph/community_ops.py) draw on it too.
+        self.session_budget = ByteBudget(self.config.session_max_bytes)
         self.sessions = SessionStore(ttl_seconds=self.config.session_ttl_seconds,
                                      max_sessions=self.config.max_sessions,
                                      max_items=self.config.session_max_items,
-                                     max_bytes=self.config.session_max_bytes)
+                                     budget=self.session_budget)
         self.store = Docstore(self.path / "engine.db", retain=self.config.snapshots_retained)
         try:
             self._check_embedder()
