@@ -311,6 +311,14 @@ class CommunityOps:
                                     "graph_communities=True)", option="op")
         return store
 
+    def _lag(self, version: int | None, kinds: Sequence[str]) -> list[str]:
+        """The note retrieve gives (``Engine._derived_lag``) when a derived kind an op read
+        at ``version`` lags the documents: the same words in every community op."""
+        if version is None:
+            return []
+        note = self.engine._derived_lag([(kind, 0) for kind in kinds], version)
+        return [note] if note else []
+
     def _query(self, query: Any, op: str) -> str:
         if query is None:
             raise InvalidParams(f"op {op!r} needs a query", field="query")
@@ -366,10 +374,11 @@ class CommunityOps:
         after = start + len(page)
         nxt = (cursors.encode(cursors.CursorState(version, after, frozenset(), qhash),
                               self.engine._secret) if after < len(part) else None)
+        notes = [f"level {lvl} of 0..{store.top_level}: communities "
+                 f"{start + 1}-{after} of {len(part)}"] if page else []
+        notes += self._lag(version, ("community",))
         return GraphResult(communities=entries, next_cursor=nxt, index_version=f"v{version}",
-                           usage=Usage(candidates=len(part), notes=[
-                               f"level {lvl} of 0..{store.top_level}: communities "
-                               f"{start + 1}-{after} of {len(part)}"] if page else None))
+                           usage=Usage(candidates=len(part), notes=notes or None))
 
     # --- global -----------------------------------------------------------------------------
 
@@ -386,7 +395,8 @@ class CommunityOps:
         budget = count_param(token_budget, "tokenBudget", DEFAULT_SUMMARY_TOKENS, 1,
                              MAX_SUMMARY_TOKENS)
         ranked, store, version = self._ranked(text, lvl, k, _filter(filter))
-        notes = [f"level {lvl} of 0..{store.top_level}"]
+        notes = [f"level {lvl} of 0..{store.top_level}", *self._lag(_version(version),
+                                                                   ("community",))]
         if not ranked:
             return GraphResult(summary="", communities=[], index_version=version,
                                usage=Usage(notes=notes + ["no community matches the query"]))
@@ -533,6 +543,7 @@ class CommunityOps:
         if session_id:
             notes.extend(self.frontiers.put(session_id, state))
         notes.append(f"ran {len(run)} searches; {len(state.pending)} follow-ups left")
+        notes += self._lag(_version(version), ("community", "node"))
         return GraphResult(hits=hits, followups=list(state.pending), index_version=version,
                            usage=Usage(candidates=len(hits),
                                        latency_ms=round((time.perf_counter() - t0) * 1000, 3),
