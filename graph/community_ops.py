@@ -179,11 +179,14 @@ class DriftState:
 
 
 def drift_bytes(session_id: str, state: DriftState) -> int:
-    """What one kept DRIFT state holds, key included (an upper estimate: the question is
-    counted again where it is also among ``asked``)."""
+    """What one kept DRIFT state holds, key included (an upper estimate; a string held in
+    two places, the question among ``asked``, is one object: its slots count twice, its
+    characters once)."""
     strings = [session_id, state.query, state.filter_key, *state.pending, *state.asked,
                *state.primed]
-    return DRIFT_OVERHEAD + sum(sys.getsizeof(x) + DRIFT_SLOT for x in strings)
+    distinct = {id(x): x for x in strings}.values()
+    return (DRIFT_OVERHEAD + DRIFT_SLOT * len(strings)
+            + sum(sys.getsizeof(x) for x in distinct))
 
 
 class Frontiers:
