@@ -35,15 +35,17 @@ from __future__ import annotations
 import json
 import math
 import re
+import sys
 import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ..bounded import DEFAULT_MAX_BYTES, BoundedStore, ByteBudget
 from ..control import RequestControl, checked
 from ..errors import BackendUnavailable, InvalidParams, OptionUnsupported
 from ..models.embedder import normalize_rows
@@ -74,6 +76,13 @@ PRIMER_K = 3
 MAX_FOLLOWUPS = 5  # follow-ups derived from one primer
 FOLLOWUPS_PER_CALL = 2  # follow-ups one drift call runs (the first also runs the question)
 MAX_FOLLOWUP_CHARS = 300
+MAX_ASKED = 64  # run queries a kept DRIFT state remembers (the newest)
+MAX_PRIMED = 64  # primer communities it remembers (the newest)
+# Bytes charged for a kept DRIFT state, on top of its strings' own size: tracemalloc on
+# CPython 3.11 measured ~310 B for the dataclass and its three empty lists, ~8 B per list
+# slot; rounded up (lists over-allocate).
+DRIFT_OVERHEAD = 512
+DRIFT_SLOT = 16
 MAX_POINTS = 16  # points taken from one report
 EMBED_SLICE = 16  # report points embedded between two deadline checks (≈0.1 s each here)
 MAX_CURSOR_CHARS = 4096
@@ -157,7 +166,8 @@ def filter_param(value: Any) -> Mapping[str, Any] | None:
 @dataclass
 class DriftState:
     """Where a session's DRIFT search stands: its question and level, the follow-ups still to
-    run (the frontier), those already run, and the primer communities already used."""
+    run (the frontier), those already run (the newest ``MAX_ASKED``; ``forgotten`` counts the
+    older ones), and the primer communities already used (the newest ``MAX_PRIMED``)."""
 
     query: str
     level: int
@@ -166,48 +176,70 @@ class DriftState:
     asked: list[str] = field(default_factory=list)
     primed: list[str] = field(default_factory=list)
     trust: Trust | None = None  # of every follow-up derived so far (their sources, combined)
+    forgotten: int = 0
+
+    def copy(self) -> DriftState:
+        return replace(self, pending=list(self.pending), asked=list(self.asked),
+                       primed=list(self.primed))
+
+
+def drift_bytes(session_id: str, state: DriftState) -> int:
+    """What one kept DRIFT state holds, key included (an upper estimate; a string held in
+    two places, the question among ``asked``, is one object: its slots count twice, its
+    characters once)."""
+    strings = [session_id, state.query, state.filter_key, *state.pending, *state.asked,
+               *state.primed]
+    distinct = {id(x): x for x in strings}.values()
+    return (DRIFT_OVERHEAD + DRIFT_SLOT * len(strings)
+            + sum(sys.getsizeof(x) for x in distinct))
 
 
 class Frontiers:
-    """DRIFT states by session id: bounded (least recently used evicted) and expiring,
-    thread-safe; as :class:`~.memory.SessionMemory`."""
+    """DRIFT states by session id, in the engine's session byte budget (a
+    :class:`~rcp_agentic.bounded.BoundedStore`): least recently used evicted, expiring,
+    thread-safe; each state's lists bounded (oldest first)."""
 
     def __init__(self, *, max_sessions: int = 10_000, ttl_seconds: int = 3600,
+                 budget: ByteBudget | None = None, max_bytes: int = DEFAULT_MAX_BYTES,
                  clock: Callable[[], float] = time.monotonic) -> None:
-        self.max_sessions = max_sessions
-        self.ttl_seconds = ttl_seconds
-        self._clock = clock
-        self._states: OrderedDict[str, tuple[float, DriftState]] = OrderedDict()
-        self._lock = threading.Lock()
+        self._store: BoundedStore[DriftState] = BoundedStore(
+            drift_bytes, budget=budget, max_bytes=max_bytes, max_entries=max_sessions,
+            ttl_seconds=ttl_seconds, clock=clock)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes the kept states are charged now."""
+        return self._store.nbytes
 
     def __len__(self) -> int:
-        with self._lock:
-            self._expire()
-            return len(self._states)
-
-    def _expire(self) -> None:
-        now = self._clock()
-        while self._states:
-            key, (used, _s) = next(iter(self._states.items()))
-            if now - used <= self.ttl_seconds:
-                break
-            del self._states[key]
+        return len(self._store)
 
     def get(self, session_id: str) -> DriftState | None:
-        """The session's state (None for an unknown or expired session)."""
-        with self._lock:
-            self._expire()
-            got = self._states.get(session_id)
-            return None if got is None else got[1]
+        """A copy of the session's state (None for an unknown or expired session): the kept
+        one changes only through :meth:`put`."""
+        with self._store.lock:
+            got = self._store.get(session_id)
+            return None if got is None else got.copy()
 
-    def put(self, session_id: str, state: DriftState) -> None:
-        """Keep ``state`` as the session's (now the most recently used)."""
-        with self._lock:
-            self._expire()
-            self._states.pop(session_id, None)
-            self._states[session_id] = (self._clock(), state)
-            while len(self._states) > self.max_sessions:
-                self._states.popitem(last=False)
+    def put(self, session_id: str, state: DriftState) -> list[str]:
+        """Keep ``state`` as the session's (now the most recently used), its run queries and
+        primer communities cut to the newest ``MAX_ASKED`` / ``MAX_PRIMED``; returns notes
+        saying what was forgotten."""
+        notes = []
+        extra = len(state.asked) - MAX_ASKED
+        if extra > 0:
+            del state.asked[:extra]
+            state.forgotten += extra
+            notes.append(f"drift frontier full: forgot its {extra} oldest run queries "
+                         "(they may be suggested again)")
+        extra = len(state.primed) - MAX_PRIMED
+        if extra > 0:
+            del state.primed[:extra]
+            notes.append(f"drift frontier full: forgot its {extra} oldest primer communities "
+                         "(they may prime again)")
+        if not self._store.put(session_id, state.copy()):
+            notes.append("drift frontier not kept: it is larger than the session budget")
+        return notes
 
 
 # --- LLM replies --------------------------------------------------------------------------------
@@ -263,7 +295,8 @@ class CommunityOps:
         self.engine = engine
         self.node_keys = node_keys
         self.frontiers = Frontiers(max_sessions=engine.config.max_sessions,
-                                   ttl_seconds=engine.config.session_ttl_seconds)
+                                   ttl_seconds=engine.config.session_ttl_seconds,
+                                   budget=engine.session_budget)
         self._vectors: OrderedDict[str, np.ndarray] = OrderedDict()  # point text -> vector
         self._cache_lock = threading.Lock()
 
@@ -285,6 +318,14 @@ class CommunityOps:
                                     "engine has not built (open it with build_graph=True and "
                                     "graph_communities=True)", option="op")
         return store
+
+    def _lag(self, version: int | None, kinds: Sequence[str]) -> list[str]:
+        """The note retrieve gives (``Engine._derived_lag``) when a derived kind an op read
+        at ``version`` lags the documents: the same words in every community op."""
+        if version is None:
+            return []
+        note = self.engine._derived_lag([(kind, 0) for kind in kinds], version)
+        return [note] if note else []
 
     def _query(self, query: Any, op: str) -> str:
         if query is None:
@@ -375,10 +416,11 @@ class CommunityOps:
         after = start + len(page)
         nxt = (cursors.encode(cursors.CursorState(version, after, frozenset(), qhash),
                               self.engine._secret) if after < len(part) else None)
+        notes = [f"level {lvl} of 0..{store.top_level}: communities "
+                 f"{start + 1}-{after} of {len(part)}"] if page else []
+        notes += self._lag(version, ("community",))
         return GraphResult(communities=entries, next_cursor=nxt, index_version=f"v{version}",
-                           usage=Usage(candidates=len(part), notes=[
-                               f"level {lvl} of 0..{store.top_level}: communities "
-                               f"{start + 1}-{after} of {len(part)}"] if page else None))
+                           usage=Usage(candidates=len(part), notes=notes or None))
 
     # --- global -----------------------------------------------------------------------------
 
@@ -398,7 +440,8 @@ class CommunityOps:
         budget = count_param(token_budget, "tokenBudget", DEFAULT_SUMMARY_TOKENS, 1,
                              MAX_SUMMARY_TOKENS)
         ranked, store, version = self._ranked(text, lvl, k, filter_param(filter), ctl)
-        notes = [f"level {lvl} of 0..{store.top_level}"]
+        notes = [f"level {lvl} of 0..{store.top_level}", *self._lag(version_of(version),
+                                                                   ("community",))]
         if not ranked:
             return GraphResult(summary="", communities=[], index_version=version,
                                usage=Usage(notes=notes + ["no community matches the query"]))
@@ -546,7 +589,8 @@ class CommunityOps:
         if not continued or state is None:
             state = DriftState(text, lvl, filter_key)
         else:
-            notes.append(f"continued the session's search: {len(state.asked)} queries run "
+            notes.append(f"continued the session's search: "
+                         f"{state.forgotten + len(state.asked)} queries run "
                          f"before, {len(state.pending)} follow-ups pending")
         if not state.pending:
             state.pending.extend(self._followups(text, lvl, state, filter_, notes, ctl))
@@ -557,11 +601,12 @@ class CommunityOps:
             notes.append("no follow-up left: the question again")
             run = [text]
         hits, version = self._local(run, k, session_id, filter_, ctl,
-                                    first_step=len(state.asked))
+                                    first_step=state.forgotten + len(state.asked))
         state.asked.extend(q for q in run if q not in state.asked)
         if session_id:
-            self.frontiers.put(session_id, state)
+            notes.extend(self.frontiers.put(session_id, state))
         notes.append(f"ran {len(run)} searches; {len(state.pending)} follow-ups left")
+        notes += self._lag(version_of(version), ("community", "node"))
         return GraphResult(hits=hits, followups=list(state.pending), index_version=version,
                            trust=state.trust,
                            usage=Usage(candidates=len(hits),

@@ -94,7 +94,8 @@ class GraphOps:
         self.engine = engine
         install(engine)
         self.memory = SessionMemory(max_sessions=engine.config.max_sessions,
-                                    ttl_seconds=engine.config.session_ttl_seconds)
+                                    ttl_seconds=engine.config.session_ttl_seconds,
+                                    budget=engine.session_budget)
         self.community = CommunityOps(engine, self._keys_of)
 
     # --- helpers ----------------------------------------------------------------------------

@@ -49,10 +49,12 @@ from .store.chroma import ChromaVectors, CollectionLost
 from .store.docstore import DocumentRecord, Docstore
 from .store.feedback import FeedbackLog
 from .sessions import SessionStore
+from .bounded import ByteBudget
 from .store.memindex import UnitIndex
 from .store.recall import EmbeddedRecall, RecallBackend
 from .wire import RerankResult
 from .derived import DerivedBuilder, DerivedReport, builder_kinds
+from .catchup import CatchUp
 
 if TYPE_CHECKING:
     from .graph.community_index import CommunityStore
@@ -148,10 +150,13 @@ class Engine(Retrieval):
         self._indexes: dict[tuple[tuple[tuple[str, int], ...], int], UnitIndex] = {}
         self._offered_cache: tuple[tuple[int, tuple[str, ...]],
                                    dict[str, tuple[int, ...]]] | None = None
+        # One byte budget for everything session-scoped: retrieve's sessions here, the graph
+        # memory and DRIFT frontiers (graph/ops.py, graph/community_ops.py) draw on it too.
+        self.session_budget = ByteBudget(self.config.session_max_bytes)
         self.sessions = SessionStore(ttl_seconds=self.config.session_ttl_seconds,
                                      max_sessions=self.config.max_sessions,
                                      max_items=self.config.session_max_items,
-                                     max_bytes=self.config.session_max_bytes)
+                                     budget=self.session_budget)
         self.store = Docstore(self.path / "engine.db", retain=self.config.snapshots_retained)
         try:
             self._check_embedder()
@@ -203,6 +208,13 @@ class Engine(Retrieval):
             self._graph_ops: GraphOps | None = None
             if self.config.build_graph:
                 self.graph_ops  # registers the path/subgraph composers
+            # A write that died between its documents' commit and the derived update left a
+            # kind behind: catch up off this thread (rcp_agentic/catchup.py).
+            self.catch_up: CatchUp | None = None
+            if self.builders and self.lagging_builders():
+                self.catch_up = CatchUp(self.path, self.lagging_builders,
+                                        lambda unit: self.update_derived(only=unit))
+                self.catch_up.start()
         except BaseException:
             self.store.close()
             raise
@@ -231,7 +243,10 @@ class Engine(Retrieval):
                             dense_index=self.config.milvus_dense_index)
 
     def close(self) -> None:
-        """Release the recall backend, Chroma and the SQLite connection."""
+        """Stop a derived catch-up (the builder running finishes its commit), then release
+        the recall backend, Chroma and the SQLite connection."""
+        if self.catch_up is not None:
+            self.catch_up.stop()
         self.recall.close()
         self.chroma.close()
         self.store.close()
@@ -396,6 +411,14 @@ class Engine(Retrieval):
         return None
 
     # --- derived units ---------------------------------------------------------------
+
+    def lagging_builders(self) -> list[str]:
+        """The builders (by ``unit``, in run order) with a kind that does not reflect the
+        last document write yet."""
+        data_version = int(self.store.info("data_version") or 0)
+        return [b.unit for b in self.builders.values()
+                if any(int(self.store.info(f"derived.{kind}.version") or 0) < data_version
+                       for kind in builder_kinds(b))]
 
     def update_derived(self, *, full: bool = False,
                        only: str | None = None) -> list[DerivedReport]:

@@ -8,21 +8,22 @@ lie in one returned summary or in documents returned whole. The reverse is allow
 on purpose: a coarser unit may still follow finer ones it contains, because
 escalating from chunks to the page, document or summary around them is how a
 corrective loop widens its context. Sessions expire ``ttl_seconds`` after their last use;
-at most ``max_sessions`` live at once and, together, about ``max_bytes`` of memory
-(least recently used evicted first); each remembers at most ``max_items`` units
-(oldest forgotten first, with a note), so no client can grow the server without limit.
+at most ``max_sessions`` live at once and, together with the engine's other
+session-scoped state (graph memory, DRIFT frontiers), at most ``session_max_bytes``
+(:mod:`.bounded`: least recently used evicted first); each remembers at most
+``max_items`` units and ``max_items`` leaf ids of summaries (oldest forgotten first, with
+a note), so no client can grow the server without limit.
 """
 
 from __future__ import annotations
 
 import sys
-import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from .config import EngineConfig
+from .bounded import DEFAULT_MAX_BYTES, BoundedStore, ByteBudget
 
 # Bytes charged for the containers of one session and of one remembered entry, on top of
 # the strings' own size. Upper estimates: tracemalloc on CPython 3.11 measured ~0.9 KB per
@@ -41,8 +42,8 @@ class SessionState:
     # Leaf sets of the derived units returned (summaries), and their union.
     summaries: list[frozenset[str]] = field(default_factory=list)
     summarised: set[str] = field(default_factory=set)
+    summary_leaves: int = 0  # leaf ids in ``summaries``, counted with repeats
     forgotten: int = 0
-    last_used: float = 0.0
     nbytes: int = 0  # approximate memory held by this session, key included
 
 
@@ -61,127 +62,99 @@ class Candidate:
 
 
 class SessionStore:
-    """Bounded, expiring, thread-safe session states shared by every transport of one engine."""
+    """Bounded, expiring, thread-safe session states shared by every transport of one engine
+    (a :class:`~.bounded.BoundedStore`; ``budget``: the engine's session budget, shared with
+    the graph memory and DRIFT frontiers; without one, a budget of ``max_bytes`` of its own)."""
 
     def __init__(self, *, ttl_seconds: int = 3600, max_sessions: int = 10_000,
                  max_items: int = 10_000,
-                 max_bytes: int = EngineConfig.model_fields["session_max_bytes"].default,
+                 max_bytes: int = DEFAULT_MAX_BYTES,
+                 budget: ByteBudget | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
-        self.ttl_seconds = ttl_seconds
-        self.max_sessions = max_sessions
         self.max_items = max_items
-        self.max_bytes = max_bytes
-        self._clock = clock
-        self._sessions: OrderedDict[str, SessionState] = OrderedDict()
-        self._bytes = 0
-        self._lock = threading.Lock()
+        self._store: BoundedStore[SessionState] = BoundedStore(
+            lambda _key, state: state.nbytes, budget=budget, max_bytes=max_bytes,
+            max_entries=max_sessions, ttl_seconds=ttl_seconds, clock=clock)
 
     @property
     def nbytes(self) -> int:
-        """Approximate memory all live sessions hold together (never above ``max_bytes``
-        except while a single session alone is larger)."""
-        with self._lock:
-            return self._bytes
-
-    def _drop(self, session_id: str) -> bool:
-        state = self._sessions.pop(session_id, None)
-        if state is not None:
-            self._bytes -= state.nbytes
-        return state is not None
+        """Approximate memory the live sessions hold together (within the shared budget)."""
+        return self._store.nbytes
 
     def __len__(self) -> int:
-        with self._lock:
-            self._expire()
-            return len(self._sessions)
-
-    def _expire(self) -> None:
-        now = self._clock()
-        while self._sessions:
-            key, state = next(iter(self._sessions.items()))
-            if now - state.last_used <= self.ttl_seconds:
-                break
-            self._drop(key)
-
-    def _get(self, session_id: str) -> SessionState:
-        self._expire()
-        state = self._sessions.get(session_id)
-        if state is None:
-            state = self._sessions[session_id] = SessionState()
-            self._grow(state, sys.getsizeof(session_id) + SESSION_OVERHEAD)
-            while len(self._sessions) > self.max_sessions:
-                self._drop(next(iter(self._sessions)))
-        self._sessions.move_to_end(session_id)
-        state.last_used = self._clock()
-        return state
-
-    def _grow(self, state: SessionState, nbytes: int) -> None:
-        state.nbytes += nbytes
-        self._bytes += nbytes
-
-    def _evict_for_bytes(self, keep: str) -> None:
-        """Drop least recently used sessions (never ``keep``) until all fit in ``max_bytes``."""
-        while self._bytes > self.max_bytes and len(self._sessions) > 1:
-            oldest = next(iter(self._sessions))
-            if oldest == keep:  # keep is the most recent; only it is left to drop
-                break
-            self._drop(oldest)
+        return len(self._store)
 
     def is_new(self, session_id: str, c: Candidate) -> bool:
         """Whether ``c`` may still be returned in this session."""
-        with self._lock:
-            state = self._sessions.get(session_id)
-            if state is None:
-                return True
-            return _is_new(state, c)
+        return self._store.peek(session_id, lambda state: state is None or _is_new(state, c))
 
     def filter_new(self, session_id: str, candidates: list[Candidate]) -> list[bool]:
         """``is_new`` for many candidates under one lock."""
-        with self._lock:
-            state = self._sessions.get(session_id)
-            if state is None:
-                return [True] * len(candidates)
-            return [_is_new(state, c) for c in candidates]
+        return self._store.peek(session_id, lambda state: [True] * len(candidates)
+                                if state is None else [_is_new(state, c) for c in candidates])
 
     def seen_count(self, session_id: str) -> int:
-        with self._lock:
-            state = self._sessions.get(session_id)
-            return len(state.seen) if state else 0
+        return self._store.peek(session_id, lambda state: len(state.seen) if state else 0)
 
     def record(self, session_id: str, returned: list[Candidate]) -> int:
-        """Remember what was returned; returns how many old entries were forgotten for room."""
-        with self._lock:
-            state = self._get(session_id)
-            for c in returned:
-                if c.uid not in state.seen:
-                    state.seen[c.uid] = None
-                    self._grow(state, sys.getsizeof(c.uid) + ENTRY_OVERHEAD)
-                if c.leaves is not None:
-                    if c.leaves and c.leaves not in state.summaries:
-                        state.summaries.append(c.leaves)
-                        new = c.leaves - state.summarised
-                        state.summarised |= new
-                        self._grow(state, ENTRY_OVERHEAD + sum(
-                            sys.getsizeof(x) + ENTRY_OVERHEAD for x in c.leaves))
-                elif c.unit == "document" and c.doc_id not in state.whole_docs:
-                    state.whole_docs.add(c.doc_id)
-                    self._grow(state, sys.getsizeof(c.doc_id) + 2 * ENTRY_OVERHEAD)
-                elif (c.unit == "page" and c.page_start is not None
-                      and (c.doc_id, c.page_start) not in state.whole_pages):
-                    state.whole_pages.add((c.doc_id, c.page_start))
-                    self._grow(state, sys.getsizeof(c.doc_id) + 2 * ENTRY_OVERHEAD)
-            dropped = 0
-            while len(state.seen) > self.max_items:
-                uid, _ = state.seen.popitem(last=False)
-                self._grow(state, -(sys.getsizeof(uid) + ENTRY_OVERHEAD))
+        """Remember what was returned; returns how many old entries were forgotten for room
+        (every unit of the session when it alone is larger than the whole budget)."""
+        held: list[SessionState] = []
+
+        def change(state: SessionState) -> int:
+            held.append(state)
+            return self._remember(state, returned)
+
+        dropped = self._store.update(session_id, change, lambda: SessionState(
+            nbytes=sys.getsizeof(session_id) + SESSION_OVERHEAD))
+        if session_id not in self._store:
+            return dropped + len(held[0].seen)
+        return dropped
+
+    def _remember(self, state: SessionState, returned: list[Candidate]) -> int:
+        for c in returned:
+            if c.uid not in state.seen:
+                state.seen[c.uid] = None
+                state.nbytes += sys.getsizeof(c.uid) + ENTRY_OVERHEAD
+            if c.leaves is not None:
+                if c.leaves and c.leaves not in state.summaries:
+                    state.summaries.append(c.leaves)
+                    state.summary_leaves += len(c.leaves)
+                    state.summarised |= c.leaves - state.summarised
+                    state.nbytes += _summary_bytes(c.leaves)
+            elif c.unit == "document" and c.doc_id not in state.whole_docs:
+                state.whole_docs.add(c.doc_id)
+                state.nbytes += sys.getsizeof(c.doc_id) + 2 * ENTRY_OVERHEAD
+            elif (c.unit == "page" and c.page_start is not None
+                  and (c.doc_id, c.page_start) not in state.whole_pages):
+                state.whole_pages.add((c.doc_id, c.page_start))
+                state.nbytes += sys.getsizeof(c.doc_id) + 2 * ENTRY_OVERHEAD
+        dropped = 0
+        while len(state.seen) > self.max_items:
+            uid, _ = state.seen.popitem(last=False)
+            state.nbytes -= sys.getsizeof(uid) + ENTRY_OVERHEAD
+            dropped += 1
+        # The summaries' leaf ids count against max_items too (oldest summary first), so a
+        # session returning large summaries does not grow past its bound either.
+        if state.summary_leaves > self.max_items:
+            while state.summary_leaves > self.max_items:
+                old = state.summaries.pop(0)
+                state.summary_leaves -= len(old)
+                state.nbytes -= _summary_bytes(old)
                 dropped += 1
-            state.forgotten += dropped
-            self._evict_for_bytes(keep=session_id)
-            return dropped
+            state.summarised = set().union(*state.summaries)
+        state.forgotten += dropped
+        return dropped
 
     def forget(self, session_id: str) -> bool:
         """Drop a session; returns whether it existed."""
-        with self._lock:
-            return self._drop(session_id)
+        return self._store.forget(session_id)
+
+
+def _summary_bytes(leaves: frozenset[str]) -> int:
+    """What remembering one summary's leaf set costs (the frozenset and its share of
+    ``summarised``)."""
+    return ENTRY_OVERHEAD + sum(sys.getsizeof(x) + ENTRY_OVERHEAD for x in leaves)
 
 
 def _is_new(state: SessionState, c: Candidate) -> bool:

@@ -1,6 +1,6 @@
 """Child process of tests/test_durability.py: ingest a seeded plan of small batches, report commits.
 
-Usage: python ingest_worker.py ENGINE_DIR SEED [--die-at CALL:POINT]
+Usage: python ingest_worker.py ENGINE_DIR SEED [--die-at CALL:POINT] [--docs FILE]
 
 Runs ``plan(SEED)``: many ``add_documents`` calls of a few documents each, some of
 them re-adding an existing id with a new text (an upsert). After each call
@@ -10,13 +10,18 @@ single write and flushes, so the parent knows exactly what was acknowledged.
 ``--die-at CALL:POINT`` makes the worker SIGKILL itself during call CALL:
 ``in-sqlite`` inside the write transaction (before COMMIT), ``in-chroma`` after the
 SQLite commit while the Chroma outbox is being applied (deletes done, the first
-add done, the rest not). Without it the parent kills the worker from outside.
+add done, the rest not), ``before-derived`` after the documents' commit, before the
+derived builders run. Without it the parent kills the worker from outside.
+
+``--docs FILE``: instead of the plan, one call adding the documents of FILE (a JSON
+list of ``{"id", "text"}``), each acknowledged as version 1.
 
 The parent imports this file for ``plan``, ``doc_text`` and ``ENGINE_OPTIONS``.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import signal
@@ -87,9 +92,11 @@ def _die() -> None:
 def main(argv: list[str]) -> None:
     engine_dir, seed = argv[0], int(argv[1])
     die_call, die_point = -1, ""
-    if len(argv) > 2 and argv[2] == "--die-at":
-        call, die_point = argv[3].split(":")
+    flags = dict(zip(argv[2::2], argv[3::2]))
+    if "--die-at" in flags:
+        call, die_point = flags["--die-at"].split(":")
         die_call = int(call)
+    docs_file = flags.get("--docs", "")
 
     from rcp_agentic import Engine
 
@@ -114,14 +121,29 @@ def main(argv: list[str]) -> None:
                 _die()
 
         engine.chroma.add = add_then_die
+    elif die_point == "before-derived":
+        def die_instead(**_kw):  # add_documents calls it after the documents' commit
+            if current["call"] == die_call:
+                _die()
+            return original_update(**_kw)
+
+        original_update = engine.update_derived
+        engine.update_derived = die_instead
     elif die_point:
         raise SystemExit(f"unknown die point {die_point!r}")
 
+    steps = plan(seed)
+    calls = [[{"id": d, "text": doc_text(d, v)} for d, v in call] for call in steps]
+    if docs_file:
+        with open(docs_file, encoding="utf-8") as f:
+            calls = [json.load(f)]
+            steps = [[(d["id"], 1) for d in calls[0]]]
     sys.stdout.write("ready\n")
     sys.stdout.flush()
-    for i, call in enumerate(plan(seed)):
+    for i, docs in enumerate(calls):
         current["call"] = i
-        engine.add_documents([{"id": d, "text": doc_text(d, v)} for d, v in call])
+        engine.add_documents(docs)
+        call = steps[i]
         # One write per call (well under PIPE_BUF): the parent never sees half a call.
         sys.stdout.write("".join(f"committed {d} {v}\n" for d, v in call))
         sys.stdout.flush()

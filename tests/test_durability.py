@@ -19,6 +19,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -50,15 +51,17 @@ def _child_env() -> dict[str, str]:
 
 def run_worker(engine_dir: Path, seed: int, log: Path, *, kill_after_calls: int | None = None,
                kill_delay: float = 0.0, die_at: str | None = None,
-               timeout: float = 120.0) -> list[tuple[str, int]]:
+               extra: Sequence[str] = (), timeout: float = 120.0) -> list[tuple[str, int]]:
     """Run the worker until it dies; return the (id, version) pairs it acknowledged, in order.
 
     ``kill_after_calls``: SIGKILL it ``kill_delay`` seconds after that many calls were
     acknowledged. ``die_at``: ``CALL:POINT``, the worker kills itself (see ingest_worker).
+    ``extra``: more worker arguments (``--docs FILE``).
     """
     cmd = [sys.executable, str(WORKER_PATH), str(engine_dir), str(seed)]
     if die_at:
         cmd += ["--die-at", die_at]
+    cmd += list(extra)
     with open(log, "wb") as err:
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True,
                                 env=_child_env(), cwd=str(log.parent))
