@@ -484,6 +484,8 @@ class ExtractiveReporter:
         seen: set[str] = set()
         for ck in plan.chunks:
             info = self._chunk(inp.chunks[ck])
+            if not info.sentences:  # a chunk that is only its document's heading
+                continue
             found: dict[int, set[str]] = defaultdict(set)
             low = info.low
             for name, k in names.items():

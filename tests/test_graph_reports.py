@@ -342,3 +342,26 @@ def test_a_heading_glued_to_a_sentence_is_left_out_with_its_span() -> None:
     assert _without_heading(alone, None) is None
     (plain,) = split_sentences("No heading here at all.", "d", 0)
     assert _without_heading(plain, "Title") is plain
+
+
+def test_a_chunk_that_is_only_its_heading_does_not_break_the_reports(
+        tmp_path: Path, embedder: Any) -> None:
+    """At small chunk sizes a chunk can hold nothing but its document's heading: it has no
+    sentence to show, and the report builder once indexed past its empty sentence list."""
+    eng = Engine(tmp_path / "e", embedder=embedder, build_graph=True, chunk_size=16,
+                 chunk_overlap=0)
+    try:
+        body = ("Velvet Lanterns Orchestra is an ensemble from Bergen. The Velvet Lanterns "
+                "Orchestra toured Norway with Oskar Brandvik. Oskar Brandvik conducted the "
+                "Velvet Lanterns Orchestra in Oslo.")
+        eng.add_documents([{"id": "v", "title": "Velvet Lanterns Orchestra",
+                            "text": f"# Velvet Lanterns Orchestra\n\n{body}"},
+                           {"id": "o", "title": "Oskar Brandvik",
+                            "text": f"# Oskar Brandvik\n\n{body}"}])
+        chunks = [r[0] for r in eng.store.query(
+            "SELECT text FROM units WHERE unit = 'chunk' AND v_to IS NULL")]
+        assert any(t.strip().lstrip("#").strip() in ("Velvet Lanterns Orchestra",
+                                                     "Oskar Brandvik") for t in chunks), chunks
+        assert eng.derived_status()["community"]["current"]
+    finally:
+        eng.close()
