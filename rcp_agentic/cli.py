@@ -27,14 +27,18 @@ def _engine_dir(arg: str | None) -> Path:
     return Path(arg) if arg else default_engine_dir()
 
 
-def _open(args: argparse.Namespace, *, create: bool, **overrides: Any) -> Any:
+def _open(args: argparse.Namespace, *, create: bool, catch_up: bool = False,
+          **overrides: Any) -> Any:
+    """The engine of ``--engine``. A command catches lagging derived kinds up in the
+    background only when it serves (``catch_up``); ``index`` folds them into its own write,
+    and a read command reports the lag instead of waiting for a builder at exit."""
     from .engine import Engine
 
     path = _engine_dir(args.engine)
     if not create and not (path / "engine.db").exists():
         raise InvalidParams(f"no engine at {path}: run `rcp-agentic index PATH --engine {path}` "
                             "first", field="engine")
-    return Engine(path, **_backend_overrides(args), **overrides)
+    return Engine(path, catch_up=catch_up, **_backend_overrides(args), **overrides)
 
 
 def _backend_overrides(args: argparse.Namespace) -> dict[str, Any]:
@@ -440,7 +444,7 @@ def _positive(kind: type) -> Any:
 def cmd_serve(args: argparse.Namespace) -> int:
     from .engine import Engine
 
-    engine = _open(args, create=True)
+    engine = _open(args, create=True, catch_up=True)
     if args.http:
         from .protocol.http import serve_http
 

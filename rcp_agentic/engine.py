@@ -122,11 +122,16 @@ class Engine(Retrieval):
     >>> engine = Engine("./my-engine")                 # doctest: +SKIP
     >>> engine.add_documents([{"id": "a", "text": "..."}])  # doctest: +SKIP
     >>> engine.retrieve("what is ...", k=5, unit="document").hits  # doctest: +SKIP
+
+    ``catch_up`` (default on): when a derived kind this engine builds lags the committed
+    documents (a write died before its derived update), bring it up to date in a background
+    thread (:mod:`rcp_agentic.catchup`); off, the next write does it.
     """
 
     def __init__(self, path: str | os.PathLike[str] | None = None, *,
                  config: EngineConfig | None = None, embedder: Any = None,
-                 reranker: Any = None, llm: Any = None, **overrides: Any) -> None:
+                 reranker: Any = None, llm: Any = None, catch_up: bool = True,
+                 **overrides: Any) -> None:
         self.path = Path(path) if path is not None else default_engine_dir()
         self.path.mkdir(parents=True, exist_ok=True)
         self.config = config or EngineConfig.resolve(self.path, **overrides)
@@ -210,8 +215,10 @@ class Engine(Retrieval):
                 self.graph_ops  # registers the path/subgraph composers
             # A write that died between its documents' commit and the derived update left a
             # kind behind: catch up off this thread (rcp_agentic/catchup.py).
+            # ``catch_up=False`` leaves that to the next write (a short-lived command, which
+            # would otherwise wait at exit for a builder it never asked for).
             self.catch_up: CatchUp | None = None
-            if self.builders and self.lagging_builders():
+            if catch_up and self.builders and self.lagging_builders():
                 self.catch_up = CatchUp(self.path, self.lagging_builders,
                                         lambda unit: self.update_derived(only=unit))
                 self.catch_up.start()
