@@ -261,6 +261,80 @@ def test_bound_and_wildcard_hosts(engine: Engine) -> None:
         assert c.post("/rcp/ping", json=ping, headers={"Host": "any.example"}).status_code == 200
 
 
+# --- issue 21.8: every refusal echoes the id it can read -------------------------------------
+
+# Refusals decided before the body is read: a foreign Host, a foreign Origin, a wrong media type.
+EARLY_REFUSALS = ((421, {"Host": "attacker.example"}),
+                  (403, {"Origin": "http://attacker.example"}), (415, {"Content_Type": "text/plain"}))
+
+
+def test_refusals_echo_the_request_id(server: Server) -> None:
+    for id_ in (7, "req-7", 2.5, -1, "\ud800x"):
+        for status, headers in EARLY_REFUSALS:
+            got, _, out = call(server, "/rcp/ping", rpc("ping", id_=id_), **headers)
+            assert got == status and out["id"] == id_ and "error" in out, (status, id_)
+        # The anonymous write is refused once parsed.
+        got, _, out = call(server, "/rcp/index/delete", rpc("index/delete", {"ids": ["d1"]},
+                                                            id_=id_))
+        assert got == 401 and out["id"] == id_ and out["error"]["code"] == -32012
+    # A batch is refused as a whole: one error object, id null (JSON-RPC 2.0).
+    got, _, out = call(server, "/rcp", [rpc("ping", id_=1), rpc("index/delete", {"ids": ["d1"]},
+                                                                 id_=2)])
+    assert got == 401 and isinstance(out, dict) and out["id"] is None
+    # The hosted REST route keeps its own shape.
+    got, _, out = call(server, "/api/v1/retrieval/retrieve", {"index_id": "default", "query": "x",
+                                                             "id": 3}, Host="attacker.example")
+    assert got == 421 and set(out) == {"detail"}
+
+
+def test_refusals_without_a_readable_id_say_null(server: Server) -> None:
+    big = json.dumps(rpc("ping", {"nonce": "x" * 70_000}, id_=9)).encode()  # past the 64 KiB read
+    for raw in (b'{"jsonrpc": "2.0", "id": true, "method": "ping"}',
+                b'{"jsonrpc": "2.0", "id": {"a": 1}, "method": "ping"}',
+                b'{"jsonrpc": "2.0", "method": "ping"}', b'{"jsonrpc": "2.0", "id": 1, "meth',
+                b"[" * 5000, b"\xff\xfe", b'{"id": 1e400}', big, b""):
+        for status, headers in EARLY_REFUSALS:
+            got, _, out = call(server, "/rcp/ping", raw=raw, **headers)
+            assert got == status and out["id"] is None, (status, raw[:40])
+    assert call(server, "/rcp/ping", rpc("ping"))[0] == 200
+
+
+def _raw_exchange(server: Server, data: bytes, within: float) -> tuple[bytes, float]:
+    """Send ``data`` and read until the server closes (bounded); what came back, and when."""
+    s = socket.create_connection((server.host, server.port), timeout=10)
+    started = time.monotonic()
+    s.sendall(data)
+    got = b""
+    s.settimeout(within)
+    try:
+        while chunk := s.recv(65536):
+            got += chunk
+    except TimeoutError:
+        pass
+    finally:
+        s.close()
+    return got, time.monotonic() - started
+
+
+def test_reading_for_the_id_never_holds_the_connection(server: Server) -> None:
+    """A refused request that declares a huge body, or sends its body slowly, is answered
+    (id null) and closed within a second or so, never after the body timeout."""
+    head = (b"POST /rcp/ping HTTP/1.1\r\nHost: attacker.example\r\n"
+            b"Content-Type: application/json\r\n")
+    ping = json.dumps(rpc("ping", id_=4)).encode()
+    for body_part, declared in ((ping, 10**12), (ping[:10], len(ping))):
+        got, took = _raw_exchange(server, head + b"Content-Length: " + str(declared).encode()
+                                  + b"\r\n\r\n" + body_part, BODY_TIMEOUT + 5)
+        status_line, _, body = got.partition(b"\r\n\r\n")
+        assert status_line.startswith(b"HTTP/1.1 421") and b"connection: close" in \
+            status_line.lower()
+        assert json.loads(body)["id"] is None and took < BODY_TIMEOUT, took
+    # A chunked body that is complete within the bound gives its id.
+    chunked = b"%x\r\n%s\r\n0\r\n\r\n" % (len(ping), ping)
+    got, _ = _raw_exchange(server, head + b"Transfer-Encoding: chunked\r\n\r\n" + chunked, 10)
+    assert json.loads(got.partition(b"\r\n\r\n")[2])["id"] == 4
+
+
 # --- issue 9.9 / 9.10: hostile bodies ----------------------------------------------------------
 
 def test_deep_nesting_is_400_json_and_the_server_stays_up(server: Server) -> None:

@@ -59,6 +59,14 @@ def _valid_id(id_: Any) -> bool:
     return isinstance(id_, (str, int)) and not isinstance(id_, bool)
 
 
+def request_id(message: Any) -> Any:
+    """The id of a single request object to echo in its answer: None for a batch, a
+    notification or an id that is not a string or a finite number."""
+    if isinstance(message, dict) and _valid_id(message.get("id")):
+        return message["id"]
+    return None
+
+
 def _id_key(id_: Any) -> tuple[str, Any]:
     """Ids compare by JSON type and value: 1 and "1" are different requests."""
     return ("s", id_) if isinstance(id_, str) else ("n", id_)

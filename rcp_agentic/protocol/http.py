@@ -11,7 +11,8 @@ a foreign ``Host`` is 421 and a foreign ``Origin`` 403 (:mod:`.guard`); a missin
 wrong bearer token (when one is configured) 401 with -32012; a body that is not
 ``application/json`` 415, over the limit 413 (-32013), too slow 408 (:mod:`.body`);
 an anonymous write when no token is configured 401 (unless anonymous writes are
-allowed). Every answer is JSON, an unexpected failure included (500, -32603). The
+allowed). Every refusal echoes the request's id when it can be read (:mod:`.guard`).
+Every answer is JSON, an unexpected failure included (500, -32603). The
 engine's work runs in a thread pool so requests overlap.
 
 With ``Accept: text/event-stream`` a single request is answered as server-sent
@@ -44,9 +45,9 @@ from ..control import RequestControl
 from ..engine import Engine
 from ..errors import InternalError, InvalidRequest, ParseError, RCPError
 from .. import jsonio
-from .body import DEFAULT_BODY_LIMIT, DEFAULT_BODY_TIMEOUT, BodyRefused, read_body
+from .body import DEFAULT_BODY_LIMIT, DEFAULT_BODY_TIMEOUT, BodyRefused, peek_id, read_body
 from .dispatcher import Dispatcher, dumps
-from .guard import Gate, HostOriginGuard, refusal
+from .guard import CLOSE, Gate, HostOriginGuard, refusal
 from .listener import ServerLimits, run
 
 log = logging.getLogger(__name__)
@@ -65,8 +66,10 @@ async def _body(request: Request, limit: int, timeout: float) -> bytes | Respons
     try:
         return await read_body(request, limit, timeout)
     except BodyRefused as refused:
+        # Only a wrong media type is refused unread; its id may be in a short body.
+        id_ = await peek_id(request) if refused.status == 415 else None
         # The rest of a refused body may still be on its way: close rather than drain it.
-        return refusal(request.url.path, refused.status, refused.error, {"Connection": "close"})
+        return refusal(request.url.path, refused.status, refused.error, CLOSE, id_)
 
 
 async def _watch_disconnect(request: Request, controls: list[RequestControl]) -> None:
@@ -92,14 +95,14 @@ class _Sessions:
         self._named: OrderedDict[str, Dispatcher] = OrderedDict()
         self._lock = threading.Lock()
 
-    def dispatcher(self, request: Request) -> Dispatcher | Response:
+    def dispatcher(self, request: Request) -> Dispatcher | RCPError:
+        """The request's dispatcher, or the error refusing a malformed RCP-Session header."""
         name = request.headers.get(SESSION_HEADER)
         if not self.stateful or not name:
             return self.shared
         if len(name) > MAX_SESSION_NAME or not name.isprintable():
-            return _error_response(400, InvalidRequest(
-                f"the RCP-Session header must be at most {MAX_SESSION_NAME} printable "
-                "characters"))
+            return InvalidRequest(f"the RCP-Session header must be at most {MAX_SESSION_NAME} "
+                                  "printable characters", field="RCP-Session")
         with self._lock:
             found = self._named.get(name)
             if found is None:
@@ -116,12 +119,11 @@ def rcp_routes(sessions: _Sessions, gate: Gate, *, body_limit: int = DEFAULT_BOD
     """The RCP endpoints: ``POST /rcp`` and ``POST /rcp/<method>``."""
 
     async def rcp(request: Request) -> Response:
-        refused = gate.refusal(request)
-        if refused is not None:
-            return refused
+        if not gate.authorized(request):
+            return gate.unauthorized(request.url.path, await peek_id(request))
         dispatcher = sessions.dispatcher(request)
-        if isinstance(dispatcher, Response):
-            return dispatcher
+        if isinstance(dispatcher, RCPError):
+            return refusal(request.url.path, 400, dispatcher, CLOSE, await peek_id(request))
         body = await _body(request, body_limit, body_timeout)
         if isinstance(body, Response):
             return body
