@@ -9,10 +9,12 @@ params (hypothesis) are always answered with a specific error, never -32603.
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import sys
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -336,6 +338,58 @@ def test_over_http(graph_dir: Path) -> None:
         with urllib.request.urlopen(req, timeout=60) as resp:
             answer = json.loads(resp.read())
         assert answer["error"]["code"] == -32602 and answer["error"]["data"]["field"] == "seedIds"
+
+
+@pytest.fixture(scope="module")
+def anonymous_url(graph_dir: Path) -> Iterator[str]:
+    """A real ``serve --http`` over the graph without a token (anonymous writes refused)."""
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+
+    def ready() -> bool:
+        try:
+            return post(url, "ping", {})[0] == 200
+        except OSError:
+            return False
+
+    env = {k: v for k, v in os.environ.items() if k != "RCP_AGENTIC_TOKEN"}
+    with running_server([sys.executable, "-m", "rcp_agentic.cli", "serve", "--http", "--engine",
+                         str(graph_dir), "--port", str(port)], ready, timeout=120, env=env):
+        yield url
+
+
+def post(url: str, method: str, params: dict[str, Any],
+         conn: http.client.HTTPConnection | None = None) -> tuple[int, dict[str, Any]]:
+    """One JSON-RPC request, on ``conn`` (kept open) or on a connection of its own."""
+    own = conn is None
+    conn = conn or http.client.HTTPConnection(urllib.parse.urlsplit(url).netloc, timeout=300)
+    try:
+        conn.request("POST", f"/rcp/{method}", json.dumps(
+            {"jsonrpc": "2.0", "id": 1, "method": method, "params": params}),
+            headers={"Content-Type": "application/json"})
+        resp = conn.getresponse()
+        return resp.status, json.loads(resp.read())
+    finally:
+        if own:
+            conn.close()
+
+
+def test_anonymous_http_is_offered_session_memory_only(anonymous_url: str) -> None:
+    """Issue 21.9: memory/build of the session is no corpus write; of the graph it is (401)."""
+    status, out = post(anonymous_url, "initialize", {"protocolVersion": 1})
+    caps = out["result"]["capabilities"]
+    assert status == 200 and caps["memory"] == {"scopes": ["session"], "clues": True}
+    assert "index" not in caps and "feedback" not in caps and caps["graph"]["ops"]
+    validator("Capabilities").validate(caps)
+    for params in ({}, {"scope": "global"}, {"scope": "Session", "sessionId": "s"},
+                   {"documents": [{"text": "Jeff Porcaro"}]}):
+        status, out = post(anonymous_url, "memory/build", params)
+        assert status == 401 and out["error"]["code"] == -32012, params
+    status, out = post(anonymous_url, "memory/build", {
+        "scope": "session", "sessionId": "anon-1", "documents": [{"text": "Jeff Porcaro"}]})
+    assert status == 200 and out["result"]["memoryId"] == "session:anon-1"
+    status, out = post(anonymous_url, "memory/recall", {"query": QUESTION, "n": 2})
+    assert status == 200 and out["result"]["clues"]
 
 
 def test_client_never_calls_graph_on_an_engine_without_one(tmp_path: Path,

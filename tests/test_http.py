@@ -87,6 +87,12 @@ def test_auth_before_anything(server: str) -> None:
         assert status == 401 and out["error"]["code"] == -32012
 
 
+def test_token_holders_are_offered_the_writes(server: str) -> None:
+    status, out = post(server, "info", {"jsonrpc": "2.0", "id": 1, "method": "info"})
+    caps = out["result"]["capabilities"]
+    assert status == 200 and caps["index"]["writable"] is True and "feedback" in caps
+
+
 def test_a_401_for_the_token_echoes_the_id(server: str) -> None:
     """Issue 21.8: refused before its body is read, a short request still gets its own id."""
     for id_ in (7, "req-7", 2.5):

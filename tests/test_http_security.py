@@ -236,10 +236,21 @@ def test_anonymous_writes_are_401_reads_are_open(server: Server) -> None:
         assert status == 200 and "error" not in json.dumps(out), out
 
 
+def test_anonymous_callers_are_offered_only_what_they_may_call(server: Server) -> None:
+    """Issue 21.9 (§15.6): no index and no feedback for a caller whose writes are 401."""
+    for method in ("initialize", "info"):
+        status, _, out = call(server, f"/rcp/{method}", rpc(method, {"protocolVersion": 1}))
+        caps = out["result"]["capabilities"]
+        assert status == 200 and "retrieve" in caps and "streaming" in caps
+        assert "index" not in caps and "feedback" not in caps, caps
+
+
 def test_anonymous_writes_when_allowed(engine: Engine) -> None:
     """``--allow-anonymous-writes`` lets them through, and only them: Host/Origin still apply."""
     app = create_app(engine, allow_anonymous_writes=True)
     with TestClient(app, base_url="http://127.0.0.1:8750") as c:
+        caps = c.post("/rcp/info", json=rpc("info")).json()["result"]["capabilities"]
+        assert caps["index"]["writable"] is True and "feedback" in caps
         out = c.post("/rcp/index/add", json=rpc("index/add", {"documents": [
             {"id": "a", "text": "anonymous but allowed"}]})).json()
         assert out["result"]["ids"] == ["a"]

@@ -46,6 +46,7 @@ from ..engine import Engine
 from ..errors import InternalError, InvalidRequest, ParseError, RCPError
 from .. import jsonio
 from .body import DEFAULT_BODY_LIMIT, DEFAULT_BODY_TIMEOUT, BodyRefused, peek_id, read_body
+from .caller import Caller
 from .dispatcher import Dispatcher, dumps
 from .guard import CLOSE, Gate, HostOriginGuard, refusal
 from .listener import ServerLimits, run
@@ -144,16 +145,18 @@ def rcp_routes(sessions: _Sessions, gate: Gate, *, body_limit: int = DEFAULT_BOD
             return _error_response(400, InvalidRequest("the body must be a JSON-RPC object"))
         # Ids are unique per client: the credentials and the RCP-Session header name it.
         scope = (request.headers.get("authorization"), request.headers.get(SESSION_HEADER))
+        caller = Caller(writes=gate.writes_open)
         if isinstance(message, dict) and "id" not in message:  # a notification: cheap
-            response = dispatcher.handle(message, scope=scope)
+            response = dispatcher.handle(message, scope=scope, caller=caller)
             if response is None:
                 return Response(status_code=204)
             return Response(dumps(response), media_type="application/json")
         if isinstance(message, dict) and "text/event-stream" in request.headers.get("accept", ""):
-            return _stream(dispatcher, request, message, scope)
+            return _stream(dispatcher, request, message, scope, caller)
         controls: list[RequestControl] = []
         work = asyncio.ensure_future(run_in_threadpool(
-            dispatcher.handle, message, None, scope=scope, on_start=controls.append))
+            dispatcher.handle, message, None, scope=scope, on_start=controls.append,
+            caller=caller))
         watcher = asyncio.ensure_future(_watch_disconnect(request, controls))
         try:
             response = await work
@@ -168,7 +171,7 @@ def rcp_routes(sessions: _Sessions, gate: Gate, *, body_limit: int = DEFAULT_BOD
 
 
 def _stream(dispatcher: Dispatcher, request: Request, message: dict[str, Any],
-            scope: tuple[str | None, str | None]) -> StreamingResponse:
+            scope: tuple[str | None, str | None], caller: Caller) -> StreamingResponse:
     """Answer one request as SSE: progress frames as they happen, then the response."""
     loop = asyncio.get_running_loop()
     frames: asyncio.Queue[Any] = asyncio.Queue()
@@ -179,7 +182,8 @@ def _stream(dispatcher: Dispatcher, request: Request, message: dict[str, Any],
 
     async def events() -> AsyncIterator[str]:
         work = asyncio.ensure_future(run_in_threadpool(
-            dispatcher.handle, message, send, scope=scope, on_start=controls.append))
+            dispatcher.handle, message, send, scope=scope, on_start=controls.append,
+            caller=caller))
         work.add_done_callback(lambda _f: frames.put_nowait(None))
         watcher = asyncio.ensure_future(_watch_disconnect(request, controls))
         try:
