@@ -486,7 +486,7 @@ class CommunityOps:
         if not continued or state is None:
             state = DriftState(text, lvl, filter_key)
         else:
-            notes.append(f"continued session {session_id!r}: {len(state.asked)} queries run "
+            notes.append(f"continued session: {len(state.asked)} queries run "
                          f"before, {len(state.pending)} follow-ups pending")
         if not state.pending:
             state.pending.extend(self._followups(text, lvl, state, filter_, notes))

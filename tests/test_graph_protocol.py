@@ -16,6 +16,7 @@ import sys
 import urllib.error
 import urllib.parse
 import urllib.request
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -359,14 +360,15 @@ def anonymous_url(graph_dir: Path) -> Iterator[str]:
 
 
 def post(url: str, method: str, params: dict[str, Any],
-         conn: http.client.HTTPConnection | None = None) -> tuple[int, dict[str, Any]]:
+         conn: http.client.HTTPConnection | None = None,
+         headers: dict[str, str] | None = None) -> tuple[int, dict[str, Any]]:
     """One JSON-RPC request, on ``conn`` (kept open) or on a connection of its own."""
     own = conn is None
     conn = conn or http.client.HTTPConnection(urllib.parse.urlsplit(url).netloc, timeout=300)
     try:
         conn.request("POST", f"/rcp/{method}", json.dumps(
             {"jsonrpc": "2.0", "id": 1, "method": method, "params": params}),
-            headers={"Content-Type": "application/json"})
+            headers={"Content-Type": "application/json", **(headers or {})})
         resp = conn.getresponse()
         return resp.status, json.loads(resp.read())
     finally:
@@ -390,6 +392,55 @@ def test_anonymous_http_is_offered_session_memory_only(anonymous_url: str) -> No
     assert status == 200 and out["result"]["memoryId"] == "session:anon-1"
     status, out = post(anonymous_url, "memory/recall", {"query": QUESTION, "n": 2})
     assert status == 200 and out["result"]["clues"]
+
+
+def _recall(url: str, params: dict[str, Any], conn: http.client.HTTPConnection | None = None,
+            headers: dict[str, str] | None = None) -> list[dict[str, Any]]:
+    status, out = post(url, "memory/recall", {"query": "Toto IV", "n": 5, **params}, conn,
+                       headers)
+    assert status == 200, out
+    return list(out["result"]["clues"])
+
+
+def _held(url: str, params: dict[str, Any], conn: http.client.HTTPConnection | None = None,
+          headers: dict[str, str] | None = None) -> int:
+    """The tokens a session memory holds (memory/build adding nothing), checking its id."""
+    status, out = post(url, "memory/build", {"scope": "session", **params}, conn, headers)
+    assert status == 200 and out["result"]["memoryId"] == "session:victim", out
+    return int(out["result"]["tokens"])
+
+
+def test_anonymous_sessions_are_bound_to_the_caller(anonymous_url: str) -> None:
+    """Issue 21.12: naming another caller's sessionId, or its memoryId ``session:<id>``, neither
+    reads nor changes that session's memory; the caller's own keeps it on its connection."""
+    url, plain = anonymous_url, _recall(anonymous_url, {})
+    victim = http.client.HTTPConnection(urllib.parse.urlsplit(url).netloc, timeout=300)
+    try:
+        status, out = post(url, "memory/build", {
+            "scope": "session", "sessionId": "victim",
+            "documents": [{"text": "Jeff Porcaro and Hartford"}]}, victim)
+        held = out["result"]["tokens"]
+        assert status == 200 and out["result"]["memoryId"] == "session:victim" and held > 0
+        for named in ({"sessionId": "victim"}, {"memoryId": "session:victim"}):
+            assert _held(url, named) == 0  # another connection: its own, empty session
+            assert _recall(url, named) == plain  # not steered by the victim's memory
+        assert _held(url, {"sessionId": "victim"}, victim) == held  # nothing changed
+        assert _recall(url, {"memoryId": "session:victim"}, victim) != plain
+    finally:
+        victim.close()
+
+
+def test_an_rcp_session_header_carries_a_session_across_connections(anonymous_url: str) -> None:
+    """The header our client sends: the same one on a new connection is the same caller."""
+    mine, theirs = {"RCP-Session": uuid.uuid4().hex}, {"RCP-Session": uuid.uuid4().hex}
+    status, out = post(anonymous_url, "memory/build", {
+        "scope": "session", "sessionId": "victim",
+        "documents": [{"text": "Jeff Porcaro and Hartford"}]}, headers=mine)
+    held = out["result"]["tokens"]
+    assert status == 200 and held > 0
+    assert _held(anonymous_url, {"memoryId": "session:victim"}, headers=mine) == held
+    assert _held(anonymous_url, {"memoryId": "session:victim"}, headers=theirs) == 0
+    assert _held(anonymous_url, {"sessionId": "victim"}) == 0  # no header: its connection
 
 
 def test_client_never_calls_graph_on_an_engine_without_one(tmp_path: Path,

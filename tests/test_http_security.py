@@ -46,9 +46,12 @@ class Server:
 
 
 def call(server: Server, path: str, body: Any = None, *, raw: bytes | None = None,
-         method: str = "POST", **headers: str) -> tuple[int, dict[str, str], Any]:
-    """One request with exactly these headers (Host defaults to the bound address)."""
-    conn = http.client.HTTPConnection(server.host, server.port, timeout=60)
+         method: str = "POST", conn: http.client.HTTPConnection | None = None,
+         **headers: str) -> tuple[int, dict[str, str], Any]:
+    """One request with exactly these headers (Host defaults to the bound address), on
+    ``conn`` (left open) or on a connection of its own."""
+    own = conn is None
+    conn = conn or http.client.HTTPConnection(server.host, server.port, timeout=60)
     data = raw if raw is not None else (None if body is None else json.dumps(body).encode())
     sent = {"Host": f"{server.host}:{server.port}", "Content-Type": "application/json",
             **{k.replace("_", "-"): v for k, v in headers.items()}}
@@ -61,7 +64,8 @@ def call(server: Server, path: str, body: Any = None, *, raw: bytes | None = Non
             return resp.status, got, json.loads(text)
         return resp.status, got, text.decode() or None  # a preflight's "OK", a 204
     finally:
-        conn.close()
+        if own:
+            conn.close()
 
 
 def rpc(method: str, params: dict[str, Any] | None = None, id_: Any = 1) -> dict[str, Any]:
@@ -513,9 +517,48 @@ def test_idle_and_oversized_heads_are_cut_off(server: Server) -> None:
 
 
 def test_our_client_is_unaffected(server: Server) -> None:
-    """Our own client (Content-Type: application/json, Host of its URL) is unaffected."""
+    """Our own client (Content-Type: application/json, Host of its URL) is unaffected, and
+    keeps its anonymous sessions: by its RCP-Session header, or without one by reusing its
+    keep-alive connection."""
     from rcp_agentic.client import RCPClient
 
-    with RCPClient.http(server.url) as client:
-        client.initialize()
-        assert client.retrieve("vitamin d", k=1)["hits"][0]["chunk"]["docId"] == "d1"
+    for session in (True, False):
+        with RCPClient.http(server.url, session=session) as client:
+            client.initialize()
+            assert client.retrieve("vitamin d", k=1)["hits"][0]["chunk"]["docId"] == "d1"
+            seen = [{h["id"] for h in client.retrieve("vitamin d", k=2,
+                                                      session_id="mine")["hits"]}
+                    for _ in range(2)]
+            assert all(len(ids) == 2 for ids in seen) and not seen[0] & seen[1], session
+
+
+# --- issue 21.12: sessions are bound to the caller ---------------------------------------------
+
+def _hit_ids(out: Any) -> set[str]:
+    return {h["id"] for h in out["result"]["hits"]}
+
+
+def test_a_retrieve_session_is_bound_to_its_connection(server: Server) -> None:
+    """Another connection naming the same sessionId (wire or Python name) is another session:
+    it neither sees what this one was given nor adds to it."""
+    params = {"query": "vitamin d", "k": 2, "sessionId": "shared-name"}
+    conn = http.client.HTTPConnection(server.host, server.port, timeout=60)
+    try:
+        first = _hit_ids(call(server, "/rcp/retrieve", rpc("retrieve", params), conn=conn)[2])
+        for name in ("sessionId", "session_id"):
+            other = {"query": "vitamin d", "k": 2, name: "shared-name"}
+            assert _hit_ids(call(server, "/rcp/retrieve", rpc("retrieve", other))[2]) == first
+        second = _hit_ids(call(server, "/rcp/retrieve", rpc("retrieve", {
+            "query": "vitamin d", "k": 2, "session_id": "shared-name"}), conn=conn)[2])
+    finally:
+        conn.close()
+    assert len(first) == len(second) == 2 and not first & second
+
+
+def test_session_ids_are_checked_before_they_are_bound(server: Server) -> None:
+    for bad in ("", "s" * 257, "a\udc00", 7, ["s"]):
+        for name in ("sessionId", "session_id"):
+            status, _, out = call(server, "/rcp/retrieve", rpc("retrieve", {
+                "query": "x", name: bad}))
+            assert status == 200 and out["error"]["code"] == -32602, (name, bad)
+            assert out["error"]["data"]["field"] == name

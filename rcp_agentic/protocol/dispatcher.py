@@ -37,7 +37,7 @@ from ..errors import (
 )
 from ..pipeline.params import is_unicode, lone_surrogate_at
 from .. import jsonio
-from .caller import TRUSTED, Caller, read_only
+from .caller import TRUSTED, Caller, bind_sessions, read_only, unbind_result
 from .graphwire import graph_call, graph_limits, memory_build_call, memory_recall_call
 from .methods import PROTOCOL_VERSION, RCP_METHODS
 
@@ -239,7 +239,11 @@ class Dispatcher:
             raise CapabilityMissing(f"{method} is not offered by this server"
                                     + ("" if caller.writes else " to this caller"))
         control.check()
-        return handler(params, control, caps)
+        if caller.principal is None:
+            return handler(params, control, caps)
+        bound, back = bind_sessions(method, params, caller.principal,
+                                    self.engine.config.max_session_id_chars)
+        return unbind_result(handler(bound, control, caps), back)
 
     # --- lifecycle ----------------------------------------------------------------------
 

@@ -49,7 +49,7 @@ from .body import DEFAULT_BODY_LIMIT, DEFAULT_BODY_TIMEOUT, BodyRefused, peek_id
 from .caller import Caller
 from .dispatcher import Dispatcher, dumps
 from .guard import CLOSE, Gate, HostOriginGuard, refusal
-from .listener import ServerLimits, run
+from .listener import CONNECTION_KEY, ServerLimits, run
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +71,29 @@ async def _body(request: Request, limit: int, timeout: float) -> bytes | Respons
         id_ = await peek_id(request) if refused.status == 415 else None
         # The rest of a refused body may still be on its way: close rather than drain it.
         return refusal(request.url.path, refused.status, refused.error, CLOSE, id_)
+
+
+def principal(request: Request, gate: Gate, *, stateful: bool) -> str:
+    """Whom the sessions a request names belong to (README: "Sessions are bound to the
+    caller"): with a token, its holders (one principal; per RCP-Session in stateful mode);
+    without one, the RCP-Session header the client sends, else its TCP connection."""
+    name = request.headers.get(SESSION_HEADER)
+    if gate.token is not None:
+        return "bearer" + (f"\0{name}" if stateful and name else "")
+    if name:
+        return f"rcp-session\0{name}"
+    return f"connection\0{_connection(request)}"
+
+
+def _connection(request: Request) -> str:
+    """The request's TCP connection: the name our listener gives it, else (another ASGI
+    server) the client's address and port, which a later connection may reuse."""
+    state = request.scope.get("state")
+    name = state.get(CONNECTION_KEY) if isinstance(state, dict) else None
+    if isinstance(name, str):
+        return name
+    client = request.scope.get("client")
+    return f"{client[0]}:{client[1]}" if client else "unknown"
 
 
 async def _watch_disconnect(request: Request, controls: list[RequestControl]) -> None:
@@ -145,7 +168,8 @@ def rcp_routes(sessions: _Sessions, gate: Gate, *, body_limit: int = DEFAULT_BOD
             return _error_response(400, InvalidRequest("the body must be a JSON-RPC object"))
         # Ids are unique per client: the credentials and the RCP-Session header name it.
         scope = (request.headers.get("authorization"), request.headers.get(SESSION_HEADER))
-        caller = Caller(writes=gate.writes_open)
+        caller = Caller(writes=gate.writes_open,
+                        principal=principal(request, gate, stateful=sessions.stateful))
         if isinstance(message, dict) and "id" not in message:  # a notification: cheap
             response = dispatcher.handle(message, scope=scope, caller=caller)
             if response is None:
