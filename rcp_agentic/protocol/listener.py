@@ -74,6 +74,7 @@ def slow_client_protocol(limits: ServerLimits) -> type[asyncio.Protocol]:
     class SlowClientProtocol(base):  # type: ignore[misc, valid-type]
         _head_timer: asyncio.TimerHandle | None = None
         _head_bytes = 0
+        app_state: dict[str, Any]  # uvicorn's; copied into each request's scope["state"]
 
         def _awaiting_head(self) -> bool:
             # uvicorn sets `cycle` when a request head is complete; between requests (and
