@@ -443,6 +443,57 @@ def test_an_rcp_session_header_carries_a_session_across_connections(anonymous_ur
     assert _held(anonymous_url, {"sessionId": "victim"}) == 0  # no header: its connection
 
 
+@pytest.mark.parametrize(("method", "params", "key", "suggestion"), [
+    ("graph", {"op": "local", "query": QUESTION}, "filters", "filter"),
+    ("graph", {"op": "global", "query": QUESTION}, "Filter", "filter"),
+    ("graph", {"op": "drift", "query": QUESTION}, "x-rcp-agentic-filter", "filter"),
+    ("graph", {"op": "neighbors", "seedIds": ["node:x"]}, "seed_ids", "seedIds"),
+    ("memory/recall", {"query": QUESTION}, "session_id", "sessionId"),
+    ("memory/build", {"scope": "session", "sessionId": "s"}, "documnets", "documents"),
+])
+def test_unknown_graph_and_memory_params_are_named(anonymous_url: str, rpc: Dispatcher,
+                                                   method: str, params: dict[str, Any],
+                                                   key: str, suggestion: str) -> None:
+    """Issue 21.11 on the wire: -32602 under an explicit strict (before the op is looked at),
+    else ignored with a note in usage.notes."""
+    status, out = post(anonymous_url, method, {**params, key: {}, "strict": True})
+    assert status == 200 and out["error"]["code"] == -32602, out
+    assert out["error"]["data"]["field"] == key
+    assert f"did you mean {suggestion!r}" in out["error"]["message"]
+    if params.get("op") in ("global", "drift"):
+        return  # not offered by this graph (no communities): -32005 once the key is dropped
+    if params.get("op") == "neighbors":
+        params = {**params, "seedIds": [seed_of(rpc)]}  # the same graph, in process
+    status, out = post(anonymous_url, method, {**params, key: {}, "strict": False})
+    notes = out["result"]["usage"]["notes"]
+    assert any(repr(key) in n and repr(suggestion) in n for n in notes), notes
+
+
+GRAPH_KNOWN = {"graph": {"op", "query", "k", "seedIds", "hops", "level", "sessionId", "cursor",
+                         "tokenBudget", "filter", "_meta", "strict"},
+               "memory/recall": {"query", "memoryId", "sessionId", "n", "_meta", "strict"},
+               "memory/build": {"documents", "memoryId", "scope", "sessionId", "_meta",
+                                "strict"}}
+
+
+@settings(max_examples=120, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(method=st.sampled_from(sorted(GRAPH_KNOWN)), key=st.text(max_size=20),
+       value=st.none() | st.integers() | st.text(max_size=4))
+def test_no_unknown_graph_param_is_dropped_under_strict(rpc: Dispatcher, method: str, key: str,
+                                                        value: Any) -> None:
+    if key in GRAPH_KNOWN[method]:
+        return
+    params = {"graph": {"op": "local", "query": QUESTION, "k": 1},
+              "memory/recall": {"query": QUESTION, "n": 1},
+              "memory/build": {"scope": "session", "sessionId": "fuzz"}}[method]
+    out = rpc_call(rpc, method, {**params, key: value, "strict": True})
+    if key.lower().startswith("x-") and not key.lower().startswith("x-rcp-agentic"):
+        assert any(repr(key) in n for n in out["result"]["usage"]["notes"]), out
+    else:
+        assert out["error"]["code"] == -32602 and out["error"]["data"]["field"] == key, out
+
+
 def test_client_never_calls_graph_on_an_engine_without_one(tmp_path: Path,
                                                            embedder: Any) -> None:
     with Engine(tmp_path / "e", embedder=embedder) as engine:

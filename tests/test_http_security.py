@@ -350,6 +350,25 @@ def test_reading_for_the_id_never_holds_the_connection(server: Server) -> None:
     assert json.loads(got.partition(b"\r\n\r\n")[2])["id"] == 4
 
 
+# --- issue 21.11: a misspelt option is never dropped silently -----------------------------------
+
+def test_a_misspelt_filter_is_refused_under_strict(server: Server) -> None:
+    """The tester's case: a misspelt ``filter`` widened the results to every tenant."""
+    german = {"field": "lang", "op": "eq", "value": "de"}
+    base = {"query": "documents", "k": 8, "strict": True}
+    status, _, out = call(server, "/rcp/retrieve", rpc("retrieve", {**base, "filter": german}))
+    assert status == 200 and {h["chunk"]["docId"] for h in out["result"]["hits"]} == {"d3"}
+    for key in ("filters", "Filter", "x-rcp-agentic-filter"):
+        status, _, out = call(server, "/rcp/retrieve", rpc("retrieve", {**base, key: german}))
+        assert status == 200 and out["error"]["code"] == -32602, key
+        assert out["error"]["data"]["field"] == key
+        assert "did you mean 'filter'" in out["error"]["message"]
+        loose = {"query": "documents", "k": 8, key: german}  # strict absent: ignored, noted
+        status, _, out = call(server, "/rcp/retrieve", rpc("retrieve", loose))
+        notes = out["result"]["usage"]["notes"]
+        assert any(repr(key) in n and "'filter'" in n for n in notes), notes
+
+
 # --- issue 9.9 / 9.10: hostile bodies ----------------------------------------------------------
 
 def test_deep_nesting_is_400_json_and_the_server_stays_up(server: Server) -> None:

@@ -9,7 +9,9 @@ notifications (§9) for a request carrying ``_meta.progressToken`` go to the
 deadline (the server's, shortened by ``_meta.deadlineMs``) stop it between
 stages, and it is still answered exactly once (-32006 / -32014 when stopped).
 Errors are RCP error objects; unexpected failures become -32603 without leaking
-internals, and nothing a client sends can crash the dispatcher.
+internals, and nothing a client sends can crash the dispatcher. Each request comes from a
+:class:`~.caller.Caller`, who is offered what it may call and whose session ids are bound
+to it (:mod:`.caller`).
 """
 
 from __future__ import annotations
@@ -379,19 +381,19 @@ class Dispatcher:
         return {"deleted": self.engine.delete_documents(ids, missing_ok=True)}
 
     def _graph(self, params: dict[str, Any], control: RequestControl,
-             caps: dict[str, Any]) -> dict[str, Any]:
+               caps: dict[str, Any]) -> dict[str, Any]:
         call = graph_call(params, caps)
-        return self.engine.graph(**call).to_wire()
+        return with_notes(self.engine.graph(**call.kwargs).to_wire(), call.notes)
 
     def _memory_build(self, params: dict[str, Any], control: RequestControl,
-             caps: dict[str, Any]) -> dict[str, Any]:
+                      caps: dict[str, Any]) -> dict[str, Any]:
         call = memory_build_call(params, caps)
-        return self.engine.memory_build(**call).to_wire()
+        return with_notes(self.engine.memory_build(**call.kwargs).to_wire(), call.notes)
 
     def _memory_recall(self, params: dict[str, Any], control: RequestControl,
-             caps: dict[str, Any]) -> dict[str, Any]:
+                       caps: dict[str, Any]) -> dict[str, Any]:
         call = memory_recall_call(params, caps)
-        return self.engine.memory_recall(**call).to_wire()
+        return with_notes(self.engine.memory_recall(**call.kwargs).to_wire(), call.notes)
 
     def _feedback(self, params: dict[str, Any], control: RequestControl,
              caps: dict[str, Any]) -> dict[str, Any]:
@@ -404,6 +406,15 @@ class Dispatcher:
                                                session_id=params.get("sessionId"),
                                                query=params.get("query"))
         return {"accepted": accepted}
+
+
+def with_notes(result: dict[str, Any], notes: list[str]) -> dict[str, Any]:
+    """``result`` with ``notes`` appended to its ``usage.notes`` (a usage added if needed)."""
+    if not notes:
+        return result
+    usage = dict(result.get("usage") or {})
+    usage["notes"] = [*(usage.get("notes") or []), *notes]
+    return {**result, "usage": usage}
 
 
 def dumps(response: dict[str, Any] | list[dict[str, Any]]) -> str:
