@@ -10,6 +10,8 @@ import pytest
 
 from conftest import REPO
 from rcp_agentic import Engine
+from rcp_agentic.errors import InvalidParams
+from rcp_agentic.protocol.caller import Caller, bind_sessions, session_key, unbind_result
 from rcp_agentic.protocol.dispatcher import Dispatcher
 
 SCHEMA = json.loads((REPO / "tests" / "schema" / "rcp-1.0.json").read_text("utf-8"))
@@ -189,3 +191,44 @@ def test_embed(rpc: Dispatcher, embedder: Any) -> None:
                          ({"inputs": ["a"] * 300}, -32013), ({"inputs": ["a"], "kind": "x"},
                                                             -32602), ({}, -32602)]:
         assert rpc.handle(req("embed", params))["error"]["code"] == code, params  # type: ignore[index]
+
+
+def test_a_caller_that_may_not_write_is_offered_and_gated_accordingly(rpc: Dispatcher) -> None:
+    init(rpc)
+    anonymous = Caller(writes=False, principal="conn-a")
+    caps = rpc.handle(req("info"), caller=anonymous)["result"]["capabilities"]  # type: ignore[index]
+    assert "index" not in caps and "feedback" not in caps and "retrieve" in caps
+    assert "index" in rpc.capabilities()  # the other variant is untouched (§13.2)
+    err = rpc.handle(req("index/delete", {"ids": ["d1"]}), caller=anonymous)["error"]  # type: ignore[index]
+    assert err["code"] == -32003 and "to this caller" in err["message"]
+
+
+def test_session_ids_are_bound_to_the_principal(rpc: Dispatcher, filled_engine: Engine) -> None:
+    init(rpc)
+    a, b = Caller(principal="a"), Caller(principal="b")
+
+    def ids(caller: Caller) -> set[str]:
+        out = rpc.handle(req("retrieve", {"query": "rank fusion", "k": 2, "sessionId": "s"}),
+                         caller=caller)
+        return {h["id"] for h in out["result"]["hits"]}  # type: ignore[index]
+
+    first, again, other = ids(a), ids(a), ids(b)
+    assert not first & again and other == first
+    assert filled_engine.sessions.seen_count("s") == 0  # the engine never sees the client's id
+    assert filled_engine.sessions.seen_count(session_key("a", "s")) == 4
+
+
+def test_session_keys_fit_the_engine_limit() -> None:
+    bound, back = bind_sessions("memory/recall", {"query": "q", "sessionId": "x",
+                                                  "memoryId": "session:y"}, "p", 8)
+    assert len(bound["sessionId"]) == 8 and bound["memoryId"] == "session:" + session_key(
+        "p", "y", 8) and set(back.values()) == {"x", "y"}
+    assert bind_sessions("memory/recall", {"memoryId": "graph@v1"}, "p", 8)[0] == {
+        "memoryId": "graph@v1"}  # a graph memory names no session
+    assert unbind_result({"memoryId": bound["memoryId"], "tokens": 3}, back) == {
+        "memoryId": "session:y", "tokens": 3}
+    for bad in ("session:", "session:" + "z" * 9):
+        with pytest.raises(InvalidParams) as err:
+            bind_sessions("memory/build", {"memoryId": bad}, "p", 8)
+        assert err.value.field == "memoryId"
+    assert session_key("p", "s") != session_key("q", "s") != session_key("p", "t")

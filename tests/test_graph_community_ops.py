@@ -230,6 +230,7 @@ def test_drift_followups_and_a_session_that_continues(engine: Engine, ops: Graph
     assert "wiki/midnight-harbor.md" in docs
     second = ops.graph("drift", query=QUESTION, k=4, session_id="d1")
     assert second.usage and any("continued the session" in n for n in second.usage.notes or [])
+    assert not any("d1" in n for n in second.usage.notes or [])  # the id (a capability) is not echoed
     ran2 = {h.meta["drift"]["followup"] for h in second.hits or [] if h.meta}
     assert QUESTION not in ran2 and ran2 <= set(first.followups)  # it ran the frontier
     assert not set(second.followups or []) & ran2

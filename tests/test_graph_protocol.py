@@ -9,11 +9,14 @@ params (hypothesis) are always answered with a specific error, never -32603.
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import sys
 import urllib.error
+import urllib.parse
 import urllib.request
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -336,6 +339,159 @@ def test_over_http(graph_dir: Path) -> None:
         with urllib.request.urlopen(req, timeout=60) as resp:
             answer = json.loads(resp.read())
         assert answer["error"]["code"] == -32602 and answer["error"]["data"]["field"] == "seedIds"
+
+
+@pytest.fixture(scope="module")
+def anonymous_url(graph_dir: Path) -> Iterator[str]:
+    """A real ``serve --http`` over the graph without a token (anonymous writes refused)."""
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+
+    def ready() -> bool:
+        try:
+            return post(url, "ping", {})[0] == 200
+        except OSError:
+            return False
+
+    env = {k: v for k, v in os.environ.items() if k != "RCP_AGENTIC_TOKEN"}
+    with running_server([sys.executable, "-m", "rcp_agentic.cli", "serve", "--http", "--engine",
+                         str(graph_dir), "--port", str(port)], ready, timeout=120, env=env):
+        yield url
+
+
+def post(url: str, method: str, params: dict[str, Any],
+         conn: http.client.HTTPConnection | None = None,
+         headers: dict[str, str] | None = None) -> tuple[int, dict[str, Any]]:
+    """One JSON-RPC request, on ``conn`` (kept open) or on a connection of its own."""
+    own = conn is None
+    conn = conn or http.client.HTTPConnection(urllib.parse.urlsplit(url).netloc, timeout=300)
+    try:
+        conn.request("POST", f"/rcp/{method}", json.dumps(
+            {"jsonrpc": "2.0", "id": 1, "method": method, "params": params}),
+            headers={"Content-Type": "application/json", **(headers or {})})
+        resp = conn.getresponse()
+        return resp.status, json.loads(resp.read())
+    finally:
+        if own:
+            conn.close()
+
+
+def test_anonymous_http_is_offered_session_memory_only(anonymous_url: str) -> None:
+    """Issue 21.9: memory/build of the session is no corpus write; of the graph it is (401)."""
+    status, out = post(anonymous_url, "initialize", {"protocolVersion": 1})
+    caps = out["result"]["capabilities"]
+    assert status == 200 and caps["memory"] == {"scopes": ["session"], "clues": True}
+    assert "index" not in caps and "feedback" not in caps and caps["graph"]["ops"]
+    validator("Capabilities").validate(caps)
+    for params in ({}, {"scope": "global"}, {"scope": "Session", "sessionId": "s"},
+                   {"documents": [{"text": "Jeff Porcaro"}]}):
+        status, out = post(anonymous_url, "memory/build", params)
+        assert status == 401 and out["error"]["code"] == -32012, params
+    status, out = post(anonymous_url, "memory/build", {
+        "scope": "session", "sessionId": "anon-1", "documents": [{"text": "Jeff Porcaro"}]})
+    assert status == 200 and out["result"]["memoryId"] == "session:anon-1"
+    status, out = post(anonymous_url, "memory/recall", {"query": QUESTION, "n": 2})
+    assert status == 200 and out["result"]["clues"]
+
+
+def _recall(url: str, params: dict[str, Any], conn: http.client.HTTPConnection | None = None,
+            headers: dict[str, str] | None = None) -> list[dict[str, Any]]:
+    status, out = post(url, "memory/recall", {"query": "Toto IV", "n": 5, **params}, conn,
+                       headers)
+    assert status == 200, out
+    return list(out["result"]["clues"])
+
+
+def _held(url: str, params: dict[str, Any], conn: http.client.HTTPConnection | None = None,
+          headers: dict[str, str] | None = None) -> int:
+    """The tokens a session memory holds (memory/build adding nothing), checking its id."""
+    status, out = post(url, "memory/build", {"scope": "session", **params}, conn, headers)
+    assert status == 200 and out["result"]["memoryId"] == "session:victim", out
+    return int(out["result"]["tokens"])
+
+
+def test_anonymous_sessions_are_bound_to_the_caller(anonymous_url: str) -> None:
+    """Issue 21.12: naming another caller's sessionId, or its memoryId ``session:<id>``, neither
+    reads nor changes that session's memory; the caller's own keeps it on its connection."""
+    url, plain = anonymous_url, _recall(anonymous_url, {})
+    victim = http.client.HTTPConnection(urllib.parse.urlsplit(url).netloc, timeout=300)
+    try:
+        status, out = post(url, "memory/build", {
+            "scope": "session", "sessionId": "victim",
+            "documents": [{"text": "Jeff Porcaro and Hartford"}]}, victim)
+        held = out["result"]["tokens"]
+        assert status == 200 and out["result"]["memoryId"] == "session:victim" and held > 0
+        for named in ({"sessionId": "victim"}, {"memoryId": "session:victim"}):
+            assert _held(url, named) == 0  # another connection: its own, empty session
+            assert _recall(url, named) == plain  # not steered by the victim's memory
+        assert _held(url, {"sessionId": "victim"}, victim) == held  # nothing changed
+        assert _recall(url, {"memoryId": "session:victim"}, victim) != plain
+    finally:
+        victim.close()
+
+
+def test_an_rcp_session_header_carries_a_session_across_connections(anonymous_url: str) -> None:
+    """The header our client sends: the same one on a new connection is the same caller."""
+    mine, theirs = {"RCP-Session": uuid.uuid4().hex}, {"RCP-Session": uuid.uuid4().hex}
+    status, out = post(anonymous_url, "memory/build", {
+        "scope": "session", "sessionId": "victim",
+        "documents": [{"text": "Jeff Porcaro and Hartford"}]}, headers=mine)
+    held = out["result"]["tokens"]
+    assert status == 200 and held > 0
+    assert _held(anonymous_url, {"memoryId": "session:victim"}, headers=mine) == held
+    assert _held(anonymous_url, {"memoryId": "session:victim"}, headers=theirs) == 0
+    assert _held(anonymous_url, {"sessionId": "victim"}) == 0  # no header: its connection
+
+
+@pytest.mark.parametrize(("method", "params", "key", "suggestion"), [
+    ("graph", {"op": "local", "query": QUESTION}, "filters", "filter"),
+    ("graph", {"op": "global", "query": QUESTION}, "Filter", "filter"),
+    ("graph", {"op": "drift", "query": QUESTION}, "x-rcp-agentic-filter", "filter"),
+    ("graph", {"op": "neighbors", "seedIds": ["node:x"]}, "seed_ids", "seedIds"),
+    ("memory/recall", {"query": QUESTION}, "session_id", "sessionId"),
+    ("memory/build", {"scope": "session", "sessionId": "s"}, "documnets", "documents"),
+])
+def test_unknown_graph_and_memory_params_are_named(anonymous_url: str, rpc: Dispatcher,
+                                                   method: str, params: dict[str, Any],
+                                                   key: str, suggestion: str) -> None:
+    """Issue 21.11 on the wire: -32602 under an explicit strict (before the op is looked at),
+    else ignored with a note in usage.notes."""
+    status, out = post(anonymous_url, method, {**params, key: {}, "strict": True})
+    assert status == 200 and out["error"]["code"] == -32602, out
+    assert out["error"]["data"]["field"] == key
+    assert f"did you mean {suggestion!r}" in out["error"]["message"]
+    if params.get("op") in ("global", "drift"):
+        return  # not offered by this graph (no communities): -32005 once the key is dropped
+    if params.get("op") == "neighbors":
+        params = {**params, "seedIds": [seed_of(rpc)]}  # the same graph, in process
+    status, out = post(anonymous_url, method, {**params, key: {}, "strict": False})
+    notes = out["result"]["usage"]["notes"]
+    assert any(repr(key) in n and repr(suggestion) in n for n in notes), notes
+
+
+GRAPH_KNOWN = {"graph": {"op", "query", "k", "seedIds", "hops", "level", "sessionId", "cursor",
+                         "tokenBudget", "filter", "_meta", "strict"},
+               "memory/recall": {"query", "memoryId", "sessionId", "n", "_meta", "strict"},
+               "memory/build": {"documents", "memoryId", "scope", "sessionId", "_meta",
+                                "strict"}}
+
+
+@settings(max_examples=120, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(method=st.sampled_from(sorted(GRAPH_KNOWN)), key=st.text(max_size=20),
+       value=st.none() | st.integers() | st.text(max_size=4))
+def test_no_unknown_graph_param_is_dropped_under_strict(rpc: Dispatcher, method: str, key: str,
+                                                        value: Any) -> None:
+    if key in GRAPH_KNOWN[method]:
+        return
+    params = {"graph": {"op": "local", "query": QUESTION, "k": 1},
+              "memory/recall": {"query": QUESTION, "n": 1},
+              "memory/build": {"scope": "session", "sessionId": "fuzz"}}[method]
+    out = rpc_call(rpc, method, {**params, key: value, "strict": True})
+    if key.lower().startswith("x-") and not key.lower().startswith("x-rcp-agentic"):
+        assert any(repr(key) in n for n in out["result"]["usage"]["notes"]), out
+    else:
+        assert out["error"]["code"] == -32602 and out["error"]["data"]["field"] == key, out
 
 
 def test_client_never_calls_graph_on_an_engine_without_one(tmp_path: Path,

@@ -15,9 +15,12 @@ from typing import Any
 
 import pytest
 from conftest import DOCS, initialized, rpc_call
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
 
 from rcp_agentic import Engine
 from rcp_agentic.config import EngineConfig
+from rcp_agentic.pipeline.params import PARAM_NAMES
 from rcp_agentic.protocol.dispatcher import Dispatcher
 from rcp_agentic.sessions import Candidate, SessionStore
 
@@ -304,3 +307,57 @@ def test_a_configured_engine_keeps_its_limits(tmp_path: Path, embedder: Any) -> 
         pass
     with Engine(tmp_path / "e", embedder=embedder) as eng:
         bad_param(initialized(eng), "retrieve", {"query": "x" * 11}, "query")
+
+
+# --- issue 21.11: unknown params are refused under an explicit strict, else noted -------------
+
+KNOWN_RETRIEVE = PARAM_NAMES | {"strict"}
+BASE = {"query": "rank fusion", "k": 2}
+
+
+def _notes(out: dict[str, Any]) -> list[str]:
+    return list((out["result"].get("usage") or {}).get("notes") or [])
+
+
+@pytest.mark.parametrize(("key", "suggestion"), [
+    ("filters", "filter"), ("Filter", "filter"), ("x-rcp-agentic-filter", "filter"),
+    ("session", "sessionId"), ("token_budgett", "tokenBudget"), ("zzz", None)])
+def test_an_unknown_retrieve_param_is_named(rpc: Dispatcher, key: str,
+                                            suggestion: str | None) -> None:
+    params = {**BASE, key: LEAF}
+    err = error(rpc, "retrieve", {**params, "strict": True})
+    assert err["code"] == -32602 and err["data"]["field"] == key
+    assert repr(key) in err["message"]
+    assert (f"did you mean {suggestion!r}" in err["message"]) == (suggestion is not None)
+    for loose in (params, {**params, "strict": False}):  # ignored (§4.6), but not silently
+        notes = _notes(rpc_call(rpc, "retrieve", loose))
+        assert any(repr(key) in n and (suggestion is None or repr(suggestion) in n)
+                   for n in notes), notes
+
+
+def test_other_vendors_params_are_never_refused(rpc: Dispatcher) -> None:
+    for key in ("x-acme-boost", "X-Other-thing"):
+        out = rpc_call(rpc, "retrieve", {**BASE, key: 1, "strict": True})
+        assert any(repr(key) in n for n in _notes(out)), out
+    clean = rpc_call(rpc, "retrieve", {**BASE, "strict": True, "_meta": {"x": 1},
+                                       "x-rcp-agentic-rankBy": "score", "session_id": None})
+    assert not _notes(clean)  # known names (wire, vendor, Python) are not noted
+
+
+def test_unknown_params_are_noted_a_bounded_number_of_times(rpc: Dispatcher) -> None:
+    notes = _notes(rpc_call(rpc, "retrieve", {**BASE, **{f"u{i}": i for i in range(500)}}))
+    assert len(notes) == 17 and notes[-1] == "ignored 484 more unknown params"
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(key=st.text(max_size=24), value=st.none() | st.integers() | st.text(max_size=5)
+       | st.dictionaries(st.text(max_size=4), st.integers(), max_size=2))
+def test_no_unknown_param_is_dropped_silently(rpc: Dispatcher, key: str, value: Any) -> None:
+    assume(key not in KNOWN_RETRIEVE)
+    strict = rpc_call(rpc, "retrieve", {**BASE, key: value, "strict": True})
+    loose = rpc_call(rpc, "retrieve", {**BASE, key: value})
+    assert "result" in loose and any(repr(key) in n for n in _notes(loose)), loose
+    if key.lower().startswith("x-") and not key.lower().startswith("x-rcp-agentic"):
+        assert any(repr(key) in n for n in _notes(strict)), strict
+    else:
+        assert strict["error"]["code"] == -32602 and strict["error"]["data"]["field"] == key

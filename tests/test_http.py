@@ -87,6 +87,25 @@ def test_auth_before_anything(server: str) -> None:
         assert status == 401 and out["error"]["code"] == -32012
 
 
+def test_token_holders_are_offered_the_writes(server: str) -> None:
+    status, out = post(server, "info", {"jsonrpc": "2.0", "id": 1, "method": "info"})
+    caps = out["result"]["capabilities"]
+    assert status == 200 and caps["index"]["writable"] is True and "feedback" in caps
+
+
+def test_a_401_for_the_token_echoes_the_id(server: str) -> None:
+    """Issue 21.8: refused before its body is read, a short request still gets its own id."""
+    for id_ in (7, "req-7", 2.5):
+        for token in (None, "wrong"):
+            status, out = post(server, "ping", {"jsonrpc": "2.0", "id": id_, "method": "ping"},
+                               token=token)
+            assert status == 401 and out["id"] == id_ and out["error"]["code"] == -32012
+    for raw in (b'{"jsonrpc": "2.0", "id": true, "method": "ping"}', b"[1, 2]", b"{oops",
+                b'[{"jsonrpc": "2.0", "id": 1, "method": "ping"}]'):
+        status, out = post(server, "ping", None, raw=raw, token=None)
+        assert status == 401 and out["id"] is None, raw
+
+
 def test_bearer_scheme_is_case_insensitive_and_401_challenges(server: str) -> None:
     """RFC 7235: the scheme name is case-insensitive; every 401 names the scheme."""
     ping = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "ping"}).encode()

@@ -46,9 +46,12 @@ class Server:
 
 
 def call(server: Server, path: str, body: Any = None, *, raw: bytes | None = None,
-         method: str = "POST", **headers: str) -> tuple[int, dict[str, str], Any]:
-    """One request with exactly these headers (Host defaults to the bound address)."""
-    conn = http.client.HTTPConnection(server.host, server.port, timeout=60)
+         method: str = "POST", conn: http.client.HTTPConnection | None = None,
+         **headers: str) -> tuple[int, dict[str, str], Any]:
+    """One request with exactly these headers (Host defaults to the bound address), on
+    ``conn`` (left open) or on a connection of its own."""
+    own = conn is None
+    conn = conn or http.client.HTTPConnection(server.host, server.port, timeout=60)
     data = raw if raw is not None else (None if body is None else json.dumps(body).encode())
     sent = {"Host": f"{server.host}:{server.port}", "Content-Type": "application/json",
             **{k.replace("_", "-"): v for k, v in headers.items()}}
@@ -61,7 +64,8 @@ def call(server: Server, path: str, body: Any = None, *, raw: bytes | None = Non
             return resp.status, got, json.loads(text)
         return resp.status, got, text.decode() or None  # a preflight's "OK", a 204
     finally:
-        conn.close()
+        if own:
+            conn.close()
 
 
 def rpc(method: str, params: dict[str, Any] | None = None, id_: Any = 1) -> dict[str, Any]:
@@ -236,10 +240,21 @@ def test_anonymous_writes_are_401_reads_are_open(server: Server) -> None:
         assert status == 200 and "error" not in json.dumps(out), out
 
 
+def test_anonymous_callers_are_offered_only_what_they_may_call(server: Server) -> None:
+    """Issue 21.9 (§15.6): no index and no feedback for a caller whose writes are 401."""
+    for method in ("initialize", "info"):
+        status, _, out = call(server, f"/rcp/{method}", rpc(method, {"protocolVersion": 1}))
+        caps = out["result"]["capabilities"]
+        assert status == 200 and "retrieve" in caps and "streaming" in caps
+        assert "index" not in caps and "feedback" not in caps, caps
+
+
 def test_anonymous_writes_when_allowed(engine: Engine) -> None:
     """``--allow-anonymous-writes`` lets them through, and only them: Host/Origin still apply."""
     app = create_app(engine, allow_anonymous_writes=True)
     with TestClient(app, base_url="http://127.0.0.1:8750") as c:
+        caps = c.post("/rcp/info", json=rpc("info")).json()["result"]["capabilities"]
+        assert caps["index"]["writable"] is True and "feedback" in caps
         out = c.post("/rcp/index/add", json=rpc("index/add", {"documents": [
             {"id": "a", "text": "anonymous but allowed"}]})).json()
         assert out["result"]["ids"] == ["a"]
@@ -259,6 +274,99 @@ def test_bound_and_wildcard_hosts(engine: Engine) -> None:
         assert c.post("/rcp/ping", json=ping, headers={"Host": "10.1.2.4"}).status_code == 421
     with TestClient(create_app(engine, allowed_hosts=["*"]), base_url="http://x") as c:
         assert c.post("/rcp/ping", json=ping, headers={"Host": "any.example"}).status_code == 200
+
+
+# --- issue 21.8: every refusal echoes the id it can read -------------------------------------
+
+# Refusals decided before the body is read: a foreign Host, a foreign Origin, a wrong media type.
+EARLY_REFUSALS = ((421, {"Host": "attacker.example"}),
+                  (403, {"Origin": "http://attacker.example"}), (415, {"Content_Type": "text/plain"}))
+
+
+def test_refusals_echo_the_request_id(server: Server) -> None:
+    for id_ in (7, "req-7", 2.5, -1, "\ud800x"):
+        for status, headers in EARLY_REFUSALS:
+            got, _, out = call(server, "/rcp/ping", rpc("ping", id_=id_), **headers)
+            assert got == status and out["id"] == id_ and "error" in out, (status, id_)
+        # The anonymous write is refused once parsed.
+        got, _, out = call(server, "/rcp/index/delete", rpc("index/delete", {"ids": ["d1"]},
+                                                            id_=id_))
+        assert got == 401 and out["id"] == id_ and out["error"]["code"] == -32012
+    # A batch is refused as a whole: one error object, id null (JSON-RPC 2.0).
+    got, _, out = call(server, "/rcp", [rpc("ping", id_=1), rpc("index/delete", {"ids": ["d1"]},
+                                                                 id_=2)])
+    assert got == 401 and isinstance(out, dict) and out["id"] is None
+    # The hosted REST route keeps its own shape.
+    got, _, out = call(server, "/api/v1/retrieval/retrieve", {"index_id": "default", "query": "x",
+                                                             "id": 3}, Host="attacker.example")
+    assert got == 421 and set(out) == {"detail"}
+
+
+def test_refusals_without_a_readable_id_say_null(server: Server) -> None:
+    big = json.dumps(rpc("ping", {"nonce": "x" * 70_000}, id_=9)).encode()  # past the 64 KiB read
+    for raw in (b'{"jsonrpc": "2.0", "id": true, "method": "ping"}',
+                b'{"jsonrpc": "2.0", "id": {"a": 1}, "method": "ping"}',
+                b'{"jsonrpc": "2.0", "method": "ping"}', b'{"jsonrpc": "2.0", "id": 1, "meth',
+                b"[" * 5000, b"\xff\xfe", b'{"id": 1e400}', big, b""):
+        for status, headers in EARLY_REFUSALS:
+            got, _, out = call(server, "/rcp/ping", raw=raw, **headers)
+            assert got == status and out["id"] is None, (status, raw[:40])
+    assert call(server, "/rcp/ping", rpc("ping"))[0] == 200
+
+
+def _raw_exchange(server: Server, data: bytes, within: float) -> tuple[bytes, float]:
+    """Send ``data`` and read until the server closes (bounded); what came back, and when."""
+    s = socket.create_connection((server.host, server.port), timeout=10)
+    started = time.monotonic()
+    s.sendall(data)
+    got = b""
+    s.settimeout(within)
+    try:
+        while chunk := s.recv(65536):
+            got += chunk
+    except TimeoutError:
+        pass
+    finally:
+        s.close()
+    return got, time.monotonic() - started
+
+
+def test_reading_for_the_id_never_holds_the_connection(server: Server) -> None:
+    """A refused request that declares a huge body, or sends its body slowly, is answered
+    (id null) and closed within a second or so, never after the body timeout."""
+    head = (b"POST /rcp/ping HTTP/1.1\r\nHost: attacker.example\r\n"
+            b"Content-Type: application/json\r\n")
+    ping = json.dumps(rpc("ping", id_=4)).encode()
+    for body_part, declared in ((ping, 10**12), (ping[:10], len(ping))):
+        got, took = _raw_exchange(server, head + b"Content-Length: " + str(declared).encode()
+                                  + b"\r\n\r\n" + body_part, BODY_TIMEOUT + 5)
+        status_line, _, body = got.partition(b"\r\n\r\n")
+        assert status_line.startswith(b"HTTP/1.1 421") and b"connection: close" in \
+            status_line.lower()
+        assert json.loads(body)["id"] is None and took < BODY_TIMEOUT, took
+    # A chunked body that is complete within the bound gives its id.
+    chunked = b"%x\r\n%s\r\n0\r\n\r\n" % (len(ping), ping)
+    got, _ = _raw_exchange(server, head + b"Transfer-Encoding: chunked\r\n\r\n" + chunked, 10)
+    assert json.loads(got.partition(b"\r\n\r\n")[2])["id"] == 4
+
+
+# --- issue 21.11: a misspelt option is never dropped silently -----------------------------------
+
+def test_a_misspelt_filter_is_refused_under_strict(server: Server) -> None:
+    """The tester's case: a misspelt ``filter`` widened the results to every tenant."""
+    german = {"field": "lang", "op": "eq", "value": "de"}
+    base = {"query": "documents", "k": 8, "strict": True}
+    status, _, out = call(server, "/rcp/retrieve", rpc("retrieve", {**base, "filter": german}))
+    assert status == 200 and {h["chunk"]["docId"] for h in out["result"]["hits"]} == {"d3"}
+    for key in ("filters", "Filter", "x-rcp-agentic-filter"):
+        status, _, out = call(server, "/rcp/retrieve", rpc("retrieve", {**base, key: german}))
+        assert status == 200 and out["error"]["code"] == -32602, key
+        assert out["error"]["data"]["field"] == key
+        assert "did you mean 'filter'" in out["error"]["message"]
+        loose = {"query": "documents", "k": 8, key: german}  # strict absent: ignored, noted
+        status, _, out = call(server, "/rcp/retrieve", rpc("retrieve", loose))
+        notes = out["result"]["usage"]["notes"]
+        assert any(repr(key) in n and "'filter'" in n for n in notes), notes
 
 
 # --- issue 9.9 / 9.10: hostile bodies ----------------------------------------------------------
@@ -428,9 +536,48 @@ def test_idle_and_oversized_heads_are_cut_off(server: Server) -> None:
 
 
 def test_our_client_is_unaffected(server: Server) -> None:
-    """Our own client (Content-Type: application/json, Host of its URL) is unaffected."""
+    """Our own client (Content-Type: application/json, Host of its URL) is unaffected, and
+    keeps its anonymous sessions: by its RCP-Session header, or without one by reusing its
+    keep-alive connection."""
     from rcp_agentic.client import RCPClient
 
-    with RCPClient.http(server.url) as client:
-        client.initialize()
-        assert client.retrieve("vitamin d", k=1)["hits"][0]["chunk"]["docId"] == "d1"
+    for session in (True, False):
+        with RCPClient.http(server.url, session=session) as client:
+            client.initialize()
+            assert client.retrieve("vitamin d", k=1)["hits"][0]["chunk"]["docId"] == "d1"
+            seen = [{h["id"] for h in client.retrieve("vitamin d", k=2,
+                                                      session_id="mine")["hits"]}
+                    for _ in range(2)]
+            assert all(len(ids) == 2 for ids in seen) and not seen[0] & seen[1], session
+
+
+# --- issue 21.12: sessions are bound to the caller ---------------------------------------------
+
+def _hit_ids(out: Any) -> set[str]:
+    return {h["id"] for h in out["result"]["hits"]}
+
+
+def test_a_retrieve_session_is_bound_to_its_connection(server: Server) -> None:
+    """Another connection naming the same sessionId (wire or Python name) is another session:
+    it neither sees what this one was given nor adds to it."""
+    params = {"query": "vitamin d", "k": 2, "sessionId": "shared-name"}
+    conn = http.client.HTTPConnection(server.host, server.port, timeout=60)
+    try:
+        first = _hit_ids(call(server, "/rcp/retrieve", rpc("retrieve", params), conn=conn)[2])
+        for name in ("sessionId", "session_id"):
+            other = {"query": "vitamin d", "k": 2, name: "shared-name"}
+            assert _hit_ids(call(server, "/rcp/retrieve", rpc("retrieve", other))[2]) == first
+        second = _hit_ids(call(server, "/rcp/retrieve", rpc("retrieve", {
+            "query": "vitamin d", "k": 2, "session_id": "shared-name"}), conn=conn)[2])
+    finally:
+        conn.close()
+    assert len(first) == len(second) == 2 and not first & second
+
+
+def test_session_ids_are_checked_before_they_are_bound(server: Server) -> None:
+    for bad in ("", "s" * 257, "a\udc00", 7, ["s"]):
+        for name in ("sessionId", "session_id"):
+            status, _, out = call(server, "/rcp/retrieve", rpc("retrieve", {
+                "query": "x", name: bad}))
+            assert status == 200 and out["error"]["code"] == -32602, (name, bad)
+            assert out["error"]["data"]["field"] == name

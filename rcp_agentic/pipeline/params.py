@@ -4,22 +4,30 @@ Structural problems (wrong JSON type, out-of-range value, funnel violated) are
 InvalidParams with ``data.field``; a well-formed value the engine does not offer
 is OptionUnsupported with ``data.option`` — unless ``strict`` is false, in which
 case the option is dropped and ``usage.notes`` says so.
+
+An unknown param is ignored (§4.6) but never silently: :func:`unknown_params` names it in
+``usage.notes``, with the known param it most likely misspells. A client that sets
+``"strict": true`` explicitly asks for the opposite, and gets -32602 naming it (a
+misspelled ``filter`` must not widen a tenant's results); another vendor's ``x-…`` param
+is only noted, even then. ``retrieve`` and the graph and memory methods
+(:mod:`..protocol.graphwire`) all use it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import difflib
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from pydantic import (BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr,
-                      ValidationError)
+from pydantic import (BaseModel, ConfigDict, Field, PrivateAttr, StrictBool, StrictFloat,
+                      StrictInt, StrictStr, ValidationError)
 from pydantic.alias_generators import to_camel
 
 from .. import units
 from ..config import EngineConfig
 from ..errors import InvalidParams, OptionUnsupported
-from ..options import RANK_BY, TREE_SEARCHES
+from ..options import RANK_BY, TREE_SEARCHES, VENDOR
 from .filters import check_filter_size
 
 MODES = ("dense", "sparse", "hybrid")
@@ -29,6 +37,9 @@ FUSIONS = ("rrf", "weighted", "convex")
 RECALL_SOURCES = ("dense", "sparse", "graph")
 # What a plan is checked against when the caller passes no configuration.
 DEFAULT_CONFIG = EngineConfig.model_validate({})
+# Unknown params named one by one in usage.notes; the rest are counted.
+MAX_UNKNOWN_NOTED = 16
+SHOWN_KEY_CHARS = 80
 
 
 class _Params(BaseModel):
@@ -73,11 +84,15 @@ class RetrieveParams(_Params):
     rank_by: StrictStr | None = Field(None, alias="x-rcp-agentic-rankBy")
     tree_search: StrictStr | None = Field(None, alias="x-rcp-agentic-treeSearch")
     graph_recall: StrictBool | None = Field(None, alias="x-rcp-agentic-graphRecall")
+    # Notes naming the unknown params the request carried (unknown_params).
+    _unknown: list[str] = PrivateAttr(default_factory=list)
 
 
 PARAM_NAMES = frozenset(
     name for f_name, f in RetrieveParams.model_fields.items()
     for name in (f_name, f.alias or f_name))
+# The wire names (what a misspelling is matched against); PARAM_NAMES adds the Python ones.
+WIRE_NAMES = frozenset(f.alias or f_name for f_name, f in RetrieveParams.model_fields.items())
 
 
 @dataclass
@@ -190,10 +205,64 @@ def query_text(query: Any, *, field: str = "query", allow_empty: bool = False,
     return text
 
 
+def _squashed(name: str) -> str:
+    """``name`` for matching: lower case, without ``-`` and ``_`` (``seed_ids`` ~ ``seedIds``)."""
+    return name.lower().replace("-", "").replace("_", "")
+
+
+def did_you_mean(key: str, names: Collection[str]) -> str | None:
+    """The known name ``key`` most likely misspells: equal but for case, ``_`` or ``-``, or
+    under our vendor prefix (``x-rcp-agentic-filter`` for ``filter``), else a close match."""
+    by_squash = {_squashed(n): n for n in sorted(names)}
+    prefix = VENDOR + "-"
+    tail = key[len(prefix):] if key.lower().startswith(prefix) else None
+    for candidate in (key, tail):
+        if candidate and _squashed(candidate) in by_squash:
+            return by_squash[_squashed(candidate)]
+    close = difflib.get_close_matches(_squashed(tail or key), list(by_squash), n=1, cutoff=0.8)
+    return by_squash[close[0]] if close else None
+
+
+def _foreign_vendor(key: str) -> bool:
+    """An ``x-<vendor>-…`` param of another vendor than this engine (§6.2)."""
+    lower = key.lower()
+    return lower.startswith("x-") and not lower.startswith(VENDOR)
+
+
+def _shown(key: str) -> str:
+    return repr(key if len(key) <= SHOWN_KEY_CHARS else key[:SHOWN_KEY_CHARS] + "…")
+
+
+def unknown_params(raw: Mapping[str, Any], names: Collection[str], *, method: str,
+                   accepted: Collection[str] = ()) -> list[str]:
+    """Notes naming the keys of ``raw`` that ``method`` does not define (``names``: its wire
+    names, ``_meta`` and ``strict`` included; ``accepted``: other names it also reads).
+
+    Under an explicit ``"strict": true`` the first unknown key is InvalidParams naming it in
+    ``data.field``; another vendor's ``x-…`` key is only noted, never refused.
+    """
+    strict = raw.get("strict") is True
+    unknown = [k for k in raw if k not in names and k not in accepted]
+    notes: list[str] = []
+    for key in unknown:
+        guess = did_you_mean(key, names)
+        hint = f" (did you mean {guess!r}?)" if guess else ""
+        if strict and not _foreign_vendor(key):
+            raise InvalidParams(f"unknown {method} param {_shown(key)}{hint}: with strict true "
+                                "an unknown param is refused, not ignored", field=key)
+        if len(notes) < MAX_UNKNOWN_NOTED:
+            notes.append(f"ignored unknown param {_shown(key)}{hint}")
+    if len(unknown) > MAX_UNKNOWN_NOTED:
+        notes.append(f"ignored {len(unknown) - MAX_UNKNOWN_NOTED} more unknown params")
+    return notes
+
+
 def parse_params(raw: dict[str, Any]) -> RetrieveParams:
-    """Validate a raw params object (wire or Python names)."""
+    """Validate a raw params object (wire or Python names); unknown names are noted, or
+    refused under an explicit ``strict: true`` (:func:`unknown_params`)."""
     if not isinstance(raw, dict):
         raise InvalidParams("params must be an object", field="params")
+    unknown = unknown_params(raw, WIRE_NAMES, method="retrieve", accepted=PARAM_NAMES)
     for name, value in raw.items():
         # Lone surrogates are not Unicode: the query's text is cleaned (query_text); any
         # other string of an option holding one is refused. An indexVersion is an opaque
@@ -204,7 +273,7 @@ def parse_params(raw: dict[str, Any]) -> RetrieveParams:
                 raise InvalidParams(f"{bad} holds a lone UTF-16 surrogate (not valid Unicode)",
                                     field=bad)
     try:
-        return RetrieveParams.model_validate(raw)
+        params = RetrieveParams.model_validate(raw)
     except ValidationError as exc:
         err = exc.errors()[0]
         loc = [str(p) for p in err["loc"] if not str(p).startswith(("str", "dict", "list", "bool"))]
@@ -213,6 +282,8 @@ def parse_params(raw: dict[str, Any]) -> RetrieveParams:
         if err["type"] == "missing":
             raise InvalidParams(f"{path} is required", field=path) from None
         raise InvalidParams(f"{path}: {err['msg']}", field=path) from None
+    params._unknown = unknown
+    return params
 
 
 def make_plan(p: RetrieveParams, config: EngineConfig = DEFAULT_CONFIG, *,
@@ -225,7 +296,7 @@ def make_plan(p: RetrieveParams, config: EngineConfig = DEFAULT_CONFIG, *,
     ``can_rank_by_confidence`` say what the engine's models offer; ``offered`` maps each
     stored kind the engine holds to its levels (default: the per-document kinds, flat).
     """
-    notes: list[str] = []
+    notes: list[str] = list(p._unknown)
 
     def unsupported(option: str, message: str) -> None:
         if p.strict:

@@ -9,7 +9,9 @@ notifications (§9) for a request carrying ``_meta.progressToken`` go to the
 deadline (the server's, shortened by ``_meta.deadlineMs``) stop it between
 stages, and it is still answered exactly once (-32006 / -32014 when stopped).
 Errors are RCP error objects; unexpected failures become -32603 without leaking
-internals, and nothing a client sends can crash the dispatcher.
+internals, and nothing a client sends can crash the dispatcher. Each request comes from a
+:class:`~.caller.Caller`, who is offered what it may call and whose session ids are bound
+to it (:mod:`.caller`).
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from ..errors import (
 )
 from ..pipeline.params import is_unicode, lone_surrogate_at
 from .. import jsonio
+from .caller import TRUSTED, Caller, bind_sessions, read_only, unbind_result
 from .graphwire import graph_call, graph_limits, memory_build_call, memory_recall_call
 from .methods import PROTOCOL_VERSION, RCP_METHODS
 
@@ -57,6 +60,14 @@ def _valid_id(id_: Any) -> bool:
     if isinstance(id_, float):
         return math.isfinite(id_)
     return isinstance(id_, (str, int)) and not isinstance(id_, bool)
+
+
+def request_id(message: Any) -> Any:
+    """The id of a single request object to echo in its answer: None for a batch, a
+    notification or an id that is not a string or a finite number."""
+    if isinstance(message, dict) and _valid_id(message.get("id")):
+        return message["id"]
+    return None
 
 
 def _id_key(id_: Any) -> tuple[str, Any]:
@@ -90,13 +101,14 @@ class Dispatcher:
         # initialize/info answer idempotently.
         self.stateless = stateless
         self.initialized = stateless
-        # Fixed for the session (§13.2): computed once, at the first initialize or info.
-        self._capabilities: dict[str, Any] | None = None
+        # Fixed for the session (§13.2): computed once per kind of caller (may it write?).
+        self._capabilities: dict[bool, dict[str, Any]] = {}
         # In-flight requests by (scope, id), for notifications/cancel. A list, because a
         # stateless HTTP scope may see the same id from two clients at once.
         self._inflight: dict[tuple[Hashable, tuple[str, Any]], list[RequestControl]] = {}
         self._inflight_lock = threading.Lock()
-        self._handlers: dict[str, Callable[[dict[str, Any], RequestControl], Any]] = {
+        self._handlers: dict[str, Callable[[dict[str, Any], RequestControl, dict[str, Any]],
+                                           Any]] = {
             "initialize": self._initialize, "info": self._info, "ping": self._ping,
             "shutdown": self._shutdown, "retrieve": self._retrieve, "rerank": self._rerank,
             "index/add": self._index_add, "index/delete": self._index_delete,
@@ -116,14 +128,14 @@ class Dispatcher:
         return None if response is None else dumps(response)
 
     def handle(self, message: Any, send: Send | None = None, *, scope: Hashable = None,
-               on_start: Callable[[RequestControl], None] | None = None
-               ) -> dict[str, Any] | list[dict[str, Any]] | None:
+               on_start: Callable[[RequestControl], None] | None = None,
+               caller: Caller = TRUSTED) -> dict[str, Any] | list[dict[str, Any]] | None:
         """A parsed frame (object or batch array) in; response object(s) or None out.
 
         ``send`` receives the progress notifications of requests asking for them;
         ``scope`` names the client for cancellation (ids are unique per client);
         ``on_start`` is given each request's control (e.g. to cancel it when an HTTP
-        client disconnects).
+        client disconnects); ``caller`` is who sends it (what it is offered).
         """
         if isinstance(message, list):
             if not message:
@@ -136,10 +148,11 @@ class Dispatcher:
             batch = RequestControl(timeout=self.request_timeout)
             if on_start is not None:
                 on_start(batch)
-            out = [r for r in (self._one(m, send, scope, on_start, batch) for m in message)
+            out = [r for r in (self._one(m, send, scope, on_start, caller, batch)
+                               for m in message)
                    if r is not None]
             return out or None
-        return self._one(message, send, scope, on_start)
+        return self._one(message, send, scope, on_start, caller)
 
     def cancel(self, id_: Any, reason: str | None = None, *, scope: Hashable = None) -> bool:
         """Stop the in-flight request ``id_`` of ``scope``; False if there is none (a no-op)."""
@@ -152,8 +165,8 @@ class Dispatcher:
         return bool(controls)
 
     def _one(self, msg: Any, send: Send | None, scope: Hashable,
-             on_start: Callable[[RequestControl], None] | None = None,
-             batch: RequestControl | None = None) -> dict[str, Any] | None:
+             on_start: Callable[[RequestControl], None] | None,
+             caller: Caller, batch: RequestControl | None = None) -> dict[str, Any] | None:
         if not isinstance(msg, dict):
             return _error(None, InvalidRequest("a request must be a JSON object"))
         has_id = "id" in msg
@@ -184,7 +197,7 @@ class Dispatcher:
             with self._inflight_lock:
                 self._inflight.setdefault(key, []).append(control)
             try:
-                result = self._call(method, params, control)
+                result = self._call(method, params, control, caller)
             finally:
                 with self._inflight_lock:
                     controls = self._inflight.get(key, [])
@@ -222,7 +235,8 @@ class Dispatcher:
                 send(_progress_frame(token, report))
         return RequestControl(timeout=timeout, on_progress=sink, parent=batch)
 
-    def _call(self, method: str, params: dict[str, Any], control: RequestControl) -> Any:
+    def _call(self, method: str, params: dict[str, Any], control: RequestControl,
+              caller: Caller) -> Any:
         # An `x-` method is defined only by the server offering it (§12: prefer -32004).
         if method not in RCP_METHODS and method not in self._handlers:
             raise UnknownMethod(f"method {method!r} is not defined by RCP/1 or this server")
@@ -230,50 +244,64 @@ class Dispatcher:
             raise NotInitialized(f"{method} before a successful initialize")
         gate = RCP_METHODS.get(method)
         handler = self._handlers.get(method)
-        if handler is None or (gate is not None and gate not in self.capabilities()):
-            raise CapabilityMissing(f"{method} is not offered by this server")
+        caps = self.capabilities(writes=caller.writes)
+        if handler is None or (gate is not None and gate not in caps):
+            raise CapabilityMissing(f"{method} is not offered by this server"
+                                    + ("" if caller.writes else " to this caller"))
         control.check()
-        return handler(params, control)
+        if caller.principal is None:
+            return handler(params, control, caps)
+        bound, back = bind_sessions(method, params, caller.principal,
+                                    self.engine.config.max_session_id_chars)
+        return unbind_result(handler(bound, control, caps), back)
 
     # --- lifecycle ----------------------------------------------------------------------
 
-    def capabilities(self) -> dict[str, Any]:
-        if self._capabilities is None:
-            caps = self.engine.capabilities()
-            caps["index"] = {"writable": True, "chunking": True}
-            caps["streaming"] = {}
-            caps["feedback"] = {}
-            # Limits RCP has no key for, under our vendor prefix (§6.2).
-            config = self.engine.config
-            limits = {"maxBatch": self.max_batch,
-                      "requestTimeoutMs": int(self.request_timeout * 1000),
-                      "maxQueryChars": config.max_query_chars,
-                      "maxSessionIdChars": config.max_session_id_chars,
-                      "sessionMaxBytes": config.session_max_bytes,
-                      "maxTokenBudget": config.max_token_budget,
-                      "maxFilterDepth": config.max_filter_depth,
-                      "maxFilterNodes": config.max_filter_nodes,
-                      "maxFilterFields": config.max_filter_fields,
-                      "maxMetaKeys": config.max_meta_keys,
-                      "maxMetaDepth": config.max_meta_depth,
-                      "maxDocumentChars": config.max_document_chars,
-                      "maxHitChars": config.max_hit_chars,
-                      "maxEmbedChars": config.max_embed_chars}
-            if self.max_body_bytes is not None:
-                limits["maxBodyBytes"] = self.max_body_bytes
-            limits.update(graph_limits(caps))  # graph/memory: the engine offers them or not
-            caps.setdefault("x-rcp-agentic", {})["limits"] = limits
-            self._capabilities = caps
-        return self._capabilities
+    def capabilities(self, *, writes: bool = True) -> dict[str, Any]:
+        """What this session offers a caller that may write (everything), or one that may not
+        (:func:`.caller.read_only`); each computed once and then fixed (§13.2)."""
+        if writes not in self._capabilities:
+            self._capabilities[writes] = (self._all_capabilities() if writes
+                                          else read_only(self.capabilities()))
+        return self._capabilities[writes]
 
-    def _peer(self) -> dict[str, Any]:
+    def _all_capabilities(self) -> dict[str, Any]:
+        """The engine's capabilities with the protocol layer's own and its limits."""
+        caps = self.engine.capabilities()
+        caps["index"] = {"writable": True, "chunking": True}
+        caps["streaming"] = {}
+        caps["feedback"] = {}
+        # Limits RCP has no key for, under our vendor prefix (§6.2).
+        config = self.engine.config
+        limits = {"maxBatch": self.max_batch,
+                  "requestTimeoutMs": int(self.request_timeout * 1000),
+                  "maxQueryChars": config.max_query_chars,
+                  "maxSessionIdChars": config.max_session_id_chars,
+                  "sessionMaxBytes": config.session_max_bytes,
+                  "maxTokenBudget": config.max_token_budget,
+                  "maxFilterDepth": config.max_filter_depth,
+                  "maxFilterNodes": config.max_filter_nodes,
+                  "maxFilterFields": config.max_filter_fields,
+                  "maxMetaKeys": config.max_meta_keys,
+                  "maxMetaDepth": config.max_meta_depth,
+                  "maxDocumentChars": config.max_document_chars,
+                  "maxHitChars": config.max_hit_chars,
+                  "maxEmbedChars": config.max_embed_chars}
+        if self.max_body_bytes is not None:
+            limits["maxBodyBytes"] = self.max_body_bytes
+        limits.update(graph_limits(caps))  # graph/memory: the engine offers them or not
+        caps.setdefault("x-rcp-agentic", {})["limits"] = limits
+        return caps
+
+    def _peer(self, caps: dict[str, Any]) -> dict[str, Any]:
         return {"protocolVersion": PROTOCOL_VERSION,
                 "server": {"name": self.server_name, "version": __version__},
-                "capabilities": self.capabilities(),
+                "capabilities": caps,
                 "_meta": {"conformance": CONFORMANCE_LEVEL,
                           **({"session": self.session} if self.session else {})}}
 
-    def _initialize(self, params: dict[str, Any], control: RequestControl) -> dict[str, Any]:
+    def _initialize(self, params: dict[str, Any], control: RequestControl,
+             caps: dict[str, Any]) -> dict[str, Any]:
         if self.initialized and not self.stateless:
             raise InvalidRequest("initialize was already completed on this connection")
         version = params.get("protocolVersion")
@@ -282,12 +310,14 @@ class Dispatcher:
         if version < 1:
             raise VersionMismatch(f"no common protocol version (client {version}, server 1)")
         self.initialized = True
-        return {**self._peer(), "protocolVersion": min(version, PROTOCOL_VERSION)}
+        return {**self._peer(caps), "protocolVersion": min(version, PROTOCOL_VERSION)}
 
-    def _info(self, params: dict[str, Any], control: RequestControl) -> dict[str, Any]:
-        return self._peer()
+    def _info(self, params: dict[str, Any], control: RequestControl,
+             caps: dict[str, Any]) -> dict[str, Any]:
+        return self._peer(caps)
 
-    def _ping(self, params: dict[str, Any], control: RequestControl) -> dict[str, Any]:
+    def _ping(self, params: dict[str, Any], control: RequestControl,
+             caps: dict[str, Any]) -> dict[str, Any]:
         if "nonce" not in params:
             return {}
         nonce = params["nonce"]
@@ -297,17 +327,20 @@ class Dispatcher:
             raise InvalidParams("nonce must be finite JSON", field="nonce") from None
         return {"nonce": nonce}
 
-    def _shutdown(self, params: dict[str, Any], control: RequestControl) -> dict[str, Any]:
+    def _shutdown(self, params: dict[str, Any], control: RequestControl,
+             caps: dict[str, Any]) -> dict[str, Any]:
         if self.on_shutdown is not None:
             self.on_shutdown()
         return {}
 
     # --- methods ------------------------------------------------------------------------
 
-    def _retrieve(self, params: dict[str, Any], control: RequestControl) -> dict[str, Any]:
+    def _retrieve(self, params: dict[str, Any], control: RequestControl,
+             caps: dict[str, Any]) -> dict[str, Any]:
         return self.engine.retrieve_params(params, control).to_wire()
 
-    def _embed(self, params: dict[str, Any], control: RequestControl) -> dict[str, Any]:
+    def _embed(self, params: dict[str, Any], control: RequestControl,
+             caps: dict[str, Any]) -> dict[str, Any]:
         inputs = params.get("inputs", params.get("texts"))  # `texts`: the legacy name (§7.3)
         if inputs is None:
             raise InvalidParams("inputs is required", field="inputs")
@@ -319,7 +352,8 @@ class Dispatcher:
             raise InvalidParams("kind must be a string", field="kind")
         return self.engine.embed(inputs, kind=kind, encoding=encoding)
 
-    def _rerank(self, params: dict[str, Any], control: RequestControl) -> dict[str, Any]:
+    def _rerank(self, params: dict[str, Any], control: RequestControl,
+             caps: dict[str, Any]) -> dict[str, Any]:
         if "query" not in params:
             raise InvalidParams("query is required", field="query")
         # `documents` is the name some RCP clients (the reference harness) send.
@@ -333,7 +367,8 @@ class Dispatcher:
         result["results"] = [{"index": i, "score": result["scores"][i]} for i in result["order"]]
         return result
 
-    def _index_add(self, params: dict[str, Any], control: RequestControl) -> dict[str, Any]:
+    def _index_add(self, params: dict[str, Any], control: RequestControl,
+             caps: dict[str, Any]) -> dict[str, Any]:
         docs = params.get("documents")
         if not isinstance(docs, list) or not docs:
             raise InvalidParams("documents must be a non-empty array", field="documents")
@@ -342,7 +377,8 @@ class Dispatcher:
         result = self.engine.add_documents(docs, control=control)
         return {"ids": result.ids, "chunks": result.chunks}
 
-    def _index_delete(self, params: dict[str, Any], control: RequestControl) -> dict[str, Any]:
+    def _index_delete(self, params: dict[str, Any], control: RequestControl,
+             caps: dict[str, Any]) -> dict[str, Any]:
         ids = params.get("ids")
         if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
             raise InvalidParams("ids must be an array of strings", field="ids")
@@ -352,19 +388,26 @@ class Dispatcher:
                                     field=f"ids[{i}]")
         return {"deleted": self.engine.delete_documents(ids, missing_ok=True)}
 
-    def _graph(self, params: dict[str, Any], control: RequestControl) -> dict[str, Any]:
-        call = graph_call(params, self.capabilities())
-        return self.engine.graph(**call, control=control).to_wire()
+    def _graph(self, params: dict[str, Any], control: RequestControl,
+               caps: dict[str, Any]) -> dict[str, Any]:
+        call = graph_call(params, caps)
+        return with_notes(self.engine.graph(**call.kwargs, control=control).to_wire(),
+                          call.notes)
 
-    def _memory_build(self, params: dict[str, Any], control: RequestControl) -> dict[str, Any]:
-        call = memory_build_call(params, self.capabilities())
-        return self.engine.memory_build(**call, control=control).to_wire()
+    def _memory_build(self, params: dict[str, Any], control: RequestControl,
+                      caps: dict[str, Any]) -> dict[str, Any]:
+        call = memory_build_call(params, caps)
+        return with_notes(self.engine.memory_build(**call.kwargs, control=control).to_wire(),
+                          call.notes)
 
-    def _memory_recall(self, params: dict[str, Any], control: RequestControl) -> dict[str, Any]:
-        call = memory_recall_call(params, self.capabilities())
-        return self.engine.memory_recall(**call, control=control).to_wire()
+    def _memory_recall(self, params: dict[str, Any], control: RequestControl,
+                       caps: dict[str, Any]) -> dict[str, Any]:
+        call = memory_recall_call(params, caps)
+        return with_notes(self.engine.memory_recall(**call.kwargs, control=control).to_wire(),
+                          call.notes)
 
-    def _feedback(self, params: dict[str, Any], control: RequestControl) -> dict[str, Any]:
+    def _feedback(self, params: dict[str, Any], control: RequestControl,
+             caps: dict[str, Any]) -> dict[str, Any]:
         for name in ("signals", "sessionId", "query"):  # stored as given: must be Unicode
             bad = lone_surrogate_at(params.get(name), name)
             if bad is not None:
@@ -374,6 +417,15 @@ class Dispatcher:
                                                session_id=params.get("sessionId"),
                                                query=params.get("query"))
         return {"accepted": accepted}
+
+
+def with_notes(result: dict[str, Any], notes: list[str]) -> dict[str, Any]:
+    """``result`` with ``notes`` appended to its ``usage.notes`` (a usage added if needed)."""
+    if not notes:
+        return result
+    usage = dict(result.get("usage") or {})
+    usage["notes"] = [*(usage.get("notes") or []), *notes]
+    return {**result, "usage": usage}
 
 
 def dumps(response: dict[str, Any] | list[dict[str, Any]]) -> str:

@@ -11,16 +11,19 @@ scope RCP defines but the session did not advertise is OptionUnsupported (``data
 well-formed value above an advertised limit is clamped (§12), never refused. The community
 ops take ``level``, ``cursor`` (``communities``), ``tokenBudget`` (``global``, a vendor extra
 clamped to ``maxSummaryTokens``); every op, ``memory/build`` (session scope) and
-``memory/recall`` take a ``filter`` (§8), which scopes every text and id they return.
+``memory/recall`` take a ``filter`` (§8), which scopes every text and id they return. An
+unknown param is named in the result's ``usage.notes`` (the :class:`EngineCall`'s ``notes``),
+or refused under an explicit ``"strict": true`` (:func:`..pipeline.params.unknown_params`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import InvalidParams, OptionUnsupported
-from ..pipeline.params import lone_surrogate_at
+from ..pipeline.params import lone_surrogate_at, unknown_params
 
 # Every op and scope RCP/1 defines (§7.9, §7.17); what an engine offers is a subset.
 GRAPH_OPS = ("local", "global", "drift", "communities", "neighbors")
@@ -32,6 +35,30 @@ LIMIT_NAMES = {"maxGraphHops": "MAX_HOPS", "maxGraphNodes": "MAX_NODES",
                "maxSummaryTokens": "MAX_TOKEN_BUDGET"}
 COMMUNITY_LISTS = ("global", "communities")  # k counts communities (maxCommunities)
 MAX_CURSOR_CHARS = 4096
+# Every param each method reads: the spec's, the vendor extras above, `_meta` and `strict`.
+COMMON_PARAMS = ("_meta", "strict")
+GRAPH_PARAMS = ("op", "query", "k", "seedIds", "hops", "level", "sessionId", "cursor",
+                "tokenBudget", "filter", *COMMON_PARAMS)
+MEMORY_BUILD_PARAMS = ("documents", "memoryId", "scope", "sessionId", "filter", *COMMON_PARAMS)
+MEMORY_RECALL_PARAMS = ("query", "memoryId", "sessionId", "n", "filter", *COMMON_PARAMS)
+
+
+@dataclass
+class EngineCall:
+    """What a wire request becomes: the engine method's keyword arguments, and the notes for
+    its result's ``usage.notes`` (the unknown params it ignored)."""
+
+    kwargs: dict[str, Any]
+    notes: list[str] = field(default_factory=list)
+
+
+def _checked_params(params: Mapping[str, Any], names: tuple[str, ...], method: str) -> list[str]:
+    """The notes of ``params``' unknown keys (InvalidParams under an explicit strict true),
+    after checking that ``strict`` is a boolean."""
+    strict = params.get("strict")
+    if strict is not None and not isinstance(strict, bool):
+        raise InvalidParams("strict must be a boolean", field="strict")
+    return unknown_params(params, names, method=method)
 
 
 def graph_limits(caps: Mapping[str, Any]) -> dict[str, int]:
@@ -97,8 +124,9 @@ def _choice(params: Mapping[str, Any], name: str, defined: tuple[str, ...],
     return value
 
 
-def graph_call(params: Mapping[str, Any], caps: Mapping[str, Any]) -> dict[str, Any]:
-    """Keyword arguments of ``Engine.graph`` from ``graph`` params (§7.9)."""
+def graph_call(params: Mapping[str, Any], caps: Mapping[str, Any]) -> EngineCall:
+    """The ``Engine.graph`` call of ``graph`` params (§7.9)."""
+    notes = _checked_params(params, GRAPH_PARAMS, "graph")
     if params.get("op") is None:
         raise InvalidParams("op is required", field="op")
     op = _choice(params, "op", GRAPH_OPS, _obj(caps, "graph").get("ops"))
@@ -142,7 +170,7 @@ def graph_call(params: Mapping[str, Any], caps: Mapping[str, Any]) -> dict[str, 
     filter_ = _filter(params)
     if filter_ is not None:
         call["filter"] = filter_
-    return call
+    return EngineCall(call, notes)
 
 
 def _filter(params: Mapping[str, Any]) -> dict[str, Any] | None:
@@ -172,12 +200,13 @@ def _seed_ids(value: Any, limit: int | None) -> list[str]:
     return list(value)
 
 
-def memory_build_call(params: Mapping[str, Any], caps: Mapping[str, Any]) -> dict[str, Any]:
-    """Keyword arguments of ``Engine.memory_build`` from ``memory/build`` params (§7.17).
+def memory_build_call(params: Mapping[str, Any], caps: Mapping[str, Any]) -> EngineCall:
+    """The ``Engine.memory_build`` call of ``memory/build`` params (§7.17).
 
     ``sessionId`` (a vendor extra, §4.6) names the trajectory of ``scope: "session"``; a
     ``memoryId`` of the form ``session:<id>`` names it too.
     """
+    notes = _checked_params(params, MEMORY_BUILD_PARAMS, "memory/build")
     scopes = _obj(caps, "memory").get("scopes")
     scope = _choice(params, "scope", MEMORY_SCOPES, scopes) or "global"
     call: dict[str, Any] = {"scope": scope}
@@ -199,7 +228,7 @@ def memory_build_call(params: Mapping[str, Any], caps: Mapping[str, Any]) -> dic
     filter_ = _filter(params)
     if filter_ is not None:
         call["filter"] = filter_
-    return call
+    return EngineCall(call, notes)
 
 
 def _documents(value: Any, limit: int | None) -> list[dict[str, Any]]:
@@ -224,8 +253,9 @@ def _documents(value: Any, limit: int | None) -> list[dict[str, Any]]:
     return out
 
 
-def memory_recall_call(params: Mapping[str, Any], caps: Mapping[str, Any]) -> dict[str, Any]:
-    """Keyword arguments of ``Engine.memory_recall`` from ``memory/recall`` params (§7.17)."""
+def memory_recall_call(params: Mapping[str, Any], caps: Mapping[str, Any]) -> EngineCall:
+    """The ``Engine.memory_recall`` call of ``memory/recall`` params (§7.17)."""
+    notes = _checked_params(params, MEMORY_RECALL_PARAMS, "memory/recall")
     call: dict[str, Any] = {"query": _string(params, "query", required=True)}
     for wire, name in (("memoryId", "memory_id"), ("sessionId", "session_id")):
         value = _string(params, wire)
@@ -237,4 +267,4 @@ def memory_recall_call(params: Mapping[str, Any], caps: Mapping[str, Any]) -> di
     filter_ = _filter(params)
     if filter_ is not None:
         call["filter"] = filter_
-    return call
+    return EngineCall(call, notes)

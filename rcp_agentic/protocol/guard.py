@@ -9,12 +9,18 @@ DNS-rebinding page can even read the answers. So, before anything else:
   CORS origin: 403 otherwise (requests without one, from non-browser clients, pass);
 - with a token configured, every request needs ``Authorization: Bearer <token>`` (the
   scheme name in any case, RFC 7235): 401 otherwise;
-- without one, state-changing methods (:data:`WRITE_METHODS`, alone or in a batch) are
-  refused with 401 unless anonymous writes were allowed; reads stay open.
+- without one, state-changing calls (:func:`is_write`, alone or in a batch) are
+  refused with 401 unless anonymous writes were allowed; reads stay open, and so does
+  ``memory/build`` with ``scope: "session"``, which only changes the caller's own
+  session (bound to the caller by the dispatcher).
 
 Every 401 carries ``WWW-Authenticate: Bearer``. A refusal is JSON in the shape of the
-route: an RCP error object on ``/rcp``, ``{"detail": ...}`` on the hosted REST API.
-The ``Content-Type`` check belongs to reading the body (:mod:`.body`).
+route: an RCP error object on ``/rcp``, ``{"detail": ...}`` on the hosted REST API. The
+RCP error echoes the request's id when it can be read: from the parsed body, or, for a
+refusal decided before the body is read, from a small bounded prefix of it
+(:func:`.body.peek_id`); a batch is refused as a whole, with ``id: null`` (JSON-RPC 2.0
+answers a request it cannot process as a single response object). The
+``Content-Type`` check belongs to reading the body (:mod:`.body`).
 """
 
 from __future__ import annotations
@@ -32,9 +38,14 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ..errors import InvalidRequest, RCPError, Unauthorized
 from ..jsonio import dumps
+from .body import peek_id
+from .dispatcher import request_id
 
-# The methods of protocol/methods.py that change what the server holds.
+# The methods of protocol/methods.py that change what the server holds (memory/build
+# only outside the caller's own session: see is_write).
 WRITE_METHODS = frozenset({"index/add", "index/delete", "feedback", "memory/build"})
+# Closes a connection whose request body may be partly unread.
+CLOSE = {"Connection": "close"}
 LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
 CHALLENGE = {"WWW-Authenticate": "Bearer"}
 REST_PREFIX = "/api/"
@@ -63,10 +74,11 @@ def _host_name(value: str) -> tuple[str | None, int | None]:
 
 
 def refusal(path: str, status: int, error: RCPError,
-            headers: Mapping[str, str] | None = None) -> Response:
-    """The JSON answer refusing a request to ``path``, in that route's shape."""
+            headers: Mapping[str, str] | None = None, id_: Any = None) -> Response:
+    """The JSON answer refusing a request to ``path``, in that route's shape (``id_``: the
+    JSON-RPC id to echo on an RCP route)."""
     body: dict[str, Any] = ({"detail": error.message} if path.startswith(REST_PREFIX) else
-                            {"jsonrpc": "2.0", "id": None, "error": error.to_wire()})
+                            {"jsonrpc": "2.0", "id": id_, "error": error.to_wire()})
     return Response(dumps(body), status_code=status, media_type="application/json",
                     headers=dict(headers or {}))
 
@@ -86,23 +98,27 @@ class HostOriginGuard:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        headers = Headers(scope=scope)
+        refused = self._refusal(Headers(scope=scope), scope["scheme"])
+        if refused is None:
+            await self.app(scope, receive, send)
+            return
+        status, error = refused
+        path = scope["path"]
+        id_ = None if path.startswith(REST_PREFIX) else await peek_id(
+            Request(scope, receive))
+        await refusal(path, status, error, CLOSE, id_)(scope, receive, send)
+
+    def _refusal(self, headers: Headers, scheme: str) -> tuple[int, RCPError] | None:
+        """The status and error refusing a foreign Host or Origin, or None."""
         host, origin = headers.get("host"), headers.get("origin")
-        refused = None
         if host is not None and not self._host_ok(host):
             name = _host_name(host)[0] or host
-            refused = refusal(scope["path"], 421, InvalidRequest(
-                f"Host {host!r} is not served here; the operator may allow it with "
-                f"--allowed-host {name}", field="Host"))
-        elif origin is not None and not self._origin_ok(origin, host, scope["scheme"]):
-            refused = refusal(scope["path"], 403, Unauthorized(
-                f"requests from origin {origin!r} are not allowed; the operator may allow it "
-                f"with --cors-origin {origin}"))
-        if refused is not None:
-            refused.headers["Connection"] = "close"  # its body, if any, is never read
-            await refused(scope, receive, send)
-            return
-        await self.app(scope, receive, send)
+            return 421, InvalidRequest(f"Host {host!r} is not served here; the operator may "
+                                       f"allow it with --allowed-host {name}", field="Host")
+        if origin is not None and not self._origin_ok(origin, host, scheme):
+            return 403, Unauthorized(f"requests from origin {origin!r} are not allowed; the "
+                                     f"operator may allow it with --cors-origin {origin}")
+        return None
 
     def _host_ok(self, host: str) -> bool:
         name = _host_name(host)[0]
@@ -124,10 +140,22 @@ class HostOriginGuard:
             return False
 
 
-def _methods(message: Any) -> list[str]:
-    """The method names of a request or batch (a non-string one is the dispatcher's -32600)."""
+def is_write(request: Any) -> bool:
+    """Whether one request object changes what the server holds: a method of
+    :data:`WRITE_METHODS`, except ``memory/build`` with ``scope: "session"`` (the caller's
+    own session state, not the corpus). A non-string method is the dispatcher's -32600."""
+    method = request.get("method") if isinstance(request, dict) else None
+    if not isinstance(method, str) or method not in WRITE_METHODS:
+        return False
+    params = request.get("params")
+    return not (method == "memory/build" and isinstance(params, dict)
+                and params.get("scope") == "session")
+
+
+def _writes(message: Any) -> list[str]:
+    """The method names of the writes in a request or batch."""
     items = message if isinstance(message, list) else [message]
-    return [m["method"] for m in items if isinstance(m, dict) and isinstance(m.get("method"), str)]
+    return sorted({m["method"] for m in items if is_write(m)})
 
 
 class Gate:
@@ -137,6 +165,12 @@ class Gate:
         self.token = token
         self.allow_anonymous_writes = allow_anonymous_writes
 
+    @property
+    def writes_open(self) -> bool:
+        """Whether every caller let in may write: a token is configured (so every caller
+        holds it) or anonymous writes are allowed."""
+        return self.token is not None or self.allow_anonymous_writes
+
     def authorized(self, request: Request) -> bool:
         """True when no token is configured or the request carries it."""
         if self.token is None:
@@ -145,28 +179,28 @@ class Gate:
         return scheme.lower() == "bearer" and hmac.compare_digest(
             credentials.strip().encode(), self.token.encode())
 
-    def refusal(self, request: Request) -> Response | None:
-        """The RCP-shaped 401 for a missing or wrong token, or None."""
-        if self.authorized(request):
-            return None
-        return refusal(request.url.path, 401, Unauthorized("missing or wrong bearer token"),
-                       CHALLENGE)
+    def unauthorized(self, path: str, id_: Any = None) -> Response:
+        """The 401 for a missing or wrong token (decided before the body is read)."""
+        return refusal(path, 401, Unauthorized("missing or wrong bearer token"),
+                       {**CHALLENGE, **CLOSE}, id_)
 
     def write_refusal(self, request: Request, message: Any) -> Response | None:
         """The 401 for an anonymous write (``message`` is a request or a batch), or None."""
-        if self.token is not None or self.allow_anonymous_writes:
+        if self.writes_open:
             return None
-        writes = sorted({m for m in _methods(message) if m in WRITE_METHODS})
+        writes = _writes(message)
         if not writes:
             return None
         return refusal(request.url.path, 401, Unauthorized(
             f"{', '.join(writes)} over HTTP needs a bearer token: start the server with "
             "$RCP_AGENTIC_TOKEN set and send it, or allow anonymous writes with "
-            "--allow-anonymous-writes"), CHALLENGE)
+            "--allow-anonymous-writes"), CHALLENGE, request_id(message))
 
     def guard(self, endpoint: Endpoint) -> Endpoint:
-        """``endpoint`` behind the token check (any route shape)."""
+        """``endpoint`` behind the token check (the hosted REST route: no JSON-RPC id)."""
         async def guarded(request: Request) -> Response:
-            return self.refusal(request) or await endpoint(request)
+            if not self.authorized(request):
+                return self.unauthorized(request.url.path)
+            return await endpoint(request)
 
         return guarded

@@ -11,7 +11,8 @@ a foreign ``Host`` is 421 and a foreign ``Origin`` 403 (:mod:`.guard`); a missin
 wrong bearer token (when one is configured) 401 with -32012; a body that is not
 ``application/json`` 415, over the limit 413 (-32013), too slow 408 (:mod:`.body`);
 an anonymous write when no token is configured 401 (unless anonymous writes are
-allowed). Every answer is JSON, an unexpected failure included (500, -32603). The
+allowed). Every refusal echoes the request's id when it can be read (:mod:`.guard`).
+Every answer is JSON, an unexpected failure included (500, -32603). The
 engine's work runs in a thread pool so requests overlap.
 
 With ``Accept: text/event-stream`` a single request is answered as server-sent
@@ -44,10 +45,11 @@ from ..control import RequestControl
 from ..engine import Engine
 from ..errors import InternalError, InvalidRequest, ParseError, RCPError
 from .. import jsonio
-from .body import DEFAULT_BODY_LIMIT, DEFAULT_BODY_TIMEOUT, BodyRefused, read_body
+from .body import DEFAULT_BODY_LIMIT, DEFAULT_BODY_TIMEOUT, BodyRefused, peek_id, read_body
+from .caller import Caller
 from .dispatcher import Dispatcher, dumps
-from .guard import Gate, HostOriginGuard, refusal
-from .listener import ServerLimits, run
+from .guard import CLOSE, Gate, HostOriginGuard, refusal
+from .listener import CONNECTION_KEY, ServerLimits, run
 
 log = logging.getLogger(__name__)
 
@@ -65,8 +67,33 @@ async def _body(request: Request, limit: int, timeout: float) -> bytes | Respons
     try:
         return await read_body(request, limit, timeout)
     except BodyRefused as refused:
+        # Only a wrong media type is refused unread; its id may be in a short body.
+        id_ = await peek_id(request) if refused.status == 415 else None
         # The rest of a refused body may still be on its way: close rather than drain it.
-        return refusal(request.url.path, refused.status, refused.error, {"Connection": "close"})
+        return refusal(request.url.path, refused.status, refused.error, CLOSE, id_)
+
+
+def principal(request: Request, gate: Gate, *, stateful: bool) -> str:
+    """Whom the sessions a request names belong to (README: "Sessions are bound to the
+    caller"): with a token, its holders (one principal; per RCP-Session in stateful mode);
+    without one, the RCP-Session header the client sends, else its TCP connection."""
+    name = request.headers.get(SESSION_HEADER)
+    if gate.token is not None:
+        return "bearer" + (f"\0{name}" if stateful and name else "")
+    if name:
+        return f"rcp-session\0{name}"
+    return f"connection\0{_connection(request)}"
+
+
+def _connection(request: Request) -> str:
+    """The request's TCP connection: the name our listener gives it, else (another ASGI
+    server) the client's address and port, which a later connection may reuse."""
+    state = request.scope.get("state")
+    name = state.get(CONNECTION_KEY) if isinstance(state, dict) else None
+    if isinstance(name, str):
+        return name
+    client = request.scope.get("client")
+    return f"{client[0]}:{client[1]}" if client else "unknown"
 
 
 async def _watch_disconnect(request: Request, controls: list[RequestControl]) -> None:
@@ -92,14 +119,14 @@ class _Sessions:
         self._named: OrderedDict[str, Dispatcher] = OrderedDict()
         self._lock = threading.Lock()
 
-    def dispatcher(self, request: Request) -> Dispatcher | Response:
+    def dispatcher(self, request: Request) -> Dispatcher | RCPError:
+        """The request's dispatcher, or the error refusing a malformed RCP-Session header."""
         name = request.headers.get(SESSION_HEADER)
         if not self.stateful or not name:
             return self.shared
         if len(name) > MAX_SESSION_NAME or not name.isprintable():
-            return _error_response(400, InvalidRequest(
-                f"the RCP-Session header must be at most {MAX_SESSION_NAME} printable "
-                "characters"))
+            return InvalidRequest(f"the RCP-Session header must be at most {MAX_SESSION_NAME} "
+                                  "printable characters", field="RCP-Session")
         with self._lock:
             found = self._named.get(name)
             if found is None:
@@ -116,12 +143,11 @@ def rcp_routes(sessions: _Sessions, gate: Gate, *, body_limit: int = DEFAULT_BOD
     """The RCP endpoints: ``POST /rcp`` and ``POST /rcp/<method>``."""
 
     async def rcp(request: Request) -> Response:
-        refused = gate.refusal(request)
-        if refused is not None:
-            return refused
+        if not gate.authorized(request):
+            return gate.unauthorized(request.url.path, await peek_id(request))
         dispatcher = sessions.dispatcher(request)
-        if isinstance(dispatcher, Response):
-            return dispatcher
+        if isinstance(dispatcher, RCPError):
+            return refusal(request.url.path, 400, dispatcher, CLOSE, await peek_id(request))
         body = await _body(request, body_limit, body_timeout)
         if isinstance(body, Response):
             return body
@@ -142,16 +168,19 @@ def rcp_routes(sessions: _Sessions, gate: Gate, *, body_limit: int = DEFAULT_BOD
             return _error_response(400, InvalidRequest("the body must be a JSON-RPC object"))
         # Ids are unique per client: the credentials and the RCP-Session header name it.
         scope = (request.headers.get("authorization"), request.headers.get(SESSION_HEADER))
+        caller = Caller(writes=gate.writes_open,
+                        principal=principal(request, gate, stateful=sessions.stateful))
         if isinstance(message, dict) and "id" not in message:  # a notification: cheap
-            response = dispatcher.handle(message, scope=scope)
+            response = dispatcher.handle(message, scope=scope, caller=caller)
             if response is None:
                 return Response(status_code=204)
             return Response(dumps(response), media_type="application/json")
         if isinstance(message, dict) and "text/event-stream" in request.headers.get("accept", ""):
-            return _stream(dispatcher, request, message, scope)
+            return _stream(dispatcher, request, message, scope, caller)
         controls: list[RequestControl] = []
         work = asyncio.ensure_future(run_in_threadpool(
-            dispatcher.handle, message, None, scope=scope, on_start=controls.append))
+            dispatcher.handle, message, None, scope=scope, on_start=controls.append,
+            caller=caller))
         watcher = asyncio.ensure_future(_watch_disconnect(request, controls))
         try:
             response = await work
@@ -166,7 +195,7 @@ def rcp_routes(sessions: _Sessions, gate: Gate, *, body_limit: int = DEFAULT_BOD
 
 
 def _stream(dispatcher: Dispatcher, request: Request, message: dict[str, Any],
-            scope: tuple[str | None, str | None]) -> StreamingResponse:
+            scope: tuple[str | None, str | None], caller: Caller) -> StreamingResponse:
     """Answer one request as SSE: progress frames as they happen, then the response."""
     loop = asyncio.get_running_loop()
     frames: asyncio.Queue[Any] = asyncio.Queue()
@@ -177,7 +206,8 @@ def _stream(dispatcher: Dispatcher, request: Request, message: dict[str, Any],
 
     async def events() -> AsyncIterator[str]:
         work = asyncio.ensure_future(run_in_threadpool(
-            dispatcher.handle, message, send, scope=scope, on_start=controls.append))
+            dispatcher.handle, message, send, scope=scope, on_start=controls.append,
+            caller=caller))
         work.add_done_callback(lambda _f: frames.put_nowait(None))
         watcher = asyncio.ensure_future(_watch_disconnect(request, controls))
         try:

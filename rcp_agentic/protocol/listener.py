@@ -4,7 +4,8 @@ uvicorn arms no timer before a connection's first response, so a client that nev
 finishes its request head keeps its connection, and a file descriptor, for ever (a
 slow-loris). :func:`slow_client_protocol` closes a connection that has not delivered a
 complete request head within ``header_timeout`` seconds of connecting or of its
-previous response, or that sends more than ``max_head_bytes`` without completing one.
+previous response, or that sends more than ``max_head_bytes`` without completing one,
+and names each connection (:data:`CONNECTION_KEY`) for binding sessions to it.
 The body has its own deadline (:func:`.body.read_body`, ``body_timeout``); idle
 keep-alive connections close after ``keep_alive_timeout``; past ``max_connections``
 open connections uvicorn answers new requests with 503. At start-up the soft limit on
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import resource
+import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -24,6 +26,9 @@ from typing import Any
 FD_RESERVE = 128
 DEFAULT_MAX_CONNECTIONS = 4096
 OPEN_FILES_WANTED = 65536
+# The key, in each request's ``scope["state"]``, of a random name of its TCP connection (a
+# client's host and port can come back on a later connection; this cannot).
+CONNECTION_KEY = "rcp_agentic.connection"
 
 
 @dataclass(frozen=True)
@@ -69,6 +74,7 @@ def slow_client_protocol(limits: ServerLimits) -> type[asyncio.Protocol]:
     class SlowClientProtocol(base):  # type: ignore[misc, valid-type]
         _head_timer: asyncio.TimerHandle | None = None
         _head_bytes = 0
+        app_state: dict[str, Any]  # uvicorn's; copied into each request's scope["state"]
 
         def _awaiting_head(self) -> bool:
             # uvicorn sets `cycle` when a request head is complete; between requests (and
@@ -88,6 +94,8 @@ def slow_client_protocol(limits: ServerLimits) -> type[asyncio.Protocol]:
 
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
             super().connection_made(transport)
+            # Every request's scope["state"] is a copy of app_state: this names the connection.
+            self.app_state = {**self.app_state, CONNECTION_KEY: secrets.token_hex(16)}
             self._arm()
 
         def data_received(self, data: bytes) -> None:

@@ -23,11 +23,14 @@ from typing import IO, Any
 from ..engine import Engine
 from ..errors import ParseError, PayloadTooLarge
 from .. import jsonio
+from .caller import Caller
 from .dispatcher import Dispatcher, dumps
 
 log = logging.getLogger(__name__)
 
 MAX_FRAME_BYTES = 8 * 1024 * 1024
+# The one client: the process that spawned the server (trusted with writes, §15.6).
+CALLER = Caller(writes=True, principal="stdio")
 
 
 def serve_stdio(engine: Engine, *, stdin: IO[bytes] | None = None,
@@ -48,7 +51,7 @@ def serve_stdio(engine: Engine, *, stdin: IO[bytes] | None = None,
 
     def answer(message: Any) -> None:
         try:
-            response = dispatcher.handle(message, write)
+            response = dispatcher.handle(message, write, caller=CALLER)
             if response is not None:
                 write(response)
         except Exception:  # the dispatcher never raises; this is the last line of defence

@@ -1,0 +1,126 @@
+"""Who sends a request, as its transport knows it: what that caller is offered (§13.2,
+§15.6) and the session ids bound to it.
+
+Capabilities say what the caller may call: a caller that may not write (anonymous over
+HTTP, no token configured, anonymous writes not allowed) is offered neither ``index`` nor
+``feedback``, and ``memory`` for its own session only (``scope: "session"`` changes only
+that caller's session state; ``scope: "global"`` is a corpus write). The trusted callers —
+in process and the process that spawned a stdio server (§15.6) — may write.
+
+Session ids are capabilities: whoever names one reads and steers that session's dedup,
+memory and DRIFT frontier. So a session id a caller sends (``sessionId`` of ``retrieve``,
+``graph``, ``memory/build`` and ``memory/recall``; the ``<id>`` of a ``memoryId``
+``session:<id>``) is replaced, before the engine sees it, by a key derived from the caller's
+principal and the id (:func:`session_key`): two callers naming the same id have different
+sessions, and no caller can name another's. The key goes back to its id in results (the
+``memoryId`` of ``memory/build``). ``feedback`` keeps its ``sessionId`` as given: it is a
+label in the operator's log (``engine.feedback.signals(session_id=...)``), never read as
+session state. A caller without a principal (in process) uses ids as given.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import hmac
+import secrets
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import InvalidParams
+from ..pipeline.params import is_unicode
+
+# Sessions live in this process's memory, so a key of this process binds them.
+_SECRET = secrets.token_bytes(32)
+KEY_CHARS = 32  # hex characters of a session key (128 bits), or the engine's limit if lower
+SESSION_MEMORY = "session:"
+# The params naming a session, per method (retrieve also takes its Python name).
+SESSION_PARAMS: dict[str, tuple[str, ...]] = {
+    "retrieve": ("sessionId", "session_id"), "graph": ("sessionId",),
+    "memory/build": ("sessionId",), "memory/recall": ("sessionId",)}
+MEMORY_ID_METHODS = ("memory/build", "memory/recall")
+
+
+@dataclass(frozen=True)
+class Caller:
+    """One request's caller: ``writes`` is whether it may change what the server holds;
+    ``principal`` names it for session binding (None: trusted, ids used as given)."""
+
+    writes: bool = True
+    principal: str | None = None
+
+
+TRUSTED = Caller()
+
+
+def read_only(caps: dict[str, Any]) -> dict[str, Any]:
+    """``caps`` as offered to a caller that may not write: no ``index``, no ``feedback``,
+    and ``memory`` only with its ``session`` scope (dropped when that scope is not offered)."""
+    out = copy.deepcopy(caps)
+    out.pop("index", None)
+    out.pop("feedback", None)
+    memory = out.get("memory")
+    if isinstance(memory, dict):
+        if "session" in (memory.get("scopes") or ()):
+            memory["scopes"] = ["session"]
+        else:
+            del out["memory"]
+    return out
+
+
+def session_key(principal: str, session_id: str, chars: int = KEY_CHARS) -> str:
+    """The engine's name for ``principal``'s session ``session_id``: an HMAC under this
+    process's key, in hex, ``chars`` long. The principal enters as its SHA-256, so no choice
+    of principal and id can collide with another pair."""
+    message = (hashlib.sha256(principal.encode("utf-8", "surrogatepass")).digest()
+               + session_id.encode("utf-8"))
+    return hmac.new(_SECRET, message, hashlib.sha256).hexdigest()[:chars]
+
+
+def _checked(value: Any, field: str, max_chars: int) -> str:
+    """A client's session id, within the engine's limits, or InvalidParams on ``field``."""
+    if not isinstance(value, str) or not value:
+        raise InvalidParams(f"{field} must name a session with a non-empty string", field=field)
+    if len(value) > max_chars:
+        raise InvalidParams(f"{field} names a session of {len(value)} characters, more than "
+                            f"the limit of {max_chars}", field=field)
+    if not is_unicode(value):
+        raise InvalidParams(f"{field} holds a lone UTF-16 surrogate (not valid Unicode)",
+                            field=field)
+    return value
+
+
+def bind_sessions(method: str, params: Mapping[str, Any], principal: str,
+                  max_chars: int) -> tuple[dict[str, Any], dict[str, str]]:
+    """``params`` with every session id replaced by ``principal``'s key for it, and the keys
+    back to the client's ids. A malformed id is InvalidParams (the engine's limits)."""
+    out = dict(params)
+    back: dict[str, str] = {}
+    chars = min(KEY_CHARS, max_chars)
+
+    def bound(client_id: str) -> str:
+        key = session_key(principal, client_id, chars)
+        back[key] = client_id
+        return key
+
+    for name in SESSION_PARAMS.get(method, ()):
+        if out.get(name) is not None:
+            out[name] = bound(_checked(out[name], name, max_chars))
+    memory_id = out.get("memoryId")
+    if method in MEMORY_ID_METHODS and isinstance(memory_id, str) \
+            and memory_id.startswith(SESSION_MEMORY):
+        client_id = _checked(memory_id[len(SESSION_MEMORY):], "memoryId", max_chars)
+        out["memoryId"] = SESSION_MEMORY + bound(client_id)
+    return out, back
+
+
+def unbind_result(result: Any, back: Mapping[str, str]) -> Any:
+    """``result`` with a ``memoryId`` naming a bound session named by the client's id again."""
+    if not back or not isinstance(result, dict):
+        return result
+    memory_id = result.get("memoryId")
+    if isinstance(memory_id, str) and memory_id.startswith(SESSION_MEMORY) \
+            and memory_id[len(SESSION_MEMORY):] in back:
+        return {**result, "memoryId": SESSION_MEMORY + back[memory_id[len(SESSION_MEMORY):]]}
+    return result
