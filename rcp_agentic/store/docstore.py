@@ -56,6 +56,10 @@ BUSY_TIMEOUT_SECONDS = 30.0
 _BUSY_SLICE_MS = 100
 # Hydrated unit rows kept in memory (rows are immutable per rowid).
 _ROW_CACHE = 8192
+# Filter results kept: a committed version never changes what it shows, so the units a
+# compiled filter passes at a version are fixed; an agent repeats its tenant's filter on
+# every step and op (each graph op asks it several times).
+_FILTER_CACHE = 32
 _HIT_KEYS = ("rowid", "uid", "unit", "level", "doc_id", "idx", "start", "end", "page_start",
              "page_end", "tokens", "text", "title", "source", "uri", "file_type", "meta", "trust",
              "injection_suspected", "umeta")
@@ -247,6 +251,7 @@ class Docstore:
         self._load_vocab()
         self._data_version = self._read_data_version()
         self._rows: OrderedDict[int, dict[str, Any]] = OrderedDict()
+        self._filtered: OrderedDict[tuple[Any, ...], np.ndarray] = OrderedDict()
 
     def _migrate(self) -> None:
         """Bring a directory of an older schema up to this one, in one transaction."""
@@ -737,6 +742,12 @@ class Docstore:
         derived from an excluded document is returned (filters scope tenants).
         """
         kinds = list(kinds)
+        key = (tuple(kinds), version, sql, repr(tuple(params)))  # values may be lists
+        with self._lock:
+            cached = self._filtered.get(key)
+            if cached is not None:
+                self._filtered.move_to_end(key)
+                return cached
         per_doc = [k for k in kinds if k[0] not in derived_kinds()]
         derived = [k for k in kinds if k[0] in derived_kinds()]
         rows: list[tuple[Any, ...]] = []
@@ -758,7 +769,13 @@ class Docstore:
                 f" AND NOT EXISTS (SELECT 1 FROM covers c WHERE c.urow = t.rowid"
                 f" AND c.leaf NOT IN passing)",
                 (version, version, *params, *kparams, version, version))
-        return np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
+        out = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
+        out.flags.writeable = False  # shared by every caller of the cache
+        with self._lock:
+            self._filtered[key] = out
+            while len(self._filtered) > _FILTER_CACHE:
+                self._filtered.popitem(last=False)
+        return out
 
     def passing_rowids(self, rowids: Sequence[int], sql: str, params: tuple[Any, ...]
                        ) -> list[int]:
