@@ -55,6 +55,11 @@ class SessionMemory:
     def __len__(self) -> int:
         return len(self._store)
 
+    def __contains__(self, session_id: object) -> bool:
+        """Whether a memory was built for ``session_id`` (and has not expired or been evicted),
+        even one that holds no entity."""
+        return session_id in self._store
+
     def add(self, session_id: str, entities: Mapping[str, float]) -> int:
         """Remember ``entities`` (a weight kept at its maximum) for ``session_id``; returns how
         many entities the session holds (0 when it could not be kept)."""

@@ -398,9 +398,10 @@ class GraphOps:
         version = self._memory_version(memory_id) if memory_id is not None else None
         if memory_id is not None and memory_id.startswith("session:"):
             named = _session(memory_id[len("session:"):], self.engine)
-            if named is None or not self.memory.get(named):
-                raise NotFound("memoryId names a session that holds no memory (build it with "
-                               "memory/build scope 'session')", field="memoryId")
+            if named is None or named not in self.memory:
+                raise NotFound("memoryId names no session memory of this engine (build it with "
+                               "memory/build scope 'session'; it expires unused)",
+                               field="memoryId")
             session = session or named
         view, version = self.scope(filter_, version)
         ctl.check()

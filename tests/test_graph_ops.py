@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+from pathlib import Path
+
 import pytest
 from test_graph_recall import BRIDGE, QUESTION, corpus
 
@@ -152,3 +154,29 @@ def test_memory_needs_a_graph(tmp_path: Any, embedder: Any) -> None:
         with pytest.raises(CapabilityMissing):
             g.graph("local", query=QUESTION)
         assert g.ops() == []
+
+
+def test_memory_ids_unknown_or_collected(ops: GraphOps, tmp_path: Path) -> None:
+    """Issue 21.10 (§12): an unknown memory is -32015, a collected snapshot -32010 (as a
+    pinned indexVersion), a session memoryId that was never built -32015."""
+    from rcp_agentic.errors import BackendUnavailable
+
+    with pytest.raises(NotFound) as err:
+        ops.memory_recall(QUESTION, memory_id="graph@v99999")
+    assert err.value.code == -32015 and err.value.data["field"] == "memoryId"
+    with pytest.raises(NotFound):
+        ops.memory_recall(QUESTION, memory_id="session:never-built")
+    ops.memory_build([{"text": QUESTION}], scope="session", session_id="built")
+    assert ops.memory_recall(QUESTION, memory_id="session:built").clues
+    # A version this engine has collected: one snapshot retained, three writes.
+    small = Engine(tmp_path / "one-snapshot", embedder=ops.engine.embedder.inner,
+                   build_graph=True, snapshots_retained=1)
+    try:
+        for i in range(3):
+            small.add_documents([{"id": f"d{i}", "text": f"Velvet Lanterns played in Bergen {i}."}])
+        assert small.store.oldest_retained() > 1
+        with pytest.raises(BackendUnavailable) as gone:
+            small.memory_recall(QUESTION, memory_id="graph@v1")
+        assert gone.value.code == -32010 and not gone.value.data.get("retryable", False)
+    finally:
+        small.close()

@@ -377,7 +377,8 @@ def post(url: str, method: str, params: dict[str, Any],
 
 
 def test_anonymous_http_is_offered_session_memory_only(anonymous_url: str) -> None:
-    """Issue 21.9: memory/build of the session is no corpus write; of the graph it is (401)."""
+    """Issue 21.9: memory/build of the session is no corpus write; of the graph it is, and
+    an anonymous caller is offered only the session scope (-32005 for the others)."""
     status, out = post(anonymous_url, "initialize", {"protocolVersion": 1})
     caps = out["result"]["capabilities"]
     assert status == 200 and caps["memory"] == {"scopes": ["session"], "clues": True}
@@ -386,7 +387,8 @@ def test_anonymous_http_is_offered_session_memory_only(anonymous_url: str) -> No
     for params in ({}, {"scope": "global"}, {"scope": "Session", "sessionId": "s"},
                    {"documents": [{"text": "Jeff Porcaro"}]}):
         status, out = post(anonymous_url, "memory/build", params)
-        assert status == 401 and out["error"]["code"] == -32012, params
+        assert status == 200 and out["error"]["code"] == -32005, params
+        assert out["error"]["data"]["option"] == "scope" and "TOKEN" in out["error"]["message"]
     status, out = post(anonymous_url, "memory/build", {
         "scope": "session", "sessionId": "anon-1", "documents": [{"text": "Jeff Porcaro"}]})
     assert status == 200 and out["result"]["memoryId"] == "session:anon-1"
@@ -421,9 +423,12 @@ def test_anonymous_sessions_are_bound_to_the_caller(anonymous_url: str) -> None:
             "documents": [{"text": "Jeff Porcaro and Hartford"}]}, victim)
         held = out["result"]["tokens"]
         assert status == 200 and out["result"]["memoryId"] == "session:victim" and held > 0
-        for named in ({"sessionId": "victim"}, {"memoryId": "session:victim"}):
-            assert _held(url, named) == 0  # another connection: its own, empty session
-            assert _recall(url, named) == plain  # not steered by the victim's memory
+        assert _held(url, {"sessionId": "victim"}) == 0  # another connection: its own session
+        assert _recall(url, {"sessionId": "victim"}) == plain  # not steered by the victim's
+        # The victim's memoryId names no memory of this caller's: -32015, nothing read (§12).
+        status, out = post(url, "memory/recall", {"query": "Toto IV",
+                                                  "memoryId": "session:victim"})
+        assert status == 200 and out["error"]["code"] == -32015, out
         assert _held(url, {"sessionId": "victim"}, victim) == held  # nothing changed
         assert _recall(url, {"memoryId": "session:victim"}, victim) != plain
     finally:

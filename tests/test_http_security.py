@@ -220,19 +220,27 @@ def test_foreign_origin_is_403_and_cors_still_works(server: Server) -> None:
     assert status == 200 and headers["access-control-allow-origin"] == APP_ORIGIN
 
 
-def test_anonymous_writes_are_401_reads_are_open(server: Server) -> None:
+def test_anonymous_writes_are_not_offered_reads_are_open(server: Server) -> None:
+    """An anonymous caller is offered no write (item 9), so a write is answered as its
+    capabilities say: -32003 at HTTP 200 with its id (§12, L0), saying how to get write
+    access; nothing is stored. The official conformance harness reads exactly that."""
     before = stored_ids(server)
-    writes = [rpc("index/add", {"documents": [{"id": "new", "text": "anonymous text"}]}),
-              rpc("index/delete", {"ids": ["d2"]}),
-              rpc("feedback", {"signals": [{"hitId": "doc:d1#c0", "used": True}]}),
-              [rpc("ping", id_=1), rpc("index/delete", {"ids": ["d2"]}, id_=2)],
-              {"jsonrpc": "2.0", "method": "index/delete", "params": {"ids": ["d2"]}}]
-    for body in writes:
-        path = "/rcp" if isinstance(body, list) or "id" not in body else f"/rcp/{body['method']}"
-        status, headers, out = call(server, path, body, Origin=APP_ORIGIN)
-        assert status == 401 and headers["www-authenticate"] == "Bearer", body
-        assert out["error"]["code"] == -32012 and "RCP_AGENTIC_TOKEN" in out["error"]["message"]
+    writes = [(rpc("index/add", {"documents": [{"id": "new", "text": "anonymous text"}]}, id_="w1"),
+               -32003),
+              (rpc("index/delete", {"ids": ["d2"]}, id_=5), -32003),
+              (rpc("feedback", {"signals": [{"hitId": "doc:d1#c0", "used": True}]}), -32003)]
+    for body, code in writes:
+        status, headers, out = call(server, f"/rcp/{body['method']}", body, Origin=APP_ORIGIN)
+        assert status == 200 and out["id"] == body["id"], body
+        assert out["error"]["code"] == code and "RCP_AGENTIC_TOKEN" in out["error"]["message"]
         assert headers["access-control-allow-origin"] == APP_ORIGIN  # the page can read why
+    status, _, out = call(server, "/rcp", [rpc("ping", id_=1),
+                                          rpc("index/delete", {"ids": ["d2"]}, id_=2)])
+    assert status == 200 and out[0] == {"jsonrpc": "2.0", "id": 1, "result": {}}
+    assert out[1]["id"] == 2 and out[1]["error"]["code"] == -32003
+    status, _, _ = call(server, "/rcp", {"jsonrpc": "2.0", "method": "index/delete",
+                                         "params": {"ids": ["d2"]}})
+    assert status == 204  # a notification is never answered, and does nothing here
     assert stored_ids(server) == before
     for body in (rpc("retrieve", {"query": "vitamin", "k": 1}), rpc("info"),
                  [rpc("ping", id_=1), rpc("retrieve", {"query": "bm25", "k": 1}, id_=2)]):
@@ -288,14 +296,14 @@ def test_refusals_echo_the_request_id(server: Server) -> None:
         for status, headers in EARLY_REFUSALS:
             got, _, out = call(server, "/rcp/ping", rpc("ping", id_=id_), **headers)
             assert got == status and out["id"] == id_ and "error" in out, (status, id_)
-        # The anonymous write is refused once parsed.
+        # The anonymous write is answered once parsed.
         got, _, out = call(server, "/rcp/index/delete", rpc("index/delete", {"ids": ["d1"]},
                                                             id_=id_))
-        assert got == 401 and out["id"] == id_ and out["error"]["code"] == -32012
-    # A batch is refused as a whole: one error object, id null (JSON-RPC 2.0).
-    got, _, out = call(server, "/rcp", [rpc("ping", id_=1), rpc("index/delete", {"ids": ["d1"]},
-                                                                 id_=2)])
-    assert got == 401 and isinstance(out, dict) and out["id"] is None
+        assert got == 200 and out["id"] == id_ and out["error"]["code"] == -32003
+    # An early refusal of a batch is one error object, id null (JSON-RPC 2.0).
+    got, _, out = call(server, "/rcp", [rpc("ping", id_=1), rpc("ping", id_=2)],
+                       Origin="http://attacker.example")
+    assert got == 403 and isinstance(out, dict) and out["id"] is None
     # The hosted REST route keeps its own shape.
     got, _, out = call(server, "/api/v1/retrieval/retrieve", {"index_id": "default", "query": "x",
                                                              "id": 3}, Host="attacker.example")

@@ -28,7 +28,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import InvalidParams
+from ..errors import CapabilityMissing, InvalidParams, OptionUnsupported
 from ..pipeline.params import is_unicode
 
 # Sessions live in this process's memory, so a key of this process binds them.
@@ -40,6 +40,32 @@ SESSION_PARAMS: dict[str, tuple[str, ...]] = {
     "retrieve": ("sessionId", "session_id"), "graph": ("sessionId",),
     "memory/build": ("sessionId",), "memory/recall": ("sessionId",)}
 MEMORY_ID_METHODS = ("memory/build", "memory/recall")
+
+
+# The methods of protocol/methods.py that change what the server holds (memory/build only
+# outside the caller's own session: see is_write).
+WRITE_METHODS = frozenset({"index/add", "index/delete", "feedback", "memory/build"})
+WRITE_HINT = ("writes over HTTP need a bearer token: start the server with $RCP_AGENTIC_TOKEN "
+              "set and send it, or allow anonymous writes with --allow-anonymous-writes")
+
+
+def is_write(method: str, params: Mapping[str, Any]) -> bool:
+    """Whether a request changes what the server holds: a method of :data:`WRITE_METHODS`,
+    except ``memory/build`` with ``scope: "session"`` (the caller's own session state)."""
+    return method in WRITE_METHODS and not (method == "memory/build"
+                                            and params.get("scope") == "session")
+
+
+def refuse_write(method: str, params: Mapping[str, Any]) -> None:
+    """Refuse a write to a caller that may not write as its capabilities say (§12, §13.2):
+    the method is not offered to it (-32003), or for ``memory/build`` only its ``session``
+    scope is (-32005, ``option: "scope"``); both say how to get write access."""
+    if not is_write(method, params):
+        return
+    if method == "memory/build":
+        raise OptionUnsupported("memory/build of the corpus's graph is not offered to this "
+                                f"caller (scope 'session' is): {WRITE_HINT}", option="scope")
+    raise CapabilityMissing(f"{method} is not offered to this caller: {WRITE_HINT}")
 
 
 @dataclass(frozen=True)

@@ -39,7 +39,7 @@ from ..errors import (
 )
 from ..pipeline.params import is_unicode, lone_surrogate_at
 from .. import jsonio
-from .caller import TRUSTED, Caller, bind_sessions, read_only, unbind_result
+from .caller import TRUSTED, Caller, bind_sessions, read_only, refuse_write, unbind_result
 from .graphwire import graph_call, graph_limits, memory_build_call, memory_recall_call
 from .methods import PROTOCOL_VERSION, RCP_METHODS
 
@@ -242,6 +242,8 @@ class Dispatcher:
             raise UnknownMethod(f"method {method!r} is not defined by RCP/1 or this server")
         if method not in ALWAYS_ALLOWED and not self.initialized:
             raise NotInitialized(f"{method} before a successful initialize")
+        if not caller.writes:
+            refuse_write(method, params)  # checked by rule, not only by what caps omit
         gate = RCP_METHODS.get(method)
         handler = self._handlers.get(method)
         caps = self.capabilities(writes=caller.writes)

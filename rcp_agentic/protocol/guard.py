@@ -8,11 +8,11 @@ DNS-rebinding page can even read the answers. So, before anything else:
 - an ``Origin`` header, when present, must be the server's own origin or a configured
   CORS origin: 403 otherwise (requests without one, from non-browser clients, pass);
 - with a token configured, every request needs ``Authorization: Bearer <token>`` (the
-  scheme name in any case, RFC 7235): 401 otherwise;
-- without one, state-changing calls (:func:`is_write`, alone or in a batch) are
-  refused with 401 unless anonymous writes were allowed; reads stay open, and so does
-  ``memory/build`` with ``scope: "session"``, which only changes the caller's own
-  session (bound to the caller by the dispatcher).
+  scheme name in any case, RFC 7235): 401 otherwise (authorisation before capability
+  gating, §15.6);
+- without one, an anonymous caller may not write unless anonymous writes were allowed
+  (:attr:`Gate.writes_open`): it is offered no write and the dispatcher answers one as the
+  capabilities say (:func:`.caller.refuse_write`), a well-formed JSON-RPC error at 200.
 
 Every 401 carries ``WWW-Authenticate: Bearer``. A refusal is JSON in the shape of the
 route: an RCP error object on ``/rcp``, ``{"detail": ...}`` on the hosted REST API. The
@@ -39,11 +39,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from ..errors import InvalidRequest, RCPError, Unauthorized
 from ..jsonio import dumps
 from .body import peek_id
-from .dispatcher import request_id
 
-# The methods of protocol/methods.py that change what the server holds (memory/build
-# only outside the caller's own session: see is_write).
-WRITE_METHODS = frozenset({"index/add", "index/delete", "feedback", "memory/build"})
 # Closes a connection whose request body may be partly unread.
 CLOSE = {"Connection": "close"}
 LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
@@ -140,24 +136,6 @@ class HostOriginGuard:
             return False
 
 
-def is_write(request: Any) -> bool:
-    """Whether one request object changes what the server holds: a method of
-    :data:`WRITE_METHODS`, except ``memory/build`` with ``scope: "session"`` (the caller's
-    own session state, not the corpus). A non-string method is the dispatcher's -32600."""
-    method = request.get("method") if isinstance(request, dict) else None
-    if not isinstance(method, str) or method not in WRITE_METHODS:
-        return False
-    params = request.get("params")
-    return not (method == "memory/build" and isinstance(params, dict)
-                and params.get("scope") == "session")
-
-
-def _writes(message: Any) -> list[str]:
-    """The method names of the writes in a request or batch."""
-    items = message if isinstance(message, list) else [message]
-    return sorted({m["method"] for m in items if is_write(m)})
-
-
 class Gate:
     """The bearer-token policy shared by every route."""
 
@@ -183,18 +161,6 @@ class Gate:
         """The 401 for a missing or wrong token (decided before the body is read)."""
         return refusal(path, 401, Unauthorized("missing or wrong bearer token"),
                        {**CHALLENGE, **CLOSE}, id_)
-
-    def write_refusal(self, request: Request, message: Any) -> Response | None:
-        """The 401 for an anonymous write (``message`` is a request or a batch), or None."""
-        if self.writes_open:
-            return None
-        writes = _writes(message)
-        if not writes:
-            return None
-        return refusal(request.url.path, 401, Unauthorized(
-            f"{', '.join(writes)} over HTTP needs a bearer token: start the server with "
-            "$RCP_AGENTIC_TOKEN set and send it, or allow anonymous writes with "
-            "--allow-anonymous-writes"), CHALLENGE, request_id(message))
 
     def guard(self, endpoint: Endpoint) -> Endpoint:
         """``endpoint`` behind the token check (the hosted REST route: no JSON-RPC id)."""

@@ -155,9 +155,6 @@ def rcp_routes(sessions: _Sessions, gate: Gate, *, body_limit: int = DEFAULT_BOD
             message = jsonio.loads(body)
         except ParseError as exc:
             return _error_response(400, exc)
-        refused = gate.write_refusal(request, message)
-        if refused is not None:
-            return refused
         url_method = request.path_params.get("method")
         if isinstance(message, dict):
             if url_method is not None and message.get("method") != url_method:
