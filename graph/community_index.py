@@ -29,7 +29,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -89,6 +89,8 @@ class CommunityStore:
     by_id: dict[str, StoredCommunity]
     hierarchy: CommunityHierarchy
     version: int
+    # Partitions already sorted: a store is one committed version and never changes.
+    _levels: dict[int, tuple[StoredCommunity, ...]] = field(default_factory=dict, repr=False)
 
     @property
     def top_level(self) -> int:
@@ -96,8 +98,12 @@ class CommunityStore:
 
     def level(self, level: int) -> list[StoredCommunity]:
         """The partition at ``level`` (0 = finest), largest first (ties by id)."""
-        return sorted((c for c in self.by_id.values() if level in c.levels),
-                      key=lambda c: (-c.size, c.id))
+        got = self._levels.get(level)
+        if got is None:
+            got = self._levels[level] = tuple(sorted(
+                (c for c in self.by_id.values() if level in c.levels),
+                key=lambda c: (-c.size, c.id)))
+        return list(got)
 
 
 def load_communities(store: Docstore, version: int) -> CommunityStore | None:

@@ -743,11 +743,11 @@ class Docstore:
         """
         kinds = list(kinds)
         key = (tuple(kinds), version, sql, repr(tuple(params)))  # values may be lists
-        with self._lock:
-            cached = self._filtered.get(key)
-            if cached is not None:
-                self._filtered.move_to_end(key)
-                return cached
+        return self._fixed_rowids(key, lambda: self._filtered_rows(kinds, version, sql, params))
+
+    def _filtered_rows(self, kinds: list[tuple[str, int]], version: int, sql: str,
+                       params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
+        """The rows of :meth:`filtered_rowids`, from SQLite."""
         per_doc = [k for k in kinds if k[0] not in derived_kinds()]
         derived = [k for k in kinds if k[0] in derived_kinds()]
         rows: list[tuple[Any, ...]] = []
@@ -769,8 +769,20 @@ class Docstore:
                 f" AND NOT EXISTS (SELECT 1 FROM covers c WHERE c.urow = t.rowid"
                 f" AND c.leaf NOT IN passing)",
                 (version, version, *params, *kparams, version, version))
-        out = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
-        out.flags.writeable = False  # shared by every caller of the cache
+        return rows
+
+    def _fixed_rowids(self, key: tuple[Any, ...],
+                      rows: Callable[[], list[tuple[Any, ...]]]) -> np.ndarray:
+        """The rowids ``rows()`` selects, kept under ``key`` (which names a committed version:
+        what it selects there never changes); read-only, shared by every caller."""
+        with self._lock:
+            cached = self._filtered.get(key)
+            if cached is not None:
+                self._filtered.move_to_end(key)
+                return cached
+        found = rows()
+        out = np.fromiter((r[0] for r in found), dtype=np.int64, count=len(found))
+        out.flags.writeable = False
         with self._lock:
             self._filtered[key] = out
             while len(self._filtered) > _FILTER_CACHE:
@@ -793,10 +805,9 @@ class Docstore:
         """Rowids of the units of a kind whose rows span levels (communities: stored at their
         lowest level, ``umeta.levels = [lo, hi]``) that stand for ``level``, visible at
         ``version``."""
-        rows = self.query(
+        return self._fixed_rowids(("spanning", unit, level, version), lambda: self.query(
             f"SELECT rowid FROM units u WHERE unit = ? AND level <= ? AND {_visible('u')}"
-            " AND json_extract(umeta, '$.levels[1]') >= ?", (unit, level, version, version, level))
-        return np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
+            " AND json_extract(umeta, '$.levels[1]') >= ?", (unit, level, version, version, level)))
 
     def hydrate(self, rowids: list[int]) -> dict[int, dict[str, Any]]:
         """Unit rows (with text) joined with their document, keyed by rowid (missing ones absent).
