@@ -61,19 +61,27 @@ async def read_body(request: Request, limit: int = DEFAULT_BODY_LIMIT,
                                               field="Content-Type"))
     if _declared_over(request, limit):
         raise BodyRefused(413, PayloadTooLarge(f"request body exceeds {limit} bytes"))
-    body = bytearray()
     try:
         async with asyncio.timeout(timeout):
-            async for part in request.stream():
-                body += part
-                if len(body) > limit:
-                    raise BodyRefused(413, PayloadTooLarge(f"request body exceeds {limit} bytes"))
+            body = await _at_most(request, limit)
+        if body is None:
+            raise BodyRefused(413, PayloadTooLarge(f"request body exceeds {limit} bytes"))
     except TimeoutError:
         raise BodyRefused(408, Timeout(f"the request body did not arrive within {timeout:g} s")
                           ) from None
     except ClientDisconnect:
         raise BodyRefused(400, InvalidRequest("the client went away while sending the body")
                           ) from None
+    return body
+
+
+async def _at_most(request: Request, limit: int) -> bytes | None:
+    """The body as it streams in, or None as soon as it passes ``limit`` bytes."""
+    body = bytearray()
+    async for part in request.stream():
+        body += part
+        if len(body) > limit:
+            return None
     return bytes(body)
 
 
@@ -88,13 +96,9 @@ async def peek_id(request: Request, limit: int = PEEK_BYTES,
     """
     if _declared_over(request, limit):
         return None
-    body = bytearray()
     try:
         async with asyncio.timeout(timeout):
-            async for part in request.stream():
-                body += part
-                if len(body) > limit:
-                    return None
-        return request_id(jsonio.loads(bytes(body)))
+            body = await _at_most(request, limit)
+        return None if body is None else request_id(jsonio.loads(body))
     except (TimeoutError, ClientDisconnect, ParseError, RuntimeError):
         return None  # RuntimeError: the stream was already consumed
