@@ -53,7 +53,7 @@ def test_a_flood_of_sessions_stays_in_one_byte_budget(engine: Engine) -> None:
             res = engine.graph("drift", query=text, k=4, session_id=sid)
             assert res.hits
             again = engine.graph("drift", query=text, k=4, session_id=sid)  # continues
-            assert again.usage and any("continued session" in x for x in again.usage.notes or [])
+            assert again.usage and any("continued the session" in x for x in again.usage.notes or [])
             ops.memory_build([{"text": text}], scope="session", session_id=sid)
             ops.memory_recall(text, session_id=sid, n=3)
             assert budget.used <= BUDGET
