@@ -29,7 +29,7 @@ K = TypeVar("K", bound=Hashable)
 
 TOLERANCE = 1e-6        # cosines, BM25, reranker scores, probabilities (absolute)
 MASS_TOLERANCE = 1e-9   # PageRank masses and decayed fused scores (relative to the best)
-SIGNIFICANT = 12
+SIGNIFICANT = 14
 
 
 def ranked(pairs: Iterable[tuple[K, float]], *, tolerance: float = TOLERANCE,
