@@ -122,3 +122,23 @@ def test_a_graph_stored_under_another_vector_rule_is_rewritten(tmp_path: Path,
         assert again.store.info("derived.node.identity") == identity
     with Engine(path, embedder=embedder, graph_node_name_weight=0.25) as other:
         assert other.update_derived()[0].mode == "full"
+
+
+def test_an_update_keeps_the_vector_of_a_node_it_did_not_change(tmp_path: Path,
+                                                                 embedder: Any) -> None:
+    band = {"id": "v", "title": "Velvet Lanterns",
+            "text": "Velvet Lanterns is a band formed in 1974 in Bergen."}
+    choir = {"id": "c", "title": "Seaside Choir", "text": "Seaside Choir sings in Tromsø."}
+    with Engine(tmp_path / "e", embedder=embedder, build_graph=True) as eng:
+        eng.add_documents([band])
+        uid = node_uid(entity_key("Velvet Lanterns"))
+        before = _rows(eng)[uid]
+        eng.add_documents([choir])
+        after = _rows(eng)[uid]
+        assert after["rowid"] == before["rowid"]  # not rewritten: its vector stays as it was
+        assert node_uid(entity_key("Seaside Choir")) in _rows(eng)
+        report = eng.update_derived(full=True)[0]
+        assert report.mode == "full"
+        rebuilt = _rows(eng)[uid]
+        assert np.allclose(eng.store.vectors([rebuilt["rowid"]])[rebuilt["rowid"]],
+                           eng.store.vectors([before["rowid"]])[before["rowid"]], atol=1e-6)
