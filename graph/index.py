@@ -23,9 +23,11 @@ moved by more than ``graph_weight_tolerance`` (weights such as PMI move a little
 with every write; a full build writes them exactly). A rewritten unit whose text
 did not change keeps its vector. Vectors follow ``graph_unit_vectors``: ``text``
 embeds a node's text and a triplet's evidence sentence (one vector per sentence),
-``sources`` embeds nothing and averages the vectors of the chunks a unit comes
-from. A changed extractor or setting (the builder's ``identity``) rewrites every
-unit. :func:`load_graph` reads the graph back as it is visible at any retained index
+``sources`` averages the vectors of the chunks a unit comes from and, for a node, blends
+in its name (``graph_node_name_weight``; only the names the resolver did not embed are
+embedded). A changed extractor or setting (the builder's ``identity``, which records the
+vector rule) rewrites every unit: a graph stored before nodes carried their names
+(``vectors=sources``) is rewritten whole by its next update. :func:`load_graph` reads the graph back as it is visible at any retained index
 version; :meth:`Engine.graph_data` caches it per version.
 """
 
@@ -362,6 +364,7 @@ class GraphIndex:
         self._extractor: Extractor | None = None
         self._made = False
         self._cache: GraphCache | None = None  # per-chunk results of this process's last build
+        self._names: dict[str, np.ndarray] = {}  # names embedded for node vectors, not by the resolver
 
     @property
     def extractor(self) -> Extractor | None:
@@ -384,7 +387,17 @@ class GraphIndex:
         """What the graph depends on: the extractor and the build settings."""
         extractor = self.extractor
         return (f"{extractor.identity if extractor else 'llm/none'};{self.graph_config.identity};"
-                f"vectors={self.engine.config.graph_unit_vectors}")
+                f"vectors={self.vector_rule}")
+
+    @property
+    def vector_rule(self) -> str:
+        """How node and triplet vectors are made, as the graph's identity records it: a
+        graph stored under another rule (such as plain ``sources``, before node vectors
+        carried their names) is rewritten whole by the next update."""
+        c = self.engine.config
+        if c.graph_unit_vectors == "sources":
+            return f"sources+name{c.graph_node_name_weight:g}"
+        return c.graph_unit_vectors
 
     def load(self, version: int) -> GraphData | None:
         """The graph as stored and visible at ``version`` (None: none there)."""
@@ -472,29 +485,71 @@ class GraphIndex:
         * ``text`` — a node embeds its text; a triplet its evidence sentence (one vector
           per sentence, shared by every pair it joins: sentences are far fewer than
           triplets, and the header's words are indexed for BM25 all the same);
-        * ``sources`` — nothing is embedded: a node takes the mention-weighted mean of
-          its chunks' vectors, a triplet the mean of its attesting chunks' vectors.
+        * ``sources`` — a triplet takes the mean of its attesting chunks' vectors; a node
+          blends its name with its sources (:meth:`_node_vectors`). Only names the
+          resolver did not embed are embedded.
         """
         if not todo:
             return {}
         if self.engine.config.graph_unit_vectors == "sources":
-            rows = sorted({r for u in todo for r in u.covers})
-            chunk_vectors = self.engine.store.vectors(rows)
-            out = {}
-            for u in todo:
-                weights = ({int(r): float(w) for r, w in u.meta["mentions"].items()}
-                           if u.unit == NODE else {})
-                present = [r for r in u.covers if r in chunk_vectors]
-                if not present:
-                    out[u.uid] = timer.embed([u.text])[0]
-                    continue
-                v = np.sum([chunk_vectors[r] * weights.get(r, 1.0) for r in present], axis=0)
-                out[u.uid] = v / max(float(np.linalg.norm(v)), 1e-12)
+            out = self._source_means(todo, timer)
+            out.update(self._node_vectors([u for u in todo if u.unit == NODE], out, timer))
             return out
         key = {u.uid: _embedded_text(u) for u in todo}
         texts = list(dict.fromkeys(key.values()))
         by_text = dict(zip(texts, timer.embed(texts)))
         return {uid: by_text[text] for uid, text in key.items()}
+
+    def _source_means(self, todo: list[_Unit], timer: _Timer) -> dict[str, np.ndarray]:
+        """Each unit's mean of its chunks' vectors, normalised (a node's weighted by its
+        mentions); a unit none of whose chunks has a vector embeds its text."""
+        chunk_vectors = self.engine.store.vectors(sorted({r for u in todo for r in u.covers}))
+        out = {}
+        for u in todo:
+            weights = ({int(r): float(w) for r, w in u.meta["mentions"].items()}
+                       if u.unit == NODE else {})
+            present = [r for r in u.covers if r in chunk_vectors]
+            if not present:
+                out[u.uid] = timer.embed([u.text])[0]
+                continue
+            out[u.uid] = _unit(np.sum([chunk_vectors[r] * weights.get(r, 1.0) for r in present],
+                                      axis=0))
+        return out
+
+    def _node_vectors(self, nodes: list[_Unit], means: Mapping[str, np.ndarray],
+                      timer: _Timer) -> dict[str, np.ndarray]:
+        """Each node's vector: ``graph_node_name_weight`` of its entity vector (the mean of
+        its name's and aliases' embeddings) plus the rest of its sources' mean, normalised.
+
+        Nodes that share their sources (a date, a place and the band they are all written
+        about) would otherwise share one vector, and a query naming one of them could rank
+        another first; the name part ranks the entity the query names above the rest."""
+        w = self.engine.config.graph_node_name_weight
+        if not nodes or w == 0:
+            return {}
+        names = self._name_vectors([n for u in nodes for n in (u.meta["name"], *u.meta["aliases"])],
+                                   timer)
+        out = {}
+        for u in nodes:
+            entity = _unit(np.mean([names[n] for n in (u.meta["name"], *u.meta["aliases"])],
+                                   axis=0))
+            out[u.uid] = _unit(w * entity + (1.0 - w) * means[u.uid])
+        return out
+
+    def _name_vectors(self, names: list[str], timer: _Timer) -> dict[str, np.ndarray]:
+        """Normalised embeddings of ``names``: the resolver's (``GraphCache.name_vectors``)
+        or this process's earlier ones where they exist, the rest embedded in one batch."""
+        resolved = self._cache.name_vectors if self._cache is not None else {}
+        wanted = list(dict.fromkeys(names))
+        missing = [n for n in wanted if n not in resolved and n not in self._names]
+        if missing:
+            self._names.update(zip(missing, timer.embed(missing)))
+        out = {n: _unit(np.asarray(resolved[n] if n in resolved else self._names[n], np.float32))
+               for n in wanted}
+        # Kept for the next update of this process (a node rewritten with the same name),
+        # never beyond the names of the last run.
+        self._names = {n: self._names[n] for n in wanted if n in self._names}
+        return out
 
     def _record(self, u: _Unit, vector: np.ndarray) -> UnitRecord:
         """The unit row of a node or triplet: text, vector, terms, screening, umeta, covers."""
@@ -539,6 +594,11 @@ def _close(old: Any, new: Any, tolerance: float) -> bool:
         return isinstance(old, list) and len(old) == len(new) and all(
             _close(a, b, tolerance) for a, b in zip(old, new))
     return bool(old == new)
+
+
+def _unit(v: np.ndarray) -> np.ndarray:
+    """``v`` scaled to unit length (a zero vector stays zero)."""
+    return np.asarray(v / max(float(np.linalg.norm(v)), 1e-12), dtype=np.float32)
 
 
 def _row(key: str) -> int:

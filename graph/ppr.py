@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
+from ..ranking import MASS_TOLERANCE, top
 from .extract import BuiltinExtractor, Lexicon, choose_mentions
 from .model import GraphData, Relation
 from .resolve import entity_key
@@ -306,14 +307,16 @@ class GraphView:
         if not links:
             return []
         scores = self.mass(links, prior)[self.n_entities:]
-        order = np.argsort(-scores, kind="stable")[:k]
-        return [(self.chunk_keys[i], float(scores[i])) for i in order if scores[i] > 0]
+        order, best = top(scores, np.arange(len(scores)), k, tolerance=MASS_TOLERANCE,
+                          relative=True)  # ties: the passage stored first
+        return [(self.chunk_keys[i], float(s)) for i, s in zip(order, best) if s > 0]
 
     def entity_scores(self, scores: np.ndarray, k: int = 20) -> list[tuple[str, float]]:
         """The best ``k`` entities of a PageRank result."""
         ent = scores[:self.n_entities]
-        order = np.argsort(-ent, kind="stable")[:k]
-        return [(self.entity_keys[i], float(ent[i])) for i in order if ent[i] > 0]
+        order, best = top(ent, np.arange(len(ent)), k, tolerance=MASS_TOLERANCE,
+                          relative=True)  # ties by entity key
+        return [(self.entity_keys[i], float(s)) for i, s in zip(order, best) if s > 0]
 
     # --- neighbourhoods and paths ------------------------------------------------------
 

@@ -431,12 +431,14 @@ def test_deleting_every_document_empties_the_graph(tmp_path: Path, embedder: Any
     eng.close()
 
 
-def test_unit_vectors_from_sources_embed_nothing_and_a_change_rebuilds(
+def test_unit_vectors_from_sources_average_their_chunks_and_a_change_rebuilds(
         tmp_path: Path, embedder: Any) -> None:
     import numpy as np
 
     path = tmp_path / "e"
-    eng = Engine(path, embedder=embedder, build_graph=True, graph_unit_vectors="sources")
+    # Without the name part (tests/test_node_vectors.py checks the blend).
+    eng = Engine(path, embedder=embedder, build_graph=True, graph_unit_vectors="sources",
+                 graph_node_name_weight=0)
     eng.add_documents(corpus(["Rosanna", "Toto IV", "Africa (song)"]))
     row = live(eng)[node_uid("toto iv")]
     chunks = eng.store.vectors(row["covers"])

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, TypeGuard
 
 from ..pipeline import fusion as fusion_fns
+from ..ranking import settle_sum
 
 
 def fuse(lists: Mapping[str, list[dict[str, Any]]], *, weights: Mapping[str, float],
@@ -120,4 +121,4 @@ def _convex(lists: Mapping[str, list[tuple[Any, float]]], weights: Mapping[str, 
         for key, s in ranked:
             norm = max(0.0, (s - floors[id_]) / span) if span > 0 else 0.0
             parts.setdefault(key, []).append(weights[id_] * norm)
-    return [(key, math.fsum(terms)) for key, terms in parts.items()]
+    return [(key, settle_sum(math.fsum(terms))) for key, terms in parts.items()]

@@ -1,8 +1,8 @@
 """Fusion of the dense and sparse candidate lists (§16.3): RRF, weighted min-max, convex.
 
 Each function takes ranked lists ``{retriever: [(key, score), ...]}`` (best first)
-and returns ``[(key, fused score)]`` best first; ties go to the smaller key, so
-fusion is deterministic.
+and returns ``[(key, fused score)]`` best first; ties go to the smaller key (an index
+position, which ranks unit ids), so fusion is deterministic.
 """
 
 from __future__ import annotations
@@ -11,6 +11,8 @@ import math
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import TypeVar
 
+from ..ranking import settle_sum
+
 K = TypeVar("K", bound=Hashable)
 
 # Theoretical minimum of each retriever's score: cosine >= -1, BM25 >= 0.
@@ -18,8 +20,9 @@ SCORE_FLOORS = {"dense": -1.0, "sparse": 0.0}
 
 
 def _sorted(parts: dict[K, list[float]]) -> list[tuple[K, float]]:
-    # fsum makes a key's total independent of the order the lists arrive in.
-    fused = {key: math.fsum(terms) for key, terms in parts.items()}
+    # fsum makes a key's total independent of the order the lists arrive in; settling it
+    # makes totals equal in exact arithmetic (different terms) compare equal.
+    fused = {key: settle_sum(math.fsum(terms)) for key, terms in parts.items()}
     return sorted(fused.items(), key=lambda kv: (-kv[1], kv[0]))  # type: ignore[operator]
 
 

@@ -3,12 +3,15 @@
 Greedy: at each step pick the candidate maximising
 ``λ · relevance − (1 − λ) · max cosine to the already picked``, where relevance is
 the pipeline score min-max normalised over the pool. λ = 1 keeps the input order;
-λ = 0 is pure diversity. Ties go to the earlier (better ranked) candidate.
+λ = 0 is pure diversity. Ties (within float noise) go to the earlier (better ranked)
+candidate.
 """
 
 from __future__ import annotations
 
 import numpy as np
+
+from ..ranking import first_best
 
 
 def mmr_order(scores: np.ndarray, vectors: np.ndarray, lam: float, limit: int) -> list[int]:
@@ -26,7 +29,7 @@ def mmr_order(scores: np.ndarray, vectors: np.ndarray, lam: float, limit: int) -
         penalty = np.where(np.isfinite(max_sim), max_sim, 0.0)
         gain = lam * relevance - (1.0 - lam) * penalty
         gain[~available] = -np.inf
-        best = int(np.argmax(gain))  # argmax returns the first maximum: the better-ranked one
+        best = first_best(gain)  # the first maximum (within float noise): the better-ranked one
         picked.append(best)
         available[best] = False
         max_sim = np.maximum(max_sim, sims[best])

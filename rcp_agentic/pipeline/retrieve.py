@@ -20,6 +20,8 @@ from .. import units
 from ..control import RequestControl, checked
 from ..errors import InvalidParams, OptionUnsupported
 from ..models.analyzer import analyze
+from ..ranking import MASS_TOLERANCE, top
+from ..ranking import ranked as rank_scores
 from ..sessions import Candidate
 from ..store.memindex import UnitIndex
 from ..wire import Hit, RetrieveResult, Usage
@@ -311,8 +313,8 @@ class Retrieval:
         dates = self.store.dates(rowids, plan.recency_field)
         factors = decay([dates.get(r) for r in rowids], time.time() * 1000.0,
                         plan.recency_half_life_days)
-        out = [(p, s * float(f)) for (p, s), f in zip(ranked, factors)]
-        return sorted(out, key=lambda ps: (-ps[1], ps[0]))
+        return rank_scores([(p, s * float(f)) for (p, s), f in zip(ranked, factors)],
+                           tolerance=MASS_TOLERANCE, relative=True)
 
     def _mmr(self, plan: Plan, index: UnitIndex,
              ranked: list[tuple[int, float]]) -> list[tuple[int, float]]:
@@ -505,9 +507,9 @@ class Retrieval:
         if probs is None or np.isnan(probs).any():
             raise OptionUnsupported(f"no confidence calibration for {plan.mode}/{plan.unit}",
                                     option="x-rcp-agentic-rankBy")
-        order = sorted(range(len(positions)), key=lambda i: (-float(probs[i]), i))
-        learned = {positions[i]: round(float(probs[i]), 6) for i in order}
-        return [(positions[i], learned[positions[i]]) for i in order], learned
+        order = rank_scores(zip(positions, probs.tolist()))
+        learned = {p: round(s, 6) for p, s in order}
+        return [(p, learned[p]) for p, _s in order], learned
 
     def _candidates(self, index: UnitIndex, positions: list[int]) -> list[Candidate]:
         """What the session dedup rule needs of each unit; a derived unit that contains its
@@ -600,7 +602,7 @@ class Retrieval:
             if not len(frontier):
                 break
             sims = self._unit_vectors(index, frontier) @ qvec
-            best = frontier[np.argsort(-sims, kind="stable")[:plan.k]]
+            best = frontier[top(sims, frontier, plan.k)[0]]
             chosen.append(best)
             rows = self.store.hydrate([int(index.rowids[p]) for p in best])
             children = [c for r in rows.values() for c in (r.get("umeta") or {}).get("children", [])]
@@ -623,9 +625,8 @@ class Retrieval:
                                                                 texts[at:at + RERANK_SLICE]))
             ctl.report(0.5 + 0.3 * len(scores) / len(texts), "rerank",
                        f"reranked {len(scores)}/{len(texts)}")
-        order = sorted(range(len(head)), key=lambda i: (-scores[i], i))
-        reranked = [(head[i][0], scores[i]) for i in order]
-        return reranked, {head[i][0]: scores[i] for i in range(len(head))}
+        got = dict(zip((p for p, _s in head), scores))
+        return rank_scores(got.items()), got
 
     # --- the knowledge graph: graph-aware recall and composed units ----------------------------
 
@@ -723,10 +724,7 @@ class Retrieval:
         if allowed is not None:
             inside = np.isin(positions, allowed)
             positions, masses = positions[inside], masses[inside]
-        best = np.arange(len(masses))
-        if len(best) > depth:  # only the best ``depth`` need an order
-            best = np.argpartition(-masses, depth - 1)[:depth]
-        best = best[np.lexsort((positions[best], -masses[best]))]
+        best = top(masses, positions, depth, tolerance=MASS_TOLERANCE, relative=True)[0]
         floor = GRAPH_MIN_SHARE * float(masses.max()) if len(masses) else 0.0
         ranked = [(int(positions[i]), float(masses[i])) for i in best[:depth]
                   if masses[i] >= floor]
@@ -870,8 +868,8 @@ class Retrieval:
             head = ranked[:plan.rerank_top_n]
             got = [float(x) for x in self.reranker.score(plan.query, [c.text for c in head])]
             rerank_scores = {c.uid: s for c, s in zip(head, got)}
-            order = sorted(range(len(head)), key=lambda i: (-got[i], i))
-            ranked = [head[i] for i in order] + ranked[len(head):]
+            by_uid = {c.uid: c for c in head}
+            ranked = [by_uid[u] for u, _s in rank_scores(rerank_scores.items())] + ranked[len(head):]
         score_of = {c.uid: rerank_scores.get(c.uid, c.score) for c in ranked}
         if plan.min_score is not None:
             ranked = [c for c in ranked if score_of[c.uid] >= plan.min_score]

@@ -210,7 +210,8 @@ class OutboxOp:
 
 @dataclass(frozen=True)
 class UnitArrays:
-    """Everything the scoring indexes need for one (unit, level), in rowid order."""
+    """Everything the scoring indexes need for one (unit, level), in unit id order (an
+    index position is then the rank of its unit id: ties in every ranking fall by id)."""
 
     rowids: np.ndarray          # int64 (n,)
     vectors: np.ndarray | None  # float32 (n, d), or None when not requested
@@ -687,7 +688,7 @@ class Docstore:
     def unit_arrays(self, kinds: Iterable[tuple[str, int]], version: int,
                     with_vectors: bool) -> UnitArrays:
         """Vectors and postings of the units of ``kinds`` ((unit, level) pairs) valid at
-        ``version``, in rowid order. A derived unit is valid only while every leaf it
+        ``version``, in unit id order. A derived unit is valid only while every leaf it
         covers is visible (see :func:`_valid`), so a tree lagging behind a write never
         serves a summary of a deleted or replaced chunk."""
         kinds = list(kinds)
@@ -696,7 +697,7 @@ class Docstore:
                 + (", vec" if with_vectors else ""))
         where, params = _kinds_clause("u", kinds)
         rows = self.query(f"SELECT {cols} FROM units u WHERE {where} AND {_visible('u')}"
-                          f" AND {_valid('u')} ORDER BY rowid",
+                          f" AND {_valid('u')} ORDER BY uid",
                           (*params, version, version, version, version))
         n = len(rows)
         rowids = np.fromiter((r[0] for r in rows), dtype=np.int64, count=n)

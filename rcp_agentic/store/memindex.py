@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..ranking import top
 from .docstore import UnitArrays
 
 
@@ -26,19 +27,16 @@ class Ranked:
 
 
 def _top(scores: np.ndarray, k: int, candidates: np.ndarray | None = None) -> Ranked:
-    """Best ``k`` of ``scores`` (restricted to ``candidates`` positions), ties by position."""
+    """Best ``k`` of ``scores`` (restricted to ``candidates`` positions), ranked by
+    :func:`~rcp_agentic.ranking.top`: ties (within float noise) by position, the rank of
+    the unit id."""
     if candidates is not None:
         pool_scores = scores[candidates]
     else:
         candidates = np.arange(len(scores))
         pool_scores = scores
-    if len(pool_scores) > k:
-        part = np.argpartition(-pool_scores, k - 1)[:k]
-    else:
-        part = np.arange(len(pool_scores))
-    order = np.lexsort((candidates[part], -pool_scores[part]))
-    picked = part[order]
-    return Ranked(candidates[picked], pool_scores[picked])
+    picked, settled = top(pool_scores, candidates, k)
+    return Ranked(candidates[picked], settled)
 
 
 def _layers(units: list[str], levels: np.ndarray) -> np.ndarray:

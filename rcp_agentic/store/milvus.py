@@ -53,6 +53,7 @@ import numpy as np
 
 from ..errors import BackendUnavailable, InvalidParams
 from ..models.analyzer import analyze
+from ..ranking import ranked
 from ..units import derived_kinds
 from .docstore import Docstore
 from .memindex import UnitIndex
@@ -516,7 +517,7 @@ class MilvusRecall:
                 pos = index.position.get(int(hit.id))
                 if pos is not None:  # else a derived unit not valid at this version
                     out.append((pos, _score(metric, hit.distance)))
-        return sorted(out, key=lambda ps: (-ps[1], ps[0]))[:depth]
+        return ranked(out)[:depth]
 
     def dense(self, index: UnitIndex, qvec: np.ndarray, *,
               depth: int, allowed: np.ndarray | None = None, native: Any = None) -> Ranking:

@@ -23,6 +23,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from ..ranking import ranked
 from .memindex import Ranked, UnitIndex
 
 Ranking = list[tuple[int, float]]
@@ -124,7 +125,7 @@ class EmbeddedRecall:
                 continue
             got, sims = self._chroma_query(unit, level, qvec, n, rowids)
             out.extend((index.position[r], s) for r, s in zip(got, sims) if r in index.position)
-        return sorted(out, key=lambda ps: (-ps[1], ps[0]))[:depth]
+        return ranked(out)[:depth]
 
     def sparse(self, index: UnitIndex, term_ids: list[int], *,
                depth: int, allowed: np.ndarray | None = None, native: Any = None) -> Ranking:
