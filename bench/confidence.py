@@ -3,6 +3,7 @@
     python bench/confidence.py [--sets scifact hotpotqa 2wikimultihopqa] [--k 20] [--folds 5]
                                [--rerank-k 20 100] [--plot bench/results/reliability.png]
                                [--write-params] [--tree-node] [--graph] [--reuse-samples]
+                               [--ablation]
 
 For every judged query of every set, retrieves the top ``k`` hits in each mode (dense,
 sparse, hybrid) and unit (chunk, document) from the set's engine, and the query's
@@ -50,7 +51,8 @@ alone and gives no sample. It prints the held-out tables of the new models, the 
 hits under their mode's model (as graph-recall hits were scored before), and, per set,
 the supporting chunks graph recall brought into the top ``k`` (not in plain hybrid's)
 whose confidence reaches the corrective loop's lower threshold (0.05) before and after.
-Without ``--graph``, ``--write-params`` keeps the shipped graph models.
+Without ``--graph``, ``--write-params`` keeps the shipped graph models; it always keeps the
+shipped community models (``--community`` refits them).
 
 ``--community`` fits the ``community`` family alone (every other shipped model untouched) on
 ``bench/communities.py``'s engines (HotpotQA and 2Wiki with their graph and communities,
@@ -62,6 +64,13 @@ its text holds a sentence of a supporting passage (``COMMUNITY_EVENT``). It prin
 AUROC leaving one set out and in domain; ``--write-params`` adds the models fitted on both
 sets to the shipped file (``write_community_models``) only when every held-out AUROC
 reaches 0.75.
+
+The last release's held-out cells (``results/confidence_baseline.json``) print beside this
+run's in one table of every set × unit × mode, against issue 22's targets (hybrid ECE ≤
+0.03 and AUROC ≥ 0.90, dense and sparse ECE ≤ 0.04). ``--ablation`` instead fits the
+chunk and document models with each feature variant of ``ABLATION`` (the format-3
+features, the z-scores alone, no raw cosine in the document models alone, both, both and
+no raw cosine anywhere) and prints each variant's worst held-out cell per mode.
 
 Engines live in ``bench/.cache/engine-<set>`` (SciFact: ``bench/scifact_engine.py
 --engine bench/.cache/engine-scifact``; the multi-hop ones are built on first use, as
@@ -96,6 +105,10 @@ from rcp_agentic.pipeline import confidence as conf  # noqa: E402
 ROOT = Path(__file__).resolve().parent.parent
 CACHE = ROOT / "bench" / ".cache"
 ECE_TARGET, AUROC_TARGET = 0.05, 0.85
+# Issue 22's bar for the chunk and document models on every held-out cell (leave one set
+# out and k-fold within the sets): (ECE at most, AUROC at least or None).
+CELL_TARGETS = {"hybrid": (0.03, 0.90), "dense": (0.04, None), "sparse": (0.04, None)}
+BASELINE = ROOT / "bench" / "results" / "confidence_baseline.json"
 UNITS = ("chunk", "document")
 SETS = ("scifact", "hotpotqa", "2wikimultihopqa")
 CALIBRATION = ROOT / "rcp_agentic" / "data" / "calibration.json"
@@ -658,6 +671,100 @@ def transfer_table(samples: list[conf.Sample], probs: np.ndarray) -> tuple[list[
     return lines, out
 
 
+def cell_table(samples: list[conf.Sample], loo: np.ndarray, cv: np.ndarray,
+               baseline: dict[str, Any]) -> tuple[list[str], dict[str, Any]]:
+    """One row per (set × unit × mode) of the chunk and document models: held-out ECE /
+    AUROC leaving the set out and in k folds by query, the last release's cells
+    (``BASELINE``) beside them, and whether the cell meets ``CELL_TARGETS``. Off-domain
+    questions are left out of the scores (they are in the fits)."""
+    y = np.array([x.label for x in samples], dtype=float)
+    own = np.array([not _off(x) for x in samples])
+    head = ["set", "unit", "mode", "LOSO ECE", "AUROC", "was", "k-fold ECE", "AUROC", "was",
+            "target"]
+    widths = [16, 8, 6, 8, 6, 13, 10, 6, 13, 6]
+    lines = [_fmt_row(head, widths), "-" * (sum(widths) + 2 * (len(widths) - 1))]
+    out: dict[str, Any] = {}
+    for src in sorted({x.source for x in samples}):
+        for unit in UNITS:
+            for mode in conf.MODES:
+                m = own & np.array([x.source == src and x.unit == unit and x.mode == mode
+                                    for x in samples])
+                if not m.any():
+                    continue
+                key = f"{mode}/{unit}"
+                cell: dict[str, Any] = {"n": int(m.sum()), "base_rate": round(float(y[m].mean()), 5)}
+                cols = [src, unit, mode]
+                met = True
+                max_ece, min_auroc = CELL_TARGETS[mode]
+                for name, probs in (("leave_one_out", loo), ("in_domain", cv)):
+                    ok = m & np.isfinite(probs)
+                    e, a = conf.ece(probs[ok], y[ok]), conf.auroc(probs[ok], y[ok])
+                    was = (baseline.get(name) or {}).get(key, {}).get(src)
+                    cell[name] = {"ece": round(e, 5), "auroc": round(a, 5),
+                                  "mean_p": round(float(probs[ok].mean()), 5)}
+                    if was:
+                        cell[name]["baseline"] = {"ece": was["ece"], "auroc": was["auroc"]}
+                    met &= e <= max_ece and (min_auroc is None or a >= min_auroc)
+                    cols += [f"{e:.3f}", f"{a:.3f}",
+                             f"{was['ece']:.3f}/{was['auroc']:.3f}" if was else "-"]
+                cell["meets_target"] = bool(met)
+                out.setdefault(src, {})[key] = cell
+                lines.append(_fmt_row(cols + ["ok" if met else "MISS"], widths))
+    return lines, out
+
+
+def _without(names: tuple[str, ...], drop: set[str]) -> tuple[str, ...]:
+    return tuple(f for f in names if f not in drop)
+
+
+FORMAT_3 = {m: _without(conf.DEFAULT_FEATURES[m], set(conf.MOMENT_FEATURES)) for m in conf.MODES}
+# Feature variants of the chunk and document models, by name: {"<mode>/<unit>": features}.
+ABLATION: dict[str, dict[str, tuple[str, ...]]] = {
+    "format 3": {f"{m}/{u}": FORMAT_3[m] for m in conf.MODES for u in UNITS},
+    "z-scores": {f"{m}/{u}": FORMAT_3[m] + conf.Z_FEATURES[m] for m in conf.MODES
+                 for u in UNITS},
+    "no document cosine": {f"{m}/{u}": FORMAT_3[m] if u == "chunk" else
+                           _without(FORMAT_3[m], {"dense"}) for m in conf.MODES for u in UNITS},
+    "both (shipped)": {f"{m}/{u}": conf.DEFAULT_FEATURES[f"{m}/{u}"]
+                       if f"{m}/{u}" in conf.DEFAULT_FEATURES else conf.DEFAULT_FEATURES[m]
+                       for m in conf.MODES for u in UNITS},
+    "both, no cosine at all": {f"{m}/{u}": _without(FORMAT_3[m] + conf.Z_FEATURES[m], {"dense"})
+                               for m in conf.MODES for u in UNITS},
+}
+
+
+def ablation(samples: list[conf.Sample], folds: int, seed: int, l2: float) -> dict[str, Any]:
+    """Each ``ABLATION`` variant's held-out cells (leave one set out, k folds by query) and
+    its worst cell per mode; prints one line per variant and mode."""
+    samples = [x for x in samples if x.unit in UNITS]
+    out: dict[str, Any] = {}
+    for name, features in ABLATION.items():
+        loo = np.full(len(samples), np.nan)
+        for held in sorted({x.source for x in samples}):
+            cal = conf.fit([x for x in samples if x.source != held], features=features, l2=l2)
+            test = np.array([i for i, x in enumerate(samples) if x.source == held])
+            loo[test] = conf.predict_samples(cal, [samples[i] for i in test])
+        cv = conf.cross_validate(samples, folds=folds, seed=seed, features=features, l2=l2)
+        _lines, cells = cell_table(samples, loo, cv, {})
+        worst = {}
+        for mode in conf.MODES:
+            rows = [c for per_set in cells.values() for k, c in per_set.items()
+                    if k.startswith(mode + "/")]
+            worst[mode] = {split: {"ece": max(c[split]["ece"] for c in rows),
+                                   "auroc": min(c[split]["auroc"] for c in rows)}
+                           for split in ("leave_one_out", "in_domain")}
+            w = worst[mode]
+            print(f"  {name:24s} {mode:6s} worst LOSO ECE {w['leave_one_out']['ece']:.3f} "
+                  f"AUROC {w['leave_one_out']['auroc']:.3f}  k-fold ECE "
+                  f"{w['in_domain']['ece']:.3f} AUROC {w['in_domain']['auroc']:.3f}")
+        out[name] = {"cells": cells, "worst": worst,
+                     "cells_missing_target": sum(not c["meets_target"]
+                                                 for per_set in cells.values()
+                                                 for c in per_set.values())}
+        print(f"  {name:24s} cells missing the target: {out[name]['cells_missing_target']}")
+    return out
+
+
 def _off(x: conf.Sample) -> bool:
     return x.query_id.startswith("off:")
 
@@ -916,6 +1023,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--community", action="store_true",
                     help="fit the community family alone on bench/communities.py's engines "
                          "(HotpotQA, 2Wiki); the other shipped models are left as they are")
+    ap.add_argument("--ablation", action="store_true",
+                    help="fit the chunk and document models with each feature variant of "
+                         "ABLATION and print their worst held-out cells (nothing written "
+                         "but --out's 'ablation')")
     args = ap.parse_args(argv)
     if args.community:
         return community_main(args)
@@ -940,6 +1051,13 @@ def main(argv: list[str] | None = None) -> int:
     if len(embedders) != 1:
         raise SystemExit(f"the sets' engines use different embedders: {embedders}")
     results: dict[str, Any] = {"k": args.k, "sets": {n: v["queries"] for n, v in notes.items()}}
+    if args.ablation:
+        print("\nFeature variants of the chunk and document models (held out):")
+        results["ablation"] = ablation(samples, args.folds, args.seed, args.l2)
+        path = args.out.with_name(args.out.stem + "_ablation.json")
+        path.write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
+        print(f"numbers: {path}")
+        return 0
 
     if len(args.sets) > 1:
         start = time.perf_counter()
@@ -1012,6 +1130,14 @@ def main(argv: list[str] | None = None) -> int:
     lines, results["in_domain_with_off_domain"] = transfer_table(samples, oof)
     print("\n".join(["", "with the off-domain queries:", *lines]))
     results["in_domain_first_step"] = first_step(samples, oof)
+    if "leave_one_out" in results:
+        base = json.loads(BASELINE.read_text(encoding="utf-8")) if BASELINE.exists() else {}
+        lines, results["cells"] = cell_table(samples[:base_count], loo[:base_count],
+                                             oof[:base_count], base)
+        print("\nEvery held-out cell of the chunk and document models (targets: hybrid ECE <= "
+              "0.03 and AUROC >= 0.90, dense and sparse ECE <= 0.04; 'was': the last "
+              f"release, {BASELINE.name}):")
+        print("\n".join(lines))
     print("\nCorrective loop's first step (hybrid chunk, rank 0) against upper = 0.6:")
     for label, key in (("leave-one-out", "leave_one_out_first_step"),
                        ("in domain", "in_domain_first_step")):
@@ -1055,9 +1181,18 @@ def main(argv: list[str] | None = None) -> int:
     if not args.graph:  # keep the shipped graph models
         shipped = conf.Calibrator.from_json(json.loads(CALIBRATION.read_text(encoding="utf-8")))
         calibrator.models.update({k: m for k, m in shipped.models.items() if _graph_key(k)})
+        features = calibrator.fitted_on.setdefault("features", {})
+        for key, names in (shipped.fitted_on.get("features") or {}).items():
+            if key in conf.GRAPH_MODES or _graph_key(key):
+                features[key] = names
         for key in ("graph", "graph_leave_one_out"):
             if key in shipped.fitted_on:
                 calibrator.fitted_on[key] = shipped.fitted_on[key]
+    # The community models are fitted by --community alone: keep the shipped ones.
+    shipped = conf.Calibrator.from_json(json.loads(CALIBRATION.read_text(encoding="utf-8")))
+    calibrator.models.update({k: m for k, m in shipped.models.items() if k.endswith("/community")})
+    if "community" in shipped.fitted_on:
+        calibrator.fitted_on["community"] = shipped.fitted_on["community"]
 
     if "leave_one_out" in results:
         for name in ("leave_one_out", "leave_one_out_with_off_domain"):

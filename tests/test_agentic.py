@@ -271,7 +271,7 @@ def test_loop_escalates_to_tree_nodes_which_replace_their_leaves() -> None:
            "confidence": 0.8}
     low = {**_tree("low", 1, ["doc:a#c0", "doc:a#c1"], ["a"]), "confidence": 0.7}
     source = _TreeEngine({"chunk": chunks, "tree-node": [top, low]})
-    loop = CorrectiveRetriever(source, k=5, max_steps=6,
+    loop = CorrectiveRetriever(source, k=5, max_steps=6, min_evidence=1,
                                evaluator=ConfidenceEvaluator(upper=0.6, lower=0.05))
     assert loop.ladder(0) == ["chunk", "document", "tree-node"]  # units.ladder, finest first
     res = loop.run("renewable energy sources")

@@ -9,6 +9,8 @@ from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from rcp_agentic.pipeline.confidence import (ABSENT_RANK, FEATURES, HIT_FEATURES, POOL_FEATURES,
                                              SIGNAL_SETS, Calibrator,
@@ -41,12 +43,14 @@ def test_default_loads_and_is_cached() -> None:
     families = ("chunk", "document", "tree-node", "node", "triplet", "community")
     graph = {f"{m}+graph/{u}" for m in MODES for u in ("chunk", "document")} | {
         "hybrid+graph/node", "hybrid+graph/triplet"}
-    assert set(cal.models) == {f"{m}/{u}" for m in MODES for u in families} | graph
+    small = {f"{m}/{u}:small-pool" for m in MODES for u in ("chunk", "document")}
+    assert set(cal.models) == {f"{m}/{u}" for m in MODES for u in families} | graph | small
     note = cal.fitted_on
     assert set(note["sets"]) == {"scifact", "hotpotqa", "2wikimultihopqa"} and note["date"]
     # Per signal set, and per group where a family has features of its own (node, triplet).
     assert set(note["features"]) == set(SIGNAL_SETS) | {
-        k for k in cal.models if k.split("/")[1] in ("node", "triplet")}
+        k for k in cal.models if k.split("/")[1] in ("node", "triplet")} | {
+        f"{m}/document" for m in MODES}
     # The chunk and document models read a hit against its query's recall lists.
     for mode in MODES:
         for family in ("chunk", "document"):
@@ -79,7 +83,9 @@ def test_predict_in_range_and_finite(mode: str, unit: str) -> None:
 
 def test_top_hit_is_confident_and_tail_is_not() -> None:
     cal = Calibrator.default()
-    pool = {"dense": np.linspace(0.8, 0.05, 100), "sparse": np.linspace(30.0, 0.5, 100)}
+    # A query whose best match stands out of a background of weak ones, as real pools do.
+    pool = {"dense": np.r_[0.8, np.linspace(0.35, 0.05, 99)],
+            "sparse": np.r_[30.0, np.linspace(9.0, 0.5, 99)]}
     strong = cal.predict(mode="hybrid", unit="document", dense=np.array([0.8, 0.1]),
                          sparse=np.array([30.0, 1.0]), ceiling=35.0, ranks=np.array([0, 19]),
                          pool=pool)
@@ -116,7 +122,9 @@ def test_predict_monotone_where_the_model_says_so(mode: str, unit: str) -> None:
     if mode != "dense":
         # The ceiling may carry no weight once the pool's best BM25 is known.
         assert says["sparse"] == 1 and says["ceiling"] in (0, -1)
-    assert says["rank"] == -1
+    # Never increasing in rank; rank may carry no weight once the pool's z-scores say how
+    # far the hit stands out.
+    assert says["rank"] in (0, -1)
     base = {"dense": 0.5, "sparse": 10.0, "ceiling": 20.0, "rank": 3}
     grids = {"dense": np.linspace(-1, 1, 101), "sparse": np.linspace(0, 25, 101),
              "ceiling": np.linspace(1, 60, 101), "rank": np.arange(101)}
@@ -186,7 +194,7 @@ def test_save_load_round_trip(tmp_path) -> None:
     cal.save(path)
     back = Calibrator.load(path)
     assert back.to_json() == cal.to_json()
-    assert json.loads(path.read_text())["format"] == "rcp-agentic-calibration/3"
+    assert json.loads(path.read_text())["format"] == "rcp-agentic-calibration/4"
     rng = np.random.default_rng(3)
     for mode in MODES:
         sig = signals(mode, 50, rng)
@@ -411,7 +419,7 @@ def test_calibrate_engine_on_a_stub() -> None:
     qrels = {f"q{i}": {f"d{i % 30}": 1, f"d{(i + 1) % 30}": 1} for i in range(40)}
     qrels["q39"] = {"d5": 0}  # judged, nothing relevant: negatives only
     cal, metrics = calibrate_engine(StubEngine(), queries, qrels, units=("document",), k=10)
-    assert set(cal.models) == {"dense/document", "sparse/document", "hybrid/document"}
+    assert set(cal.models) == {f"{m}/document{s}" for m in MODES for s in ("", ":small-pool")}
     assert metrics["queries"] == 40 and metrics["samples"] == 40 * 3 * 10
     assert metrics["cv"]["all"]["auroc"] > 0.85
     assert metrics["cv"]["all"]["ece"] < 0.1
@@ -419,3 +427,63 @@ def test_calibrate_engine_on_a_stub() -> None:
     p = cal.predict(mode="sparse", unit="document", dense=None, sparse=np.array([15.0, 2.0]),
                     ceiling=20.0, ranks=np.array([0, 9]))
     assert p[0] > p[1]
+
+
+# --- z-scores: a hit read against its own pool's spread (format 4) ---------------------------
+
+@settings(max_examples=60, deadline=None)
+@given(pool=st.lists(st.floats(-0.5, 0.5, allow_nan=False), min_size=2, max_size=60),
+       scale=st.floats(0.2, 1.0), shift=st.floats(-0.45, 0.45))
+def test_z_scores_do_not_see_the_corpus_scale(pool: list[float], scale: float,
+                                              shift: float) -> None:
+    """Rescaling a query's whole pool (a corpus whose cosines sit higher or spread wider)
+    leaves every z-score as it was: they read a hit's standing, not the corpus' scale."""
+    from rcp_agentic.pipeline.confidence import signals as make_signals
+
+    base = np.array(pool)
+    hits = base[:5]
+    one = make_signals(hits, hits * 10, 100.0, np.arange(len(hits)), len(hits),
+                       pool={"dense": base, "sparse": base * 10 - base.min() * 10})
+    moved = base * scale + shift
+    two = make_signals(moved[:5], hits * 10, 100.0, np.arange(len(hits)), len(hits),
+                       pool={"dense": moved, "sparse": base * 10 - base.min() * 10})
+    for name in ("dense_z", "top_dense_z"):
+        a, b = FEATURES[name].fn(one), FEATURES[name].fn(two)
+        if np.ptp(base) > 1e-6:   # a flat pool gives 0 either way
+            np.testing.assert_allclose(a, b, atol=1e-6)
+        assert np.all(np.abs(a) <= 10.0)
+
+
+def test_document_models_leave_out_the_raw_cosine() -> None:
+    from rcp_agentic.pipeline.confidence import DEFAULT_FEATURES, Z_FEATURES
+
+    for mode in MODES:
+        assert set(Z_FEATURES[mode]) <= set(DEFAULT_FEATURES[mode])
+        assert "dense" not in DEFAULT_FEATURES[f"{mode}/document"]
+        assert set(DEFAULT_FEATURES[f"{mode}/document"]) == set(DEFAULT_FEATURES[mode]) - {"dense"}
+    cal = Calibrator.default()
+    for mode in MODES:
+        assert "dense" not in cal.models[f"{mode}/document"].features
+        assert set(Z_FEATURES[mode]) <= set(cal.models[f"{mode}/chunk"].features)
+    # The graph models keep the features they were fitted with (no z-scores).
+    assert not set(cal.models["hybrid+graph/chunk"].features) & set(Z_FEATURES["hybrid"])
+
+
+def test_a_pool_too_small_for_a_spread_is_scored_without_z_scores() -> None:
+    """A corpus of a few chunks has no spread to stand out of: its hits are scored by the
+    model's companion fitted without the z-scores, a full pool by the model itself."""
+    from rcp_agentic.pipeline.confidence import SMALL_POOL, Z_MIN_POOL, signals as make_signals
+
+    cal = Calibrator.default()
+    hits: dict[str, Any] = {"dense": np.array([0.63, 0.54]), "sparse": np.array([2.1, 1.6]),
+                            "ceiling": 9.0, "ranks": np.arange(2)}
+    for size, key in ((3, "hybrid/chunk" + SMALL_POOL), (Z_MIN_POOL, "hybrid/chunk")):
+        pool = {"dense": np.r_[0.63, 0.54, np.linspace(0.3, 0.0, size - 2)],
+                "sparse": np.r_[2.1, 1.6, np.linspace(1.0, 0.1, size - 2)]}
+        got = cal.predict(mode="hybrid", unit="chunk", pool=pool, **hits)
+        sig = make_signals(hits["dense"], hits["sparse"], hits["ceiling"], hits["ranks"], 2,
+                           pool=pool)
+        want = 1 / (1 + np.exp(-cal.models[key].logit(sig)))
+        np.testing.assert_allclose(got, want, atol=1e-9)
+    assert not set(cal.models["hybrid/chunk" + SMALL_POOL].features) & {
+        "dense_z", "top_dense_z", "sparse_z", "top_sparse_z"}

@@ -34,7 +34,7 @@ def paged(tmp_path_factory: pytest.TempPathFactory, embedder: Any) -> Any:
 
 
 def test_confident_first_step_stops_and_refines(paged: Engine) -> None:
-    loop = CorrectiveRetriever(paged, k=3)
+    loop = CorrectiveRetriever(paged, k=3, min_evidence=1)
     res = loop.run("what links vitamin D to multiple sclerosis?")
     assert [s.action for s in res.trace] == ["retrieve"] and res.calls == 1
     assert res.verdict == "correct" and res.stop_reason.startswith("correct")
@@ -65,11 +65,27 @@ def test_one_session_never_repeats_a_hit(paged: Engine) -> None:
 
 
 def test_min_evidence_keeps_looking(paged: Engine) -> None:
-    one = CorrectiveRetriever(paged, k=3).run("knowledge graphs store relations as triplets")
-    two = CorrectiveRetriever(paged, k=3, min_evidence=2).run(
+    one = CorrectiveRetriever(paged, k=3, min_evidence=1).run(
         "knowledge graphs store relations as triplets")
+    default = CorrectiveRetriever(paged, k=3)
+    assert default.min_evidence == 2      # what a multi-hop question needs (issue 22)
+    two = default.run("knowledge graphs store relations as triplets")
     assert one.calls == 1 and two.calls > 1
     assert "confident hit(s) needed" in two.trace[1].reason
+
+
+def test_a_follow_up_that_adds_nothing_confident_stops_saturated(paged: Engine) -> None:
+    question = "what links vitamin D to multiple sclerosis?"
+    first = paged.retrieve(question, k=3).to_wire()["hits"]
+    # Only the best first hit counts as confident; the session never returns it again, and
+    # no later hit of this small corpus scores as high.
+    evaluator = ConfidenceEvaluator(upper=first[0]["confidence"], lower=0.0)
+    res = CorrectiveRetriever(paged, k=3, max_steps=4, min_evidence=2,
+                              evaluator=evaluator).run(question)
+    assert len(res.trace) == 2 and res.calls == 2
+    assert "1 of 2 confident hit(s) needed" in res.trace[1].reason
+    assert res.stop_reason == "saturated: step 2 added no confident hit (1 held)"
+    assert res.evidence[0]["id"] == first[0]["id"]
 
 
 def test_llm_rewrites_and_decomposes(paged: Engine) -> None:
@@ -89,7 +105,7 @@ def test_fallback_to_another_engine(tmp_path: Path, paged: Engine, embedder: Any
                                              "studies horizons and Hawking radiation."}])
     try:
         loop = CorrectiveRetriever(paged, fallbacks=[other], names=["main", "physics"], k=3,
-                                   max_steps=6, options={"unit": "chunk"})
+                                   max_steps=6, min_evidence=1, options={"unit": "chunk"})
         res = loop.run(OFF_TOPIC)
         assert [s.action for s in res.trace][-1] == "fallback"
         assert res.trace[-1].engine == "physics"

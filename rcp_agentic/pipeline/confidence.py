@@ -34,13 +34,26 @@ feature                  definition                                      sign   
 ``graph_rel``            PageRank mass ÷ the graph list's best, [0, 1]   w ≥ 0   ``*+graph``
 ``shared_graph_rel``     ``graph_rel`` × the query's subject share       w ≥ 0   ``*+graph``
 ``log1p_graph_rank``     log(1 + the hit's rank in the graph list)       w ≤ 0   ``*+graph``
+``dense_z``              (cosine − the dense pool's mean) ÷ its s.d.     w ≥ 0   dense, hybrid
+``top_dense_z``          ``dense_z`` of the pool's best cosine           w ≥ 0   dense, hybrid
+``sparse_z``             (BM25 − the sparse pool's mean) ÷ its s.d.      w ≥ 0   sparse, hybrid
+``top_sparse_z``         ``sparse_z`` of the pool's best BM25            w ≥ 0   sparse, hybrid
 ``log1p_docs``           log(1 + documents of the unit's leaves)         w ≥ 0   node, triplet
 ``log1p_sparse``         log(1 + BM25) (format 1; scale-bound)           w ≥ 0   —
 ``log1p_rank``           log(1 + rank), rank 0-based in the list         w ≤ 0   all
 ``inv_rank``             1 / (1 + rank)                                  w ≥ 0   all
 =======================  ==============================================  ======  ============
 
-A ``*+graph`` set has its mode's features plus the three graph ones; the node and
+The z-scores (clipped to ±``Z_LIMIT``) say how far a hit, and the query's best, stand out
+of the pool in the pool's own spread, free of a corpus' scale and of how crowded the top of
+its pools is; they are what let one model hold on a corpus it was not fitted on (issue 22:
+without them, models fitted on two sets were over-confident on the third). The graph,
+breadth and community models keep the features of format 3. The document models leave out
+the raw ``dense`` cosine (a corpus' scale: a one-passage document and a many-chunk abstract
+sit at different cosines for the same standing in their pools). A pool too small to have a
+spread (fewer than ``Z_MIN_POOL`` scores: a corpus of a few dozen chunks) is scored by each
+model's companion fitted without the z-scores (``<key>:small-pool``). A ``*+graph`` set has its mode's
+features (without the z-scores) plus the three graph ones; the node and
 triplet models add their unit's breadth (a unit spanning more documents is likelier to
 cover a relevant one). The subject share is the part of the query's link weight on
 entities some passage is about (``GraphList.share``: graph recall scales its list's
@@ -68,7 +81,7 @@ set weighted equally, with the engine's default embedder and BM25 settings (see 
 ``build_graph=True``. ``bench/confidence.py`` (``--graph`` for the graph models) measures
 their transfer by leaving one set out. ``calibrate_engine`` refits the chunk and
 document models for another corpus from BEIR-style queries and qrels. Files of format 1
-(hit-only features) and 2 (no graph models) still load. Only numpy and scipy are needed.
+(hit-only features), 2 (no graph models) and 3 (no z-scores) still load. Only numpy and scipy are needed.
 """
 
 from __future__ import annotations
@@ -90,10 +103,12 @@ from scipy.stats import rankdata
 
 from ..units import calibration_family
 
-FORMAT = "rcp-agentic-calibration/3"
-# Older files read unchanged: every format-1 and format-2 feature and model key still exists
-# (format 3 adds the graph features and the ``<mode>+graph`` signal sets).
-READABLE_FORMATS = ("rcp-agentic-calibration/1", "rcp-agentic-calibration/2", FORMAT)
+FORMAT = "rcp-agentic-calibration/4"
+# Older files read unchanged: every feature and model key of formats 1–3 still exists
+# (format 3 adds the graph features and the ``<mode>+graph`` signal sets, format 4 the
+# pool z-scores).
+READABLE_FORMATS = ("rcp-agentic-calibration/1", "rcp-agentic-calibration/2",
+                    "rcp-agentic-calibration/3", FORMAT)
 MODES = ("dense", "sparse", "hybrid")
 # A request with graph recall (a third, fused recall list) is scored by the model of its
 # mode's graph signal set when there is one (``hybrid+graph/chunk``), else by its mode's.
@@ -124,6 +139,31 @@ DEFAULT_FEATURES.update({m + GRAPH: DEFAULT_FEATURES[m] + GRAPH_FEATURES for m i
 BREADTH_FAMILIES = ("node", "triplet")
 DEFAULT_FEATURES.update({f"{m}/{u}": DEFAULT_FEATURES[m] + ("log1p_docs",)
                          for m in SIGNAL_SETS for u in BREADTH_FAMILIES})
+# Format 4: the chunk and document models (and every family that borrows its mode's list)
+# also read how far the hit and the query's best stand out of the pool, in the pool's
+# standard deviations. Fitted on two corpora, the models of format 2 were over-confident on
+# the third (SciFact documents) and under-confident on multi-hop passages: how many units
+# crowd the top of a pool is what tells those apart (bench/confidence.py, issue 22). The
+# graph, breadth and community models keep the features they were fitted with.
+Z_FEATURES: dict[str, tuple[str, ...]] = {
+    "dense": ("dense_z", "top_dense_z"),
+    "sparse": ("sparse_z", "top_sparse_z"),
+    "hybrid": ("dense_z", "top_dense_z", "sparse_z", "top_sparse_z"),
+}
+DEFAULT_FEATURES.update({f"{m}/community": DEFAULT_FEATURES[m] for m in SIGNAL_SETS})
+# A z-score needs a pool with a spread: in a pool of n scores the best stands at most
+# (n - 1) / sqrt(n) deviations out, so a corpus of a few chunks would read as a weak match
+# to a model fitted on pools 100 deep. Below this many scores in the list a model's
+# z-scores read, its companion fitted without them (key + SMALL_POOL) scores the hits.
+Z_MIN_POOL = 50
+SMALL_POOL = ":small-pool"
+DEFAULT_FEATURES.update({m: DEFAULT_FEATURES[m] + Z_FEATURES[m] for m in MODES})
+# A document's raw cosine is the corpus' scale, not the hit's standing: fitted on the
+# multi-hop sets' one-passage documents it made SciFact's abstracts over-confident
+# (held-out ECE 0.060 with it, 0.012 without; bench/confidence.py, issue 22). The
+# document models read the cosine only against the query's pool.
+DEFAULT_FEATURES.update({f"{m}/document": tuple(f for f in DEFAULT_FEATURES[m] if f != "dense")
+                         for m in MODES})
 
 
 def base_mode(signal_set: str) -> str:
@@ -160,6 +200,12 @@ class Signals:
     rank_g: np.ndarray = field(default_factory=lambda: np.zeros(0))
     docs: np.ndarray = field(default_factory=lambda: np.zeros(0))
     share: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    # Each recall list's mean and standard deviation (the background a hit stands out of;
+    # 0 and 0 when unknown, which makes every z-score 0).
+    mu_d: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    sd_d: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    mu_s: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    sd_s: np.ndarray = field(default_factory=lambda: np.zeros(0))
 
 
 @dataclass(frozen=True)
@@ -173,6 +219,18 @@ class _Feature:
 def _div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     with np.errstate(divide="ignore", invalid="ignore"):
         return np.clip(np.where(b > 0, a / np.where(b > 0, b, 1.0), 0.0), 0.0, 1.0)
+
+
+Z_LIMIT = 10.0  # a z-score is clipped to ±this (a pool of near-equal scores has sd ≈ 0)
+
+
+def _z(a: np.ndarray, mu: np.ndarray, sd: np.ndarray) -> np.ndarray:
+    """How many of the pool's standard deviations ``a`` lies above the pool's mean."""
+    if not len(mu):
+        return np.zeros(len(a))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        z = np.where(sd > 1e-9, (a - mu) / np.where(sd > 1e-9, sd, 1.0), 0.0)
+    return np.clip(z, -Z_LIMIT, Z_LIMIT)
 
 
 FEATURES: dict[str, _Feature] = {
@@ -189,6 +247,13 @@ FEATURES: dict[str, _Feature] = {
     "top_sparse_ratio": _Feature("sparse", +1, lambda x: _div(x.top_s, x.c), {"ceiling": -1}),
     "log1p_dense_rank": _Feature("dense", -1, lambda x: np.log1p(x.rank_d), {"dense": -1}),
     "log1p_sparse_rank": _Feature("sparse", -1, lambda x: np.log1p(x.rank_s), {"sparse": -1}),
+    # Format 4: how far the hit, and the query's best, stand out of the query's pool (in the
+    # pool's standard deviations): free of a corpus' scale and of how crowded its top is.
+    "dense_z": _Feature("dense", +1, lambda x: _z(x.d, x.mu_d, x.sd_d), {"dense": +1}),
+    "top_dense_z": _Feature("dense", +1, lambda x: _z(x.top_d, x.mu_d, x.sd_d), {"dense": +1}),
+    "sparse_z": _Feature("sparse", +1, lambda x: _z(x.s, x.mu_s, x.sd_s), {"sparse": +1}),
+    "top_sparse_z": _Feature("sparse", +1, lambda x: _z(x.top_s, x.mu_s, x.sd_s),
+                             {"sparse": +1}),
     # Format 3: graph recall's list (PageRank masses are a share of one walk: only the ratio
     # to the query's best mass and the rank transfer between graphs).
     "graph_rel": _Feature("graph", +1, lambda x: _div(x.g, x.top_g), {"graph": +1}),
@@ -200,7 +265,9 @@ FEATURES: dict[str, _Feature] = {
 }
 POOL_FEATURES = frozenset({"dense_gap", "sparse_rel", "top_sparse_ratio", "log1p_dense_rank",
                            "log1p_sparse_rank", "graph_rel", "shared_graph_rel",
-                           "log1p_graph_rank"})
+                           "log1p_graph_rank", "dense_z", "top_dense_z", "sparse_z",
+                           "top_sparse_z"})
+MOMENT_FEATURES = frozenset({"dense_z", "top_dense_z", "sparse_z", "top_sparse_z"})
 
 
 def _arr(x: Any, n: int, worst: float, lo: float, hi: float) -> np.ndarray:
@@ -224,6 +291,11 @@ def _pool_of(values: Any) -> np.ndarray:
 ABSENT_RANK = 100.0
 
 
+def _moments(pool: np.ndarray) -> tuple[float, float]:
+    """A recall list's mean and standard deviation (0, 0 for an empty list)."""
+    return (float(pool.mean()), float(pool.std())) if len(pool) else (0.0, 0.0)
+
+
 def _in_pool(x: np.ndarray, pool: np.ndarray,
              matched: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """The pool's best score (at least the hit's own) and each hit's rank in the pool."""
@@ -242,13 +314,15 @@ def signals(dense: Any, sparse: Any, ceiling: Any, ranks: Any, n: int, *,
             pool: Mapping[str, Any] | None = None, top_dense: Any = None, top_sparse: Any = None,
             rank_dense: Any = None, rank_sparse: Any = None, graph: Any = None,
             top_graph: Any = None, rank_graph: Any = None, docs: Any = None,
-            graph_share: Any = None) -> Signals:
+            graph_share: Any = None,
+            moments: Mapping[str, tuple[Any, Any]] | None = None) -> Signals:
     """Sanitised signals (missing/NaN → the worst value of each).
 
     The pool statistics come from ``pool`` (the query's recall lists: ``{"dense": cosines,
     "sparse": BM25 scores, "graph": PageRank masses}``), else from ``top_*``/``rank_*``
-    given per hit, else from the hits themselves (their best score, their rank among
-    themselves — exact when they are the head of each recall list).
+    (and ``moments``: ``{"dense": (means, sds), "sparse": …}``) given per hit, else from
+    the hits themselves (their best score, their rank among themselves — exact when they
+    are the head of each recall list).
     """
     d = _arr(dense, n, -1.0, -1.0, 1.0)
     s = _arr(sparse, n, 0.0, 0.0, _BIG)
@@ -256,6 +330,15 @@ def signals(dense: Any, sparse: Any, ceiling: Any, ranks: Any, n: int, *,
     c = _arr(ceiling, n, 0.0, 0.0, _BIG)
     r = _arr(ranks, n, 0.0, 0.0, 1e12)
     stats = {}
+    spread: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+    for name, x in (("dense", d), ("sparse", s)):
+        if pool is not None and name in pool:
+            mu, sd = _moments(_pool_of(pool[name]))
+        elif moments is not None and name in moments:
+            mu, sd = moments[name]
+        else:
+            mu, sd = _moments(_pool_of(x if name == "dense" else x[x > 0]))
+        spread[name] = (_arr(mu, n, 0.0, -_BIG, _BIG), _arr(sd, n, 0.0, 0.0, _BIG))
     for name, x, top, rank in (("dense", d, top_dense, rank_dense),
                                ("sparse", s, top_sparse, rank_sparse),
                                ("graph", g, top_graph, rank_graph)):
@@ -273,7 +356,8 @@ def signals(dense: Any, sparse: Any, ceiling: Any, ranks: Any, n: int, *,
     return Signals(d, s, c, r, np.clip(stats["dense"][0], -1.0, 1.0), stats["sparse"][0],
                    stats["dense"][1], stats["sparse"][1], g, stats["graph"][0],
                    stats["graph"][1], _arr(docs, n, 1.0, 1.0, 1e12),
-                   _arr(1.0 if graph_share is None else graph_share, n, 1.0, 0.0, 1.0))
+                   _arr(1.0 if graph_share is None else graph_share, n, 1.0, 0.0, 1.0),
+                   *spread["dense"], *spread["sparse"])
 
 
 def _design(names: Sequence[str], x: Signals) -> np.ndarray:
@@ -468,9 +552,24 @@ class Calibrator:
                              "its scores")
         if n == 0:
             return np.zeros(0)
+        model = self._for_pool(model, pool, dense, sparse)
         p = expit(model.logit(signals(dense, sparse, ceiling, r, n, pool=pool, graph=graph,
                                       docs=docs, graph_share=graph_share)))
         return np.clip(np.nan_to_num(p, nan=0.0), 0.0, 1.0)
+
+    def _for_pool(self, model: LogisticModel, pool: Mapping[str, Any] | None,
+                  dense: Any, sparse: Any) -> LogisticModel:
+        """``model``, or its small-pool companion when a list its z-scores read holds fewer
+        than ``Z_MIN_POOL`` scores (the hits stand in for a missing pool)."""
+        lists = {FEATURES[f].needs for f in MOMENT_FEATURES.intersection(model.features)}
+        if not lists:
+            return model
+        size = min(len(_pool_of((pool or {}).get(name, dense if name == "dense" else sparse)))
+                   for name in lists)
+        if size >= Z_MIN_POOL:
+            return model
+        key = next((k for k, m in self.models.items() if m is model), None)
+        return self.models.get(f"{key}{SMALL_POOL}", model) if key else model
 
     def monotone(self, mode: str, unit: str, graph: bool = False) -> dict[str, int | None]:
         """What the model says: +1/-1 direction of P in each signal, 0 when it is not used."""
@@ -509,6 +608,11 @@ class Sample:
     rank_graph: float | None = None
     docs: float | None = None  # how many documents the hit's leaves lie in
     graph_share: float | None = None  # the query's subject share (graph recall)
+    # Each recall list's mean and standard deviation (the z-score features).
+    mean_dense: float | None = None
+    sd_dense: float | None = None
+    mean_sparse: float | None = None
+    sd_sparse: float | None = None
 
     @staticmethod
     def pool_stats(pool: Mapping[str, Any], dense: float | None,
@@ -521,6 +625,8 @@ class Sample:
                 if name != "graph":
                     out[f"top_{name}"] = out[f"rank_{name}"] = None
                 continue
+            if name != "graph":
+                out[f"mean_{name}"], out[f"sd_{name}"] = _moments(_pool_of(pool[name]))
             top, rank = _in_pool(np.array([float(x)]), _pool_of(pool[name]),
                                  None if name == "dense" else np.array([float(x) > 0]))
             out[f"top_{name}"], out[f"rank_{name}"] = float(top[0]), float(rank[0])
@@ -563,7 +669,15 @@ def _sample_signals(samples: Sequence[Sample], model_features: Sequence[str],
     docs = _col(samples, "docs")
     if "docs" in needs and np.isnan(docs).any():
         raise ValueError(f"{key}: every sample needs its document count (docs)")
-    return signals(d, s, c, _col(samples, "rank"), len(samples),
+    moments = {}
+    for name in ("dense", "sparse"):
+        mu, sd = _col(samples, f"mean_{name}"), _col(samples, f"sd_{name}")
+        wanted = any(FEATURES[f].needs == name for f in names & MOMENT_FEATURES)
+        if wanted and (np.isnan(mu).any() or np.isnan(sd).any()):
+            raise ValueError(f"{key}: z-score features need every sample's mean_{name} and "
+                             f"sd_{name} (collect them with the query's recall lists)")
+        moments[name] = (np.nan_to_num(mu, nan=0.0), np.nan_to_num(sd, nan=0.0))
+    return signals(d, s, c, _col(samples, "rank"), len(samples), moments=moments,
                    top_dense=pooled["dense"][0], rank_dense=pooled["dense"][1],
                    top_sparse=pooled["sparse"][0], rank_sparse=pooled["sparse"][1],
                    graph=np.nan_to_num(g, nan=0.0), top_graph=pooled["graph"][0],
@@ -643,14 +757,18 @@ def fit(samples: Sequence[Sample], *, features: Mapping[str, Sequence[str]] | No
 
     ``features`` maps a signal set (a mode, or a mode with graph recall such as
     ``hybrid+graph``) or one of its groups (``hybrid/node``) to feature names (default
-    ``DEFAULT_FEATURES``; a group's entry wins over its signal set's).
+    ``DEFAULT_FEATURES``; a group's entry wins over its signal set's, and a signal set
+    given here replaces the default entries of its groups).
     ``balance`` weighs each data set (``Sample.source``) equally within a group, so the
     largest one does not set the base rate (a set with fewer than ``MIN_SOURCE_QUERIES``
     queries in the group is left out of it, named in the model's ``left_out``). A group without both relevant and
     non-relevant samples cannot be fitted and is skipped (named in
     ``fitted_on["skipped"]``); ValueError if nothing could be fitted.
     """
-    feats = {**DEFAULT_FEATURES, **(features or {})}
+    given = dict(features or {})
+    # A signal set the caller gives replaces the default entries of its groups as well.
+    feats = {**{k: v for k, v in DEFAULT_FEATURES.items() if k.split("/", 1)[0] not in given},
+             **given}
     samples = list(samples)
     y = _labels(samples)
     models: dict[str, LogisticModel] = {}
@@ -674,6 +792,11 @@ def fit(samples: Sequence[Sample], *, features: Mapping[str, Sequence[str]] | No
         if small:
             info["left_out"] = small
         models[key] = LogisticModel(names, coef, b, info)
+        plain = tuple(f for f in names if f not in MOMENT_FEATURES)
+        if plain != names:  # the small-pool companion (see Z_MIN_POOL)
+            X = _design(plain, _sample_signals(group, plain, key))
+            coef, b = _fit_logistic(X, yy, [FEATURES[f].sign for f in plain], l2, weights)
+            models[key + SMALL_POOL] = LogisticModel(plain, coef, b, info)
     if not models:
         raise ValueError("no (mode, unit) group has both relevant and non-relevant hits")
     note = dict(fitted_on or {})
