@@ -293,6 +293,7 @@ ABSENT_RANK = 100.0
 
 def _moments(pool: np.ndarray) -> tuple[float, float]:
     """A recall list's mean and standard deviation (0, 0 for an empty list)."""
+    pool = np.clip(pool, -1e12, 1e12)  # a hostile score must not overflow the square
     return (float(pool.mean()), float(pool.std())) if len(pool) else (0.0, 0.0)
 
 
@@ -792,8 +793,11 @@ def fit(samples: Sequence[Sample], *, features: Mapping[str, Sequence[str]] | No
         if small:
             info["left_out"] = small
         models[key] = LogisticModel(names, coef, b, info)
-        plain = tuple(f for f in names if f not in MOMENT_FEATURES)
-        if plain != names:  # the small-pool companion (see Z_MIN_POOL)
+        # The small-pool companion (see Z_MIN_POOL): its signal set's features without the
+        # z-scores. A document's keeps the raw cosine: with no spread to read a hit against,
+        # the cosine is all that tells a match from the best of nothing.
+        plain = tuple(f for f in (feats.get(mode) or names) if f not in MOMENT_FEATURES)
+        if MOMENT_FEATURES.intersection(names):
             X = _design(plain, _sample_signals(group, plain, key))
             coef, b = _fit_logistic(X, yy, [FEATURES[f].sign for f in plain], l2, weights)
             models[key + SMALL_POOL] = LogisticModel(plain, coef, b, info)
