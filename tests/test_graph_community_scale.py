@@ -259,3 +259,34 @@ def test_engine_budget_after_the_top_level_commits_its_depths_and_rebuilds_next(
         assert eng.store.info("derived.community.complete") == "1"
     finally:
         eng.close()
+
+
+# --- the entity graph in numpy --------------------------------------------------------------------
+
+def test_entity_edges_are_bit_identical_to_the_old_loop_on_a_real_graph() -> None:
+    """The numpy ``entity_edges`` against a verbatim copy of the former pure-Python one
+    (``bench/communities_old.py``) on HotpotQA's first 400 passages: titles (about edges),
+    dates and numbers (scaled), passages of many entities."""
+    import sys
+
+    from conftest import REPO
+
+    sys.path.insert(0, str(REPO))
+    from bench import communities_old as old
+    from bench.data import data_path
+    from bench.graph import corpus_chunks
+    from bench.raptor import load_multihop
+    from rcp_agentic.graph import BuiltinExtractor, build_graph
+    from rcp_agentic.graph.communities import entity_edges
+
+    if not data_path("multihop", "hotpotqa", "corpus.jsonl").exists():
+        pytest.skip(f"HotpotQA is not at {data_path('multihop', 'hotpotqa')}")
+    g = build_graph(corpus_chunks(load_multihop("hotpotqa")[0][:400], 200, 30),
+                    BuiltinExtractor())
+    assert any(e.about for e in g.entities.values())
+    assert any(e.kind in ("date", "number") for e in g.entities.values())
+    for knobs in ({}, {"date": 0.0, "about": 0.5, "comention": 2.0}, {"relation": 0.0}):
+        want = old.entity_edges(g, old.CommunityConfig(**knobs))
+        got = entity_edges(g, CommunityConfig(**knobs))
+        assert list(got) == list(want)
+        assert [w.hex() for w in got.values()] == [w.hex() for w in want.values()]
