@@ -290,3 +290,42 @@ def test_entity_edges_are_bit_identical_to_the_old_loop_on_a_real_graph() -> Non
         got = entity_edges(g, CommunityConfig(**knobs))
         assert list(got) == list(want)
         assert [w.hex() for w in got.values()] == [w.hex() for w in want.values()]
+
+
+# --- the algorithm tag ------------------------------------------------------------------------------
+
+def test_a_hierarchy_of_the_former_algorithm_is_rebuilt_not_patched() -> None:
+    from dataclasses import replace as copy
+
+    g = hub_graph("ba", 400, 2, 8)
+    cfg = CommunityConfig(max_community_size=5)
+    assert cfg.identity.startswith("communities/2;")
+    h = build_communities(g, cfg)
+    former = copy(h, identity=cfg.identity.replace("communities/2;", "communities/1;"))
+    h2, rep = update_communities(former, g, g, cfg)
+    assert rep.mode == "full" and rep.reason == "config changed"
+    assert h2 == h and h2.identity == cfg.identity
+
+
+def test_engine_rebuilds_a_store_of_the_former_algorithm_once(tmp_path: Path,
+                                                              embedder: Any) -> None:
+    eng = _engine(tmp_path / "e", embedder)
+    try:
+        docs = _docs()
+        eng.add_documents(docs[:-1])
+        store = eng.store
+        key = "derived.community.clusters"
+        now = store.info(key)
+        assert now is not None and now.startswith("communities/2;")
+        store.set_info_if(key, now.replace("communities/2;", "communities/1;"),
+                          base_version=store.index_version())
+        lake = {"id": "lake", "title": "Lake Verin", "text": "Lake Verin lies in the Dolmar "
+                "Range. The Verin char lives in Lake Verin with the Kestrel trout."}
+        rep = next(r for r in eng.add_documents([lake]).derived if r.unit == "community")
+        assert rep.mode == "full" and rep.reason == "the community settings or algorithm changed"
+        assert store.info(key) == now
+        assert rep.counts["reports_written"] < rep.counts["communities"]   # kept reports
+        rep = next(r for r in eng.add_documents(docs[-1:]).derived if r.unit == "community")
+        assert rep.mode == "incremental"
+    finally:
+        eng.close()
