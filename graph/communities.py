@@ -128,7 +128,8 @@ class CommunityConfig:
 
 class Budget:
     """A deadline for one build or update: ``seconds`` from its creation (None: no limit).
-    ``clock`` is the time source (``time.monotonic``)."""
+    It is read before every split (one Leiden call is never cut short); ``clock`` is the
+    time source (``time.monotonic``)."""
 
     def __init__(self, seconds: float | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
