@@ -35,9 +35,10 @@ says so) and every level is still a complete partition; if not even the roots ar
 *Why this algorithm (issue 22 part 4a).* On hub-heavy graphs (countries, clubs, years
 mentioned by hundreds of passages) the former builder (``bench/communities_old.py``) took
 longer than the graph build. Counting showed no quadratic recursion — about three Leiden-
-processed vertices per entity (3.3 on HotpotQA + 2Wiki, 2.9 on a 10k Barabási–Albert
-graph) — the cost was per call: leidenalg's optimiser (over half the time), a Python
-rebuild of every subgraph from a dict adjacency, and a pure-Python ``entity_edges``. This
+processed vertices per entity (2.99-3.41 on the shared corpora and on Barabási–Albert
+graphs of 10k-200k entities, ``bench/community_scale.py``) — the cost was per call:
+leidenalg's optimiser (over half the time on HotpotQA + 2Wiki), a Python rebuild of every
+subgraph from a dict adjacency (a third), and a pure-Python ``entity_edges``. This
 module's ``ALGORITHM`` tag (``communities/2``) is part of :attr:`CommunityConfig.identity`,
 so a hierarchy stored by the former builder is rebuilt once, not patched.
 
