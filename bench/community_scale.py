@@ -1,7 +1,8 @@
 """Community build time against entities and edges, new builder vs old (issue 22 part 4a).
 
     python bench/community_scale.py [--sizes 10000 25000 50000 100000 200000] [--m 3]
-                                    [--shared] [--repeats 3] [--old-cap 600] [--no-old]
+                                    [--shared] [--engine SET ...] [--repeats 3]
+                                    [--old-cap 600] [--no-old] [--table]
 
 * **Synthetic hub-heavy graphs.** A Barabási–Albert graph (``igraph.Graph.Barabasi(n, m)``,
   power-law degrees: the oldest vertices are hubs, as countries and years are in a wiki) is
@@ -20,6 +21,11 @@
   builder times as clustering), at the default config (cap 10). Ratio = community build /
   graph build. Modularity per level (resolution 1, on the same entity graph) and coverage
   (share of entities in exactly one community at every level; must be 1.0) are reported.
+* ``--engine SET`` (``hotpotqa`` or ``2wikimultihopqa``): end to end, a fresh
+  ``Engine(build_graph=True)`` in a temporary directory indexes the set's passages; the
+  graph builder's and the community builder's ``DerivedReport`` (seconds, clustering,
+  reports, reason, counts) are recorded. The community builder's whole run (clustering and
+  offline reports) against the graph builder's (extraction and name embedding included).
 * **Old builder**: ``bench/communities_old.py`` (a frozen copy of ``graph/communities.py``
   before this change) in a child process on the same pickled graph, killed after
   ``--old-cap`` seconds (reported as ``> cap``), with its Leiden-processed vertices per
@@ -226,6 +232,32 @@ def shared_sets() -> dict[str, Any]:
     return out
 
 
+def engine_run(name: str) -> dict[str, Any]:
+    """The engine's graph and community builds on one multi-hop set (module doc)."""
+    from bench.raptor import load_multihop
+    from rcp_agentic import Engine
+
+    docs = load_multihop(name)[0]
+    with tempfile.TemporaryDirectory() as tmp:
+        eng = Engine(Path(tmp) / "engine", build_graph=True)
+        try:
+            res = eng.add_documents([{"id": d["id"], "title": d["title"], "text": d["text"]}
+                                     for d in docs])
+        finally:
+            eng.close()
+    reps = {r.unit: r for r in res.derived}
+    graph, comm = reps["node"], reps["community"]
+    row = {"docs": len(docs), "graph_s": round(graph.seconds, 2),
+           "graph_embedding_s": round(graph.seconds_embedding, 2),
+           "community_s": round(comm.seconds, 2),
+           "community_clustering_s": round(comm.seconds_clustering, 2),
+           "community_reports_s": round(comm.seconds_summarising, 2),
+           "ratio": round(comm.seconds / graph.seconds, 3), "reason": comm.reason,
+           "counts": comm.counts}
+    print(f"engine {name}: {row}", flush=True)
+    return row
+
+
 def table(data: dict[str, Any]) -> str:
     """The Markdown table of every row in ``data`` (synthetic by size, then shared)."""
     head = ("| graph | entities | edges | graph build s | communities s (new) | ratio new | "
@@ -257,6 +289,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--old-cap", type=float, default=600.0, help="seconds the old builder gets")
     ap.add_argument("--no-old", action="store_true")
+    ap.add_argument("--engine", nargs="*", default=[], choices=["hotpotqa", "2wikimultihopqa"],
+                    help="also end to end in an Engine on these sets")
     ap.add_argument("--table", action="store_true", help="print the saved table and exit")
     ap.add_argument("--old-child", nargs=2, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -284,6 +318,10 @@ def main(argv: list[str] | None = None) -> int:
             data.setdefault("shared", {})[name] = {**row, "docs": docs,
                                                    "date": time.strftime("%Y-%m-%d")}
             _save(data)
+    for name in args.engine:
+        data.setdefault("engine", {})[name] = {**engine_run(name),
+                                               "date": time.strftime("%Y-%m-%d")}
+        _save(data)
     print()
     print(table(data))
     return 0
