@@ -1,6 +1,7 @@
 """Hierarchical Leiden communities over the entity graph, with stable ids and incremental updates.
 
-**The entity graph** (:func:`entity_edges`) joins two entities by the sum of
+**The entity graph** (:func:`entity_edges`, computed in :mod:`.entity_graph`) joins two
+entities by the sum of
 
 * their co-occurrence relation (normalised PMI, :attr:`Relation.weight`) x ``relation``;
 * their synonym edge (name cosine) x ``synonym``;
@@ -15,15 +16,31 @@ neighbourhood (1.3 % left isolated; ``bench/communities.py``, ``edge_variants``)
 unrelated passages, so their edges are scaled by ``date`` (as in :mod:`.ppr`).
 
 **The hierarchy** is built top-down as GraphRAG's: every connected component that fits
-``max_community_size`` is one community; a larger one is partitioned by Leiden
-(``leidenalg``, RB configuration / modularity, seeded) and every community still larger than
-the cap is re-partitioned on its own subgraph, recursively. Leiden may return its input as
-one community (a star, a clique); the cap is then enforced by Leiden again with
-``max_comm_size`` set to the cap (its communities all fit, so they are leaves; a higher
-resolution instead shatters small subgraphs into singletons), and as a last resort by
-cutting a breadth-first order into chunks of the cap. Every split has at least two parts, so the recursion ends and no community equals its parent.
-Each subgraph is clustered with its vertices in key order and the same seed, so the result
-of a component depends only on that component: same input, same output.
+``max_community_size`` is one community; a larger one is partitioned by Leiden and every
+community still larger than the cap is re-partitioned on its own subgraph (one split:
+:mod:`.community_split` — igraph's C Leiden, modularity, seeded; the cap enforced by
+leidenalg's ``max_comm_size`` and a breadth-first cut when Leiden keeps a small set whole;
+the *shrink guard* re-splits or peels any part above half of a set larger than 8 x the
+cap). Every split has at least two parts, so the tree ends and no community equals its
+parent. The entity igraph is built once and every subgraph is cut from its parent's in C
+(``induced_subgraph``), vertices in key order; each Leiden call is seeded alike, so the
+result of a component depends only on that component: same input, same output.
+
+The tree is built **breadth-first**, one depth at a time, under an optional
+:class:`Budget` (a deadline). When it runs out, the depths completed are kept (their sets
+become leaves, possibly above the cap; ``stats.complete`` is False and ``stats.reason``
+says so) and every level is still a complete partition; if not even the roots are done,
+:class:`CommunityBudgetExceeded` is raised and nothing is returned.
+
+*Why this algorithm (issue 22 part 4a).* On hub-heavy graphs (countries, clubs, years
+mentioned by hundreds of passages) the former builder (``bench/communities_old.py``) took
+longer than the graph build. Counting showed no quadratic recursion — about three Leiden-
+processed vertices per entity (2.99-3.41 on the shared corpora and on Barabási–Albert
+graphs of 10k-200k entities, ``bench/community_scale.py``) — the cost was per call:
+leidenalg's optimiser (over half the time on HotpotQA + 2Wiki), a Python rebuild of every
+subgraph from a dict adjacency (a third), and a pure-Python ``entity_edges``. This
+module's ``ALGORITHM`` tag (``communities/2``) is part of :attr:`CommunityConfig.identity`,
+so a hierarchy stored by the former builder is rebuilt once, not patched.
 
 **Levels** count from the leaves (RCP: ``level 0`` is the finest). ``height`` is 0 for a
 leaf and ``1 + max(children)`` otherwise; the partition at level ``l`` is, on every
@@ -57,22 +74,25 @@ from __future__ import annotations
 import hashlib
 import math
 import time
-from collections import defaultdict, deque
-from collections.abc import Iterable, Mapping, Sequence
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+import numpy as np
+
 from ..errors import InvalidParams
+from .community_split import CommunityStats, groups, leiden, split
+from .entity_graph import LOW_KINDS, EdgeArrays, Edges, EntityGraph, edge_arrays, entity_edges
 from .model import GraphData
 
-__all__ = ["Community", "CommunityConfig", "CommunityHierarchy", "CommunityUpdate",
+__all__ = ["ALGORITHM", "Budget", "Community", "CommunityBudgetExceeded", "CommunityConfig",
+           "CommunityHierarchy", "CommunityStats", "CommunityUpdate", "LOW_KINDS",
            "build_communities", "community_id", "entity_edges", "modularity",
            "update_communities"]
 
 FORMAT = "rcp-agentic/communities/1"
-LOW_KINDS = frozenset({"date", "number"})
-Edges = dict[tuple[str, str], float]
-CAP_ENFORCEMENT = 1000.0  # strict: at 1 leidenalg still returned 13 nodes for a cap of 5
+ALGORITHM = "communities/2"           # issue 22 part 4a: igraph Leiden, guard, breadth-first
 
 
 @dataclass(frozen=True)
@@ -80,7 +100,7 @@ class CommunityConfig:
     """Settings of the community hierarchy (its ``identity`` is part of the hierarchy's)."""
 
     max_community_size: int = 10      # GraphRAG's default cap of a leaf community
-    resolution: float = 1.0           # Leiden RB configuration resolution (1.0 = modularity)
+    resolution: float = 1.0           # Leiden modularity resolution (1.0 = modularity)
     seed: int = 42
     iterations: int = 2               # Leiden passes (-1: until stable; measured 6x slower
                                       # for +0.005 top-level modularity on SciFact)
@@ -102,9 +122,28 @@ class CommunityConfig:
 
     @property
     def identity(self) -> str:
-        return (f"communities/1;max={self.max_community_size};res={self.resolution};"
+        return (f"{ALGORITHM};max={self.max_community_size};res={self.resolution};"
                 f"seed={self.seed};it={self.iterations};rel={self.relation};"
                 f"syn={self.synonym};about={self.about};co={self.comention};date={self.date}")
+
+
+class Budget:
+    """A deadline for one build or update: ``seconds`` from its creation (None: no limit).
+    It is read before every split (one Leiden call is never cut short); ``clock`` is the
+    time source (``time.monotonic``)."""
+
+    def __init__(self, seconds: float | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.seconds = seconds
+        self._clock = clock
+        self.deadline = None if seconds is None else clock() + seconds
+
+    def expired(self) -> bool:
+        return self.deadline is not None and self._clock() >= self.deadline
+
+
+class CommunityBudgetExceeded(RuntimeError):
+    """The budget ran out before the top level (the roots) was complete: nothing is built."""
 
 
 @dataclass(frozen=True)
@@ -128,12 +167,19 @@ def community_id(members: Iterable[str]) -> str:
     return f"community:{digest[:16]}"
 
 
+def _sorted_id(members: Sequence[str]) -> str:
+    """:func:`community_id` of members already sorted (vertex order is key order)."""
+    return "community:" + hashlib.sha1("\n".join(members).encode("utf-8")).hexdigest()[:16]
+
+
 @dataclass
 class CommunityHierarchy:
     """All communities of one graph, as a forest (roots = the coarsest partition)."""
 
     communities: dict[str, Community] = field(default_factory=dict)
     identity: str = CommunityConfig().identity
+    # How it was built (not part of its value: a read-back hierarchy has default stats).
+    stats: CommunityStats = field(default_factory=CommunityStats, compare=False, repr=False)
 
     @property
     def top_level(self) -> int:
@@ -214,145 +260,7 @@ class CommunityUpdate:
     reason: str = ""
 
 
-# --- the entity graph -------------------------------------------------------------------------
-
-def entity_edges(graph: GraphData, config: CommunityConfig = CommunityConfig()) -> Edges:
-    """The weighted entity-entity edges (module doc), keyed ``(a, b)`` with ``a < b``."""
-    ents = graph.entities
-    edges: dict[tuple[str, str], float] = defaultdict(float)
-
-    def scale(k: str) -> float:
-        return config.date if ents[k].kind in LOW_KINDS else 1.0
-
-    def add(a: str, b: str, w: float) -> None:
-        if a != b and w > 0:
-            edges[(a, b) if a < b else (b, a)] += w * min(scale(a), scale(b))
-
-    if config.relation > 0:
-        for r in graph.relations:
-            if r.subject in ents and r.object in ents:
-                add(r.subject, r.object, config.relation * max(r.weight, 0.0))
-    if config.synonym > 0:
-        for s in graph.synonyms:
-            if s.a in ents and s.b in ents:
-                add(s.a, s.b, config.synonym * s.similarity)
-    if config.about > 0 or config.comention > 0:
-        in_chunk: dict[str, list[tuple[str, float]]] = defaultdict(list)
-        about_of: dict[str, list[str]] = defaultdict(list)
-        for k in sorted(ents):
-            for ck, mw in ents[k].mentions.items():
-                in_chunk[ck].append((k, mw))
-            for ck in ents[k].about:
-                about_of[ck].append(k)
-        for ck in sorted(in_chunk):
-            here = in_chunk[ck]
-            if config.about > 0:
-                for t in about_of.get(ck, ()):
-                    for k, mw in here:
-                        add(t, k, config.about * mw)
-            n = len(here)
-            if config.comention > 0 and n > 1:
-                w = config.comention / (n - 1)
-                for i, (a, _) in enumerate(here):
-                    for b, _ in here[i + 1:]:
-                        add(a, b, w)
-    return {k: round(v, 9) for k, v in sorted(edges.items())}
-
-
-def _adjacency(edges: Edges) -> dict[str, dict[str, float]]:
-    adj: dict[str, dict[str, float]] = defaultdict(dict)
-    for (a, b), w in edges.items():
-        adj[a][b] = w
-        adj[b][a] = w
-    return adj
-
-
-def _igraph(nodes: Sequence[str], adj: Mapping[str, Mapping[str, float]]) -> Any:
-    """The subgraph induced by ``nodes`` (kept in the given order)."""
-    import igraph as ig
-
-    index = {k: i for i, k in enumerate(nodes)}
-    pairs: list[tuple[int, int]] = []
-    weights: list[float] = []
-    for i, a in enumerate(nodes):
-        for b, w in adj.get(a, {}).items():
-            j = index.get(b)
-            if j is not None and i < j:
-                pairs.append((i, j))
-                weights.append(w)
-    g = ig.Graph(n=len(nodes), edges=pairs)
-    g.es["weight"] = weights
-    return g
-
-
-def _components(nodes: Sequence[str], adj: Mapping[str, Mapping[str, float]]) -> list[list[str]]:
-    """Connected components of the subgraph induced by ``nodes``, each sorted."""
-    inside = set(nodes)
-    seen: set[str] = set()
-    out = []
-    for start in nodes:
-        if start in seen:
-            continue
-        seen.add(start)
-        comp = [start]
-        queue = deque([start])
-        while queue:
-            for b in adj.get(queue.popleft(), {}):
-                if b in inside and b not in seen:
-                    seen.add(b)
-                    comp.append(b)
-                    queue.append(b)
-        out.append(sorted(comp))
-    return out
-
-
-# --- Leiden and the size cap -----------------------------------------------------------------
-
-def _leiden(g: Any, config: CommunityConfig, initial: list[int] | None = None,
-            max_size: int = 0) -> list[int]:
-    """leidenalg's ``find_partition`` (RB configuration, seeded)."""
-    import leidenalg
-
-    part = leidenalg.RBConfigurationVertexPartition(
-        g, initial_membership=initial, weights="weight",
-        resolution_parameter=config.resolution)
-    opt = leidenalg.Optimiser()
-    if max_size:    # leidenalg >= 0.12 enforces the cap only with an enforcement > 0
-        opt.max_comm_size = max_size
-        opt.community_constraint_enforcement = CAP_ENFORCEMENT
-    opt.set_rng_seed(config.seed)
-    opt.optimise_partition(part, config.iterations)
-    return list(part.membership)
-
-
-def _groups(nodes: Sequence[str], labels: Sequence[int]) -> list[list[str]]:
-    by: dict[int, list[str]] = defaultdict(list)
-    for k, lab in zip(nodes, labels):
-        by[lab].append(k)
-    return sorted((sorted(v) for v in by.values()), key=lambda v: (-len(v), v[0]))
-
-
-def _chunks(nodes: Sequence[str], adj: Mapping[str, Mapping[str, float]],
-            size: int) -> list[list[str]]:
-    """Last resort: a breadth-first order from the strongest node, cut into ``size`` pieces."""
-    inside = set(nodes)
-    strength = {k: sum(w for b, w in adj.get(k, {}).items() if b in inside) for k in nodes}
-    order: list[str] = []
-    seen: set[str] = set()
-    for start in sorted(nodes, key=lambda k: (-strength[k], k)):
-        if start in seen:
-            continue
-        seen.add(start)
-        queue = deque([start])
-        while queue:
-            a = queue.popleft()
-            order.append(a)
-            for b in sorted((b for b in adj.get(a, {}) if b in inside and b not in seen),
-                            key=lambda b: (-adj[a][b], b)):
-                seen.add(b)
-                queue.append(b)
-    return [sorted(order[i:i + size]) for i in range(0, len(order), size)]
-
+# --- the old hierarchy an update follows ----------------------------------------------------------
 
 @dataclass
 class _Guide:
@@ -369,32 +277,33 @@ class _Guide:
         clean = {c.id for c in old.communities.values() if touched.isdisjoint(c.members)}
         return cls(old, clean, path)
 
-    def units(self, nodes: Sequence[str]) -> tuple[list[list[str]], list[int]]:
-        """How to split ``nodes`` on an update: its units — the largest untouched old
-        communities lying wholly inside it (smaller than it), and every other entity alone —
-        and Leiden's start, each unit labelled by its entities' first old community (root
-        first) that does not hold all of ``nodes`` (a new entity alone)."""
+    def units(self, nodes: Sequence[str]) -> tuple[list[list[int]], list[int]]:
+        """How to split ``nodes`` on an update: its units (positions in ``nodes``) — the
+        largest untouched old communities lying wholly inside it (smaller than it), and
+        every other entity alone — and Leiden's start, each unit labelled by its entities'
+        first old community (root first) that does not hold all of ``nodes`` (a new entity
+        alone)."""
         count: dict[str, int] = defaultdict(int)
         for v in nodes:
             for c in self.path.get(v, ()):
                 count[c] += 1
         n = len(nodes)
         comms = self.old.communities
-        unit_of: dict[str, str] = {}
-        label_of: dict[str, str] = {}
+        unit_of: list[str] = []
+        label_of: list[str] = []
         for v in nodes:
             path = self.path.get(v, ())
-            unit_of[v] = next((c for c in path if c in self.clean and count[c] < n
-                               and count[c] == comms[c].size), "\0" + v)
-            label_of[v] = next((c for c in path if count[c] < n), "\0" + v)
-        members: dict[str, list[str]] = defaultdict(list)
-        for v in nodes:
-            members[unit_of[v]].append(v)
+            unit_of.append(next((c for c in path if c in self.clean and count[c] < n
+                                 and count[c] == comms[c].size), "\0" + v))
+            label_of.append(next((c for c in path if count[c] < n), "\0" + v))
+        members: dict[str, list[int]] = defaultdict(list)
+        for i, u in enumerate(unit_of):
+            members[u].append(i)
         units = list(members.values())
         labels: dict[str, int] = {}
         initial = []
         for group in units:
-            first = {label_of[v] for v in group}
+            first = {label_of[i] for i in group}
             key = label_of[group[0]] if len(first) == 1 else unit_of[group[0]]
             initial.append(labels.setdefault(key, len(labels)))
         return units, initial
@@ -407,103 +316,189 @@ def _lineage(old: CommunityHierarchy, cid: str) -> list[str]:
     return out[::-1]
 
 
-def _split(nodes: list[str], adj: Mapping[str, Mapping[str, float]], config: CommunityConfig,
-           guide: _Guide | None) -> list[list[str]]:
-    """Partition a connected node set larger than the cap into at least two parts."""
-    parts: list[list[str]] = []
-    if guide is not None:
-        units, initial = guide.units(nodes)
-        if len(units) > 1:
-            by: dict[int, list[str]] = defaultdict(list)
-            for group, label in zip(units, _leiden(_unit_igraph(units, adj), config, initial)):
-                by[label].extend(group)
-            parts = sorted((sorted(v) for v in by.values()), key=lambda v: (-len(v), v[0]))
-    if len(parts) < 2:
-        g = _igraph(nodes, adj)
-        parts = _groups(nodes, _leiden(g, config))
-    if len(parts) < 2:
-        parts = _groups(nodes, _leiden(g, config, max_size=config.max_community_size))
-    if len(parts) < 2:
-        parts = _chunks(nodes, adj, config.max_community_size)
-    return parts
+def _guided(g: Any, names: list[str], guide: _Guide, config: CommunityConfig,
+            stats: CommunityStats) -> Callable[[], list[np.ndarray]]:
+    """An update's split of ``g`` (vertices ``names``): Leiden on the graph of its units
+    (:meth:`_Guide.units`; edges between units summed, a unit's internal weight its
+    self-loop), warm-started from the old hierarchy."""
+    def run() -> list[np.ndarray]:
+        units, initial = guide.units(names)
+        if len(units) < 2:
+            return []
+        unit = np.empty(len(names), dtype=np.int64)
+        for u, group in enumerate(units):
+            unit[group] = u
+        ug = g.copy()
+        ug.contract_vertices(unit.tolist(), combine_attrs=None)
+        ug.simplify(multiple=True, loops=False, combine_edges={"weight": "sum"})
+        labels = np.asarray(leiden(ug, config, stats, initial=initial))
+        return groups(labels[unit])
+    return run
 
 
-def _unit_igraph(units: Sequence[Sequence[str]], adj: Mapping[str, Mapping[str, float]]) -> Any:
-    """The graph of ``units`` (entity groups): summed weights between them, and each group's
-    internal weight as its self-loop (so its strength is its entities' total)."""
-    import igraph as ig
+# --- the breadth-first build ------------------------------------------------------------------
 
-    unit = {v: i for i, group in enumerate(units) for v in group}
-    weight: dict[tuple[int, int], float] = defaultdict(float)
-    for v, i in unit.items():
-        for b, w in adj.get(v, {}).items():
-            j = unit.get(b)
-            if j is not None and v < b:
-                weight[(i, j) if i <= j else (j, i)] += w
-    pairs = sorted(weight)
-    g = ig.Graph(n=len(units), edges=pairs)
-    g.es["weight"] = [weight[p] for p in pairs]
-    return g
+@dataclass
+class _Node:
+    members: np.ndarray               # entity vertex indices, increasing (= key order)
+    parent: int                       # index of its parent node; -1 for a root
+    sub: Any = None                   # its igraph subgraph, while it waits to be split
+    reused: str | None = None         # an update: the old community kept with its subtree
 
 
-def _grow(nodes: list[str], adj: Mapping[str, Mapping[str, float]], config: CommunityConfig,
-          out: dict[str, Community], parent: str | None, guide: _Guide | None) -> str:
-    """Add the community of ``nodes`` and its subtree to ``out``; return its id. On an
-    update, an untouched old community with the same members is reused with its subtree."""
-    cid = community_id(nodes)
-    if guide is not None and cid in guide.clean:
-        _copy_subtree(guide.old, cid, out)
-        c = out[cid]
-        if c.parent != parent:
-            out[cid] = replace(c, parent=parent)
-        return cid
-    children: list[str] = []
-    if len(nodes) > config.max_community_size:
-        for comp in _components(nodes, adj):
-            parts = [comp] if len(comp) < len(nodes) else _split(comp, adj, config, guide)
-            children += [_grow(p, adj, config, out, cid, guide) for p in parts]
-    height = 1 + max(out[c].height for c in children) if children else 0
-    kids = tuple(sorted(children, key=lambda c: (-out[c].size, c)))
-    out[cid] = Community(cid, tuple(nodes), parent, kids, height)
-    return cid
+class _Forest:
+    """The tree of one build or update, grown one depth at a time (module doc)."""
+
+    def __init__(self, eg: EntityGraph, config: CommunityConfig, budget: Budget,
+                 stats: CommunityStats, guide: _Guide | None) -> None:
+        self.eg, self.config, self.budget, self.stats, self.guide = (eg, config, budget,
+                                                                     stats, guide)
+        self.nodes: list[_Node] = []
+
+    def names(self, members: np.ndarray) -> list[str]:
+        keys = self.eg.keys
+        return [keys[i] for i in members.tolist()]
+
+    def node(self, members: np.ndarray, parent: int, parent_sub: Any, local: np.ndarray
+             ) -> _Node:
+        """A node of ``members`` (= ``local`` vertices of ``parent_sub``): reused when an
+        update finds it untouched; its subgraph cut when it is to be split."""
+        out = _Node(members, parent)
+        if self.guide is not None:
+            cid = _sorted_id(self.names(members))
+            if cid in self.guide.clean:
+                out.reused = cid
+                return out
+        if len(members) > self.config.max_community_size:
+            out.sub = parent_sub.induced_subgraph(local.tolist())
+        return out
+
+    def parts(self, sub: Any, members: np.ndarray) -> list[np.ndarray]:
+        """The children of a set larger than the cap: its components, or (one) a split."""
+        comps = groups(sub.connected_components().membership)
+        if len(comps) > 1:
+            return comps
+        guided = (None if self.guide is None else
+                  _guided(sub, self.names(members), self.guide, self.config, self.stats))
+        return split(sub, self.config, self.stats, guided)
+
+    def roots(self, start: np.ndarray) -> list[_Node]:
+        """Depth 0: a component that fits is one root; a larger one is split into roots."""
+        whole = self.eg.graph
+        top = whole if len(start) == whole.vcount() else whole.induced_subgraph(start.tolist())
+        out: list[_Node] = []
+        for comp in groups(top.connected_components().membership):
+            if len(comp) <= self.config.max_community_size:
+                out.append(self.node(start[comp], -1, top, comp))
+                continue
+            if self.budget.expired():
+                raise CommunityBudgetExceeded(
+                    f"the time budget ({self.budget.seconds:g} s) ran out before the top "
+                    "level of the communities was complete")
+            sub = top.induced_subgraph(comp.tolist())
+            for part in split(sub, self.config, self.stats, None if self.guide is None else
+                              _guided(sub, self.names(start[comp]), self.guide, self.config,
+                                      self.stats)):
+                out.append(self.node(start[comp[part]], -1, sub, part))
+        return out
+
+    def grow(self, start: np.ndarray) -> None:
+        """Every depth the budget allows, breadth-first."""
+        self.nodes = self.roots(start)
+        self.stats.depths = 1
+        frontier = [i for i, n in enumerate(self.nodes) if n.sub is not None]
+        while frontier:
+            new: list[_Node] = []
+            for i in frontier:
+                if self.budget.expired():
+                    self.stats.complete = False
+                    self.stats.reason = (
+                        f"the time budget ({self.budget.seconds:g} s) ran out at depth "
+                        f"{self.stats.depths}: the {self.stats.depths} depths built are kept "
+                        "and their deepest communities may be above the size cap")
+                    for j in frontier:
+                        self.nodes[j].sub = None
+                    return
+                parent = self.nodes[i]
+                for local in self.parts(parent.sub, parent.members):
+                    new.append(self.node(parent.members[local], i, parent.sub, local))
+            for i in frontier:
+                self.nodes[i].sub = None
+            first = len(self.nodes)
+            self.nodes.extend(new)
+            self.stats.depths += 1
+            frontier = [first + j for j, n in enumerate(new) if n.sub is not None]
+
+    def communities(self, out: dict[str, Community]) -> None:
+        """The nodes as communities (reused ones with their old subtrees) into ``out``."""
+        nodes = self.nodes
+        names = [tuple(self.names(n.members)) for n in nodes]
+        ids = [n.reused or _sorted_id(m) for n, m in zip(nodes, names)]
+        height = [0] * len(nodes)
+        kids: list[list[int]] = [[] for _ in nodes]
+        for i in range(len(nodes) - 1, -1, -1):   # children follow their parents
+            n = nodes[i]
+            if n.reused is not None:
+                assert self.guide is not None
+                _copy_subtree(self.guide.old, n.reused, out)
+                height[i] = out[n.reused].height
+            if n.parent >= 0:
+                kids[n.parent].append(i)
+                height[n.parent] = max(height[n.parent], height[i] + 1)
+        for i, n in enumerate(nodes):
+            parent = ids[n.parent] if n.parent >= 0 else None
+            if n.reused is not None:
+                c = out[n.reused]
+                if c.parent != parent:
+                    out[n.reused] = replace(c, parent=parent)
+                continue
+            sizes = {ids[k]: len(nodes[k].members) for k in kids[i]}
+            children = tuple(sorted(sizes, key=lambda c: (-sizes[c], c)))
+            out[ids[i]] = Community(ids[i], names[i], parent, children, height[i])
 
 
-def _roots(nodes: list[str], adj: Mapping[str, Mapping[str, float]], config: CommunityConfig,
-           out: dict[str, Community], guide: _Guide | None = None) -> None:
-    """Cluster ``nodes`` (sorted) into root communities and their subtrees: a component
-    that fits is one root; a larger one is split by Leiden into roots."""
-    for comp in _components(nodes, adj):
-        if len(comp) <= config.max_community_size:
-            _grow(comp, adj, config, out, None, guide)
-            continue
-        for part in _split(comp, adj, config, guide):
-            _grow(part, adj, config, out, None, guide)
+def _cluster(eg: EntityGraph, start: np.ndarray, config: CommunityConfig,
+             out: dict[str, Community], budget: Budget | None, stats: CommunityStats,
+             guide: _Guide | None = None) -> None:
+    forest = _Forest(eg, config, budget or Budget(), stats, guide)
+    if len(start):
+        forest.grow(start)
+    forest.communities(out)
 
 
 # --- build and update ---------------------------------------------------------------------------
 
+def _arrays(graph: GraphData, config: CommunityConfig, edges: Edges | None) -> EdgeArrays:
+    if edges is None:
+        return edge_arrays(graph, config)
+    return EdgeArrays.of(sorted(graph.entities), edges)
+
+
 def build_communities(graph: GraphData, config: CommunityConfig = CommunityConfig(),
-                      edges: Edges | None = None) -> CommunityHierarchy:
+                      edges: Edges | None = None, *, budget: Budget | None = None
+                      ) -> CommunityHierarchy:
     """The community hierarchy of ``graph`` from scratch (``edges``: a precomputed
-    :func:`entity_edges` of the same graph and config)."""
-    edges = entity_edges(graph, config) if edges is None else edges
+    :func:`entity_edges` of the same graph and config). Raises
+    :class:`CommunityBudgetExceeded` when ``budget`` runs out before the roots are done."""
+    eg = EntityGraph(_arrays(graph, config, edges))
     out: dict[str, Community] = {}
-    _roots(sorted(graph.entities), _adjacency(edges), config, out)
-    return CommunityHierarchy(communities=out, identity=config.identity)
-
-
+    stats = CommunityStats()
+    _cluster(eg, np.arange(len(eg.keys)), config, out, budget, stats)
+    return CommunityHierarchy(communities=out, identity=config.identity, stats=stats)
 def update_communities(old: CommunityHierarchy, old_graph: GraphData, new_graph: GraphData,
                        config: CommunityConfig = CommunityConfig(), *,
                        old_edges: Edges | None = None, new_edges: Edges | None = None,
+                       budget: Budget | None = None,
                        ) -> tuple[CommunityHierarchy, CommunityUpdate]:
     """The hierarchy of ``new_graph`` re-clustering only what changed since ``old_graph``
-    (module doc), and a report. A hierarchy of another config, or one that does not cover
-    ``old_graph``'s entities, is rebuilt in full."""
+    (module doc), and a report. A hierarchy of another config or algorithm, or one that
+    does not cover ``old_graph``'s entities, is rebuilt in full. ``budget`` as in
+    :func:`build_communities`."""
     t0 = time.perf_counter()
     new_edges = entity_edges(new_graph, config) if new_edges is None else new_edges
     report = CommunityUpdate(mode="incremental")
     if old.identity != config.identity or old.entities() != set(old_graph.entities):
-        hier = build_communities(new_graph, config, new_edges)
+        hier = build_communities(new_graph, config, new_edges, budget=budget)
         report = _diff(old, hier, CommunityUpdate(
             mode="full", entities_reclustered=len(new_graph.entities),
             reason="config changed" if old.identity != config.identity
@@ -532,8 +527,12 @@ def update_communities(old: CommunityHierarchy, old_graph: GraphData, new_graph:
     report.entities_reclustered = len(rest)
     guide = _Guide.of(old, touched)
     report.untouched = len(guide.clean)
-    _roots(rest, _adjacency(new_edges), config, out, guide)
-    hier = CommunityHierarchy(communities=out, identity=config.identity)
+    eg = EntityGraph.of(sorted(new_keys), new_edges)
+    index = {k: i for i, k in enumerate(eg.keys)}
+    stats = CommunityStats()
+    _cluster(eg, np.asarray([index[k] for k in rest], dtype=np.int64), config, out, budget,
+             stats, guide)
+    hier = CommunityHierarchy(communities=out, identity=config.identity, stats=stats)
     report = _diff(old, hier, report)
     report.seconds = time.perf_counter() - t0
     return hier, report
@@ -565,7 +564,7 @@ def modularity(hierarchy: CommunityHierarchy, graph: GraphData, level: int,
     nodes = sorted(graph.entities)
     if not edges:
         return math.nan
-    g = _igraph(nodes, _adjacency(edges))
+    g = EntityGraph.of(nodes, edges).graph
     member = hierarchy.membership(level)
     labels: dict[str, int] = {}
     return float(g.modularity([labels.setdefault(member[k], len(labels)) for k in nodes],

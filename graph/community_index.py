@@ -12,6 +12,14 @@ it depends on changed (its ``report_key``), children before parents (an LLM repo
 large community reads its children's reports). Everything is one commit through
 ``Docstore.write_derived``.
 
+The clustering runs under ``EngineConfig.community_build_seconds`` (a
+:class:`.communities.Budget`): a build it stops is committed with the depths it completed,
+the report's reason says so, and ``derived.community.complete = 0`` makes the next update a
+full rebuild; one stopped before its top level commits nothing (the kind keeps lagging,
+which reads report). A hierarchy stored under another clustering identity (settings, or the
+algorithm tag: ``communities/1`` was the former builder) is rebuilt in full, its reports
+kept where their keys did not change.
+
 A community is stored ONCE, at its lowest level (``level`` column = its height), with
 ``umeta.levels = [lo, hi]``: it is the same community at every level of that range (see
 :class:`~rcp_agentic.units.UnitKind` ``spans_levels``). Its id is a hash of its members,
@@ -38,8 +46,9 @@ from ..derived import DerivedReport, run_attempts
 from ..models.analyzer import term_counts
 from ..models.tokenizer import count_tokens
 from ..store.docstore import Docstore, UnitRecord
-from .communities import (Community, CommunityConfig, CommunityHierarchy, Edges,
-                          build_communities, entity_edges, update_communities)
+from .communities import (Budget, Community, CommunityBudgetExceeded, CommunityConfig,
+                          CommunityHierarchy, Edges, build_communities, entity_edges,
+                          update_communities)
 from .index import live_chunks, load_graph, node_uid, triplet_uids
 from .model import ChunkText, GraphData
 from .reports import (CommunityReport, ExtractiveReporter, Finding, LLMReporter, ReportInput,
@@ -181,8 +190,8 @@ class CommunityIndex:
         base = store.index_version()
         graph_version = store.info("derived.node.version") or "0"
         stored = store.live_derived(UNIT)
-        same = (store.info(f"{_KEY}.identity") == self.identity
-                and store.info(f"{_KEY}.clusters") == self.config.identity)
+        same_reports = store.info(f"{_KEY}.identity") == self.identity
+        same = same_reports and store.info(f"{_KEY}.clusters") == self.config.identity
         built_on = store.info(f"{_KEY}.graph")
         if not full and same and stored and built_on == graph_version:
             if store.info(f"{_KEY}.version") != str(base):
@@ -201,27 +210,47 @@ class CommunityIndex:
             return DerivedReport(UNIT, "full", retired=len(stored), version=version,
                                  seconds=time.perf_counter() - started, reason="the graph is empty")
         t_cluster = time.perf_counter()
+        seconds = self.engine.config.community_build_seconds
+        budget = Budget(seconds)
         edges = entity_edges(graph, self.config)
         old = self._old_graph(store, built_on)
         reason = ("requested" if full else "no communities yet" if not stored else
-                  "the community settings or reporter changed" if not same else
+                  "the community reporter changed" if not same_reports else
+                  "the community settings or algorithm changed" if not same else
+                  "the last build was stopped by its time budget"
+                  if store.info(f"{_KEY}.complete") == "0" else
                   "the graph they were built on is no longer retained" if old is None else "")
         counts: dict[str, int] = {}
-        if reason:
-            hier = build_communities(graph, self.config, edges)
-            mode = "full"
-        else:
-            assert old is not None
-            hier, upd = update_communities(hierarchy_of(stored, self.config.identity), old[0],
-                                           graph, self.config, old_edges=old[1], new_edges=edges)
-            mode = upd.mode
-            reason = upd.reason
-            counts.update(ids_kept=upd.kept, entities_reclustered=upd.entities_reclustered,
-                          entities_touched=upd.entities_touched)
+        try:
+            if reason:
+                hier = build_communities(graph, self.config, edges, budget=budget)
+                mode = "full"
+            else:
+                assert old is not None
+                hier, upd = update_communities(hierarchy_of(stored, self.config.identity),
+                                               old[0], graph, self.config, old_edges=old[1],
+                                               new_edges=edges, budget=budget)
+                mode = upd.mode
+                reason = upd.reason
+                counts.update(ids_kept=upd.kept, entities_reclustered=upd.entities_reclustered,
+                              entities_touched=upd.entities_touched)
+        except CommunityBudgetExceeded as exc:
+            return DerivedReport(
+                UNIT, "none", kept=len(stored), seconds=time.perf_counter() - started,
+                seconds_clustering=time.perf_counter() - t_cluster,
+                reason=f"{exc} (community_build_seconds={seconds:g}): nothing was committed "
+                "and the communities still lag; raise it (None: no limit) and run "
+                "`rcp-agentic graph rebuild`")
+        stats = hier.stats
+        if not stats.complete:
+            reason = f"{reason}; {stats.reason}" if reason else stats.reason
+        counts.update(depths=stats.depths, leiden_calls=stats.leiden_calls,
+                      leiden_nodes=stats.leiden_nodes, budget_stopped=int(not stats.complete))
         seconds_clustering = time.perf_counter() - t_cluster
         chunks = {c.key: c for c in live_chunks(store)}
         t_report = time.perf_counter()
-        reports, remade = self._reports(hier, graph, chunks, edges, stored, rewrite=not same)
+        reports, remade = self._reports(hier, graph, chunks, edges, stored,
+                                        rewrite=not same_reports)
         seconds_summarising = time.perf_counter() - t_report
         new = self._units(hier, graph, reports)
         add, reuse, retire = _changes(stored, new)
@@ -235,7 +264,8 @@ class CommunityIndex:
             vector = vectors.get(row["rowid"]) if row is not None else None
             records.append(self._record(u, fresh[u["uid"]] if vector is None else vector))
         info = {f"{_KEY}.identity": self.identity, f"{_KEY}.clusters": self.config.identity,
-                f"{_KEY}.version": str(base + 1), f"{_KEY}.graph": graph_version}
+                f"{_KEY}.version": str(base + 1), f"{_KEY}.graph": graph_version,
+                f"{_KEY}.complete": "1" if stats.complete else "0"}
         version = store.write_derived(UNIT, records, retire, base_version=base, info=info)
         if version is None:
             return None

@@ -159,6 +159,12 @@ class EngineConfig(BaseModel):
         "and takes the mean vector of the chunks behind the community's most central entities; "
         "'text' embeds each report (only the reports that changed, on an update: on SciFact "
         "about as long as embedding the chunks again)")
+    community_build_seconds: float | None = Field(
+        600.0, gt=0, description="time budget of one community build or update (None = no "
+        "limit): when it runs out, the depths of the hierarchy already complete are committed "
+        "(every level still covers every entity; the report's reason says the budget stopped "
+        "it) and the next update rebuilds in full; if not even the top level is done, nothing "
+        "is committed and the communities lag")
     torch_threads: int | None = Field(None, ge=1, description="None = torch's default")
     blas_threads: int | None = Field(
         1, ge=1, description="numpy BLAS threads for query-time math (None = leave as is)")

@@ -102,11 +102,12 @@ def test_a_star_that_leiden_keeps_whole_is_still_cut_to_the_cap() -> None:
 
 
 def test_last_resort_cut_covers_every_entity_in_pieces_of_the_cap() -> None:
-    from rcp_agentic.graph.communities import _adjacency, _chunks
+    from rcp_agentic.graph.community_split import chunks
+    from rcp_agentic.graph.entity_graph import EntityGraph
 
     edges = {("hub", f"s{i:02d}"): 1.0 + i for i in range(12)}
     nodes = sorted({"hub", "lone"} | {f"s{i:02d}" for i in range(12)})
-    pieces = _chunks(nodes, _adjacency(edges), 4)
+    pieces = [[nodes[i] for i in p] for p in chunks(EntityGraph.of(nodes, edges).graph, 4)]
     assert sorted(m for p in pieces for m in p) == nodes
     assert [len(p) for p in pieces] == [4, 4, 4, 2]
     assert pieces[0] == ["hub", "s09", "s10", "s11"]          # strongest first, by weight
