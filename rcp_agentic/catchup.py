@@ -88,10 +88,9 @@ class CatchUp:
         return self._thread.is_alive()
 
     @property
-    def idle(self) -> bool:
-        """No pass running and none asked for."""
-        with self._cond:
-            return not self._busy and not self._wanted
+    def stopping(self) -> bool:
+        """:meth:`stop` was called: no further builder starts."""
+        return self._stopping
 
     def join(self, timeout: float | None = None) -> bool:
         """Wait until no pass runs or is asked for; returns whether that happened in time."""
