@@ -9,6 +9,10 @@ each kind it writes. Until
 it has run, units covering a replaced or deleted chunk are invisible (see
 ``Docstore.unit_arrays``) and retrieve notes the lag; a pinned ``indexVersion``
 sees the derived units of its own snapshot.
+
+A builder runs off the write path (``rcp_agentic/catchup.py``), under the engine's build
+lock: writes commit while it computes, which is why its commit is conditional on the
+version it read and recomputed when that moved (:func:`run_attempts`).
 """
 
 from __future__ import annotations
