@@ -346,10 +346,12 @@ def test_rebuild_keeps_ids_and_emptied_nodes_disappear(tmp_path: Path, embedder:
     assert report.mode == "full" and (report.added, report.retired) == (0, 0)
     assert {n["uid"] for n in live_tree(eng)} == ids  # same leaves, same seed: same ids
     eng.delete_documents([d["id"] for d in corpus() if d["meta"]["topic"] != "bees"])
+    eng.wait_for_derived()
     left = live_tree(eng)
     bees = set(leaf_docs(eng))
     assert left and all(set(n["covers"]) <= bees for n in left)
     eng.delete_documents([d["id"] for d in corpus() if d["meta"]["topic"] == "bees"])
+    eng.wait_for_derived()
     assert live_tree(eng) == [] and "tree-node" not in eng.capabilities()["retrieve"]["units"]
     eng.close()
 
