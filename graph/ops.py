@@ -328,9 +328,9 @@ class GraphOps:
             return MemoryBuildResult(memory_id=f"session:{session}",
                                      tokens=count_tokens(" ".join(names)) if held else 0)
         if docs:
-            # The normal add path; it updates the graph.
-            self.engine.add_documents(docs, control=ctl)
-        else:
+            self.engine.add_documents(docs, control=ctl)  # the normal add path
+        if not docs or self.engine.config.derived_updates != "inline":
+            # The memory answers with its graph built: not left to the background worker.
             self.engine.update_derived(only="node")
         version = self.engine.store.index_version()
         tokens = 0

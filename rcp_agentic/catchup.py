@@ -1,22 +1,29 @@
-"""Derived units catch up after a crash: a background thread that folds committed documents
-into the derived kinds whose builders did not run.
+"""Derived units catch up off the write path: one long-lived worker per engine that folds
+committed documents into the derived kinds (the RAPTOR tree, the graph, its communities).
 
-A write commits its documents, then runs the derived builders (tree, graph, communities)
-inline, each in its own commit. A process that dies in between leaves
-``derived.<kind>.version`` behind ``data_version``: reads serve the derived units as they
-were and say so in ``usage.notes``. An engine that owns builders starts a
-:class:`CatchUp` when it opens and finds a kind lagging; it runs the lagging builders,
-in the engine's order (the graph before its communities), off the opening thread
-(the community builder can take minutes on a large graph), and reads report the lag
-until each builder commits.
+A write commits its documents and returns; with ``derived_updates="background"`` (the
+default) it then wakes this worker, which runs the lagging builders, in the engine's order
+(the graph before its communities), each in its own commit. Until a builder commits,
+``derived.<kind>.version`` stays behind ``data_version``: reads serve the derived units as
+they were and say so in ``usage.notes``. The same worker catches up after a crash: an
+engine that owns builders starts it when it opens and finds a kind lagging (a process that
+died between a write's commit and its builders, or an inline write whose builder failed).
 
+* **Coalescing.** A wake-up only marks work wanted: the writes that commit while a pass
+  runs are folded in by one more pass, not one pass each (a builder reads every committed
+  chunk when it starts).
 * **One at a time.** One thread per engine. Across processes (and engines) on one
-  directory a catch-up holds ``derived.lock`` (``flock``; released by the OS if the
-  process dies): a second opener waits for it, then finds nothing left to do. Without
-  ``fcntl`` the lock is skipped; correctness never depends on it: a builder commits only
-  on the index version it read (``Docstore.write_derived``) and recomputes otherwise.
-* **Writes.** Each builder runs under the engine's write lock, like a write's own update:
-  a write during catch-up waits for the builder running, then updates the rest itself.
+  directory a pass holds ``derived.lock`` (``flock``; released by the OS if the process
+  dies): a second worker waits for it, then finds nothing left to do. Without ``fcntl``
+  the lock is skipped; correctness never depends on it: a builder commits only on the
+  index version it read (``Docstore.write_derived``) and recomputes otherwise.
+* **Writes.** A builder runs under the engine's build lock, not its write lock, so writes
+  keep committing meanwhile (see ``Engine.update_derived`` for the builder that loses every
+  race to them).
+* **Errors.** A builder that raises ends the pass (the builders after it may build on its
+  kind); the error is kept per kind (``errors``), shown by ``derived_status`` and retrieve's
+  lag note, re-raised by :meth:`wait`, and cleared when that builder next succeeds. The
+  next wake-up retries.
 * **Close.** :meth:`stop` asks the thread to stop and joins it: the builder running
   finishes its commit (a builder cannot be cut mid-way; a commit is all or nothing), the
   others are left for the next open or write.
@@ -26,6 +33,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -40,53 +48,124 @@ except ImportError:  # not POSIX: no cross-process lock (see the module doc)
 log = logging.getLogger(__name__)
 
 LOCK_FILE = "derived.lock"
-POLL_SECONDS = 0.2  # how often a waiting catch-up tries the lock (and checks for stop)
+POLL_SECONDS = 0.2  # how often a waiting worker tries the lock (and checks for stop)
 
 
 class CatchUp:
-    """One background catch-up of the derived kinds ``lagging()`` names (builder units),
-    each brought up to date by ``update(unit)``."""
+    """The derived-unit worker of one engine: on each :meth:`wake`, the builders
+    ``lagging()`` names (builder units, in run order) are brought up to date by
+    ``update(unit)``, one pass for every wake-up received before the pass began."""
 
     def __init__(self, directory: Path, lagging: Callable[[], list[str]],
                  update: Callable[[str], list[DerivedReport]]) -> None:
         self._lock_path = directory / LOCK_FILE
         self._lagging = lagging
         self._update = update
-        self._stop = threading.Event()
+        self._cond = threading.Condition()
+        self._wanted = False   # a wake-up not yet taken by a pass
+        self._busy = False     # a pass is running
+        self._stopping = False
+        self.passes = 0        # passes run (each may run several builders)
         self.reports: list[DerivedReport] = []  # what the builders did, in order
-        self.error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, name="rcp-agentic-catch-up",
+        self.errors: dict[str, BaseException] = {}  # builder unit -> its last failure
+        self.error: BaseException | None = None  # the last failure of any builder
+        self._thread = threading.Thread(target=self._run, name="rcp-agentic-derived",
                                         daemon=True)
 
     def start(self) -> None:
-        self._thread.start()
+        """Start the thread (once); it waits for :meth:`wake`."""
+        if not self._thread.is_alive() and not self._stopping:
+            self._thread.start()
+
+    def wake(self) -> None:
+        """Ask for a pass over the lagging builders (after a commit, or at open)."""
+        with self._cond:
+            self._wanted = True
+            self._cond.notify_all()
 
     @property
     def running(self) -> bool:
         return self._thread.is_alive()
 
+    @property
+    def stopping(self) -> bool:
+        """:meth:`stop` was called: no further builder starts."""
+        return self._stopping
+
     def join(self, timeout: float | None = None) -> bool:
-        """Wait for the catch-up to end; returns whether it has."""
-        self._thread.join(timeout)
-        return not self._thread.is_alive()
+        """Wait until no pass runs or is asked for; returns whether that happened in time."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._cond:
+            while (self._busy or self._wanted) and self._thread.is_alive():
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    return False
+                self._cond.wait(left)
+        return True
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until no builder lags (True) or ``timeout`` passes (False). A builder that
+        still lags after its last failure raises that failure; lag this worker was not
+        told about (another process's write) gets a pass."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._cond:
+            while True:
+                if not self._busy and not self._wanted:
+                    lagging = self._lagging()
+                    failed = [self.errors[u] for u in lagging if u in self.errors]
+                    if failed:
+                        raise failed[0]
+                    if not lagging:
+                        return True
+                    if self._stopping or not self._thread.is_alive():
+                        return False
+                    self._wanted = True
+                    self._cond.notify_all()
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    return False
+                self._cond.wait(left)
 
     def stop(self) -> None:
         """Run no further builder, and wait for the one running (if any) to commit."""
-        self._stop.set()
+        with self._cond:
+            self._stopping = True
+            self._cond.notify_all()
         if self._thread.is_alive():
             self._thread.join()
 
     def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._wanted and not self._stopping:
+                    self._cond.wait()
+                if self._stopping:
+                    return
+                self._wanted = False
+                self._busy = True
+            try:
+                self._pass()
+            finally:
+                with self._cond:
+                    self._busy = False
+                    self.passes += 1
+                    self._cond.notify_all()
+
+    def _pass(self) -> None:
+        unit = ""
         try:
             with self._directory_lock() as held:
                 if not held:
-                    return  # stopped while another catch-up held the directory
+                    return  # stopped while another worker held the directory
                 for unit in self._lagging():  # again: another process may have caught up
-                    if self._stop.is_set():
+                    if self._stopping:
                         return
                     self.reports.extend(self._update(unit))
+                    self.errors.pop(unit, None)
         except Exception as exc:  # noqa: BLE001 - a thread has no caller to raise to
             self.error = exc
+            if unit:
+                self.errors[unit] = exc
             log.warning("derived units did not catch up (the next write retries): %s", exc)
 
     @contextmanager
@@ -100,9 +179,10 @@ class CatchUp:
                     fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
                     break
                 except BlockingIOError:
-                    if self._stop.wait(POLL_SECONDS):
-                        yield False
-                        return
+                    with self._cond:
+                        if self._cond.wait_for(lambda: self._stopping, POLL_SECONDS):
+                            yield False
+                            return
             try:
                 yield True
             finally:

@@ -29,16 +29,19 @@ def _engine_dir(arg: str | None) -> Path:
 
 def _open(args: argparse.Namespace, *, create: bool, catch_up: bool = False,
           **overrides: Any) -> Any:
-    """The engine of ``--engine``. A command catches lagging derived kinds up in the
-    background only when it serves (``catch_up``); ``index`` folds them into its own write,
-    and a read command reports the lag instead of waiting for a builder at exit."""
+    """The engine of ``--engine``. A command builds derived units in the background only
+    when it serves (``catch_up``: lagging kinds caught up at open, each write's built off
+    the write path, unless configured inline); ``index`` builds them inline in its own
+    write, and a read command reports the lag instead of waiting for a builder at exit."""
     from .engine import Engine
 
     path = _engine_dir(args.engine)
     if not create and not (path / "engine.db").exists():
         raise InvalidParams(f"no engine at {path}: run `rcp-agentic index PATH --engine {path}` "
                             "first", field="engine")
-    return Engine(path, catch_up=catch_up, **_backend_overrides(args), **overrides)
+    return Engine(path, catch_up=catch_up,
+                  derived_updates=None if catch_up else "inline",
+                  **_backend_overrides(args), **overrides)
 
 
 def _backend_overrides(args: argparse.Namespace) -> dict[str, Any]:

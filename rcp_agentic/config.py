@@ -51,6 +51,12 @@ class EngineConfig(BaseModel):
     request_timeout_seconds: float = Field(
         120.0, gt=0, description="server deadline per protocol request; a client's "
         "_meta.deadlineMs can only shorten it")
+    # A choice of the process that opens the engine, not of the directory: never saved.
+    derived_updates: Literal["background", "inline"] = Field(
+        "background", exclude=True, description="when a write's derived units (tree, graph, "
+        "communities) are built: 'background' (the write returns once its documents are "
+        "committed; a worker catches up, see Engine.wait_for_derived) or 'inline' (the write "
+        "returns after every builder ran)")
     chroma_url: str | None = Field(None, description="a `chroma run` server; None = embedded Chroma")
     backend: Literal["embedded", "milvus"] = Field(
         "embedded", description="where dense and sparse recall run: in this process (numpy, "

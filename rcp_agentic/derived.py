@@ -9,6 +9,10 @@ each kind it writes. Until
 it has run, units covering a replaced or deleted chunk are invisible (see
 ``Docstore.unit_arrays``) and retrieve notes the lag; a pinned ``indexVersion``
 sees the derived units of its own snapshot.
+
+A builder runs off the write path (``rcp_agentic/catchup.py``), under the engine's build
+lock: writes commit while it computes, which is why its commit is conditional on the
+version it read and recomputed when that moved (:func:`run_attempts`).
 """
 
 from __future__ import annotations
@@ -27,7 +31,8 @@ class DerivedReport:
     """What one builder run did."""
 
     unit: str
-    mode: str                  # "full", "incremental" or "none" (already up to date)
+    mode: str                  # "full", "incremental", "none" (already up to date) or
+    #                            "scheduled" (left to the background worker; nothing run yet)
     added: int = 0             # units written
     retired: int = 0           # units that left
     kept: int = 0              # live units left as they were
@@ -39,6 +44,9 @@ class DerivedReport:
     seconds_extracting: float = 0.0  # the graph: entity extraction of chunks not seen before
     version: int | None = None  # the index version committed (None: nothing written)
     reason: str = ""
+    # Other writes kept committing through every attempt (:func:`run_attempts`); the engine
+    # then runs the builder once more under its write lock, and that report says so too.
+    contended: bool = False
     # What the build holds, by name (the graph: nodes, triplets, synonyms, chunks read,
     # chunks extracted this run, unit texts embedded this run).
     counts: dict[str, int] = field(default_factory=dict)
@@ -65,11 +73,12 @@ def run_attempts(unit: str, attempt: Callable[[], DerivedReport | None], what: s
                  rebuild: str) -> DerivedReport:
     """``attempt()`` until it commits (or finds nothing to do), at most :data:`ATTEMPTS`
     times: each None means another write committed while it computed. After that, a
-    report saying ``what`` still lags and that ``rebuild`` (a command) forces it."""
+    report (``contended``) saying ``what`` still lags and that ``rebuild`` (a command)
+    forces it."""
     for _ in range(ATTEMPTS):
         report = attempt()
         if report is not None:
             return report
-    return DerivedReport(unit, "none", reason=f"other writes kept committing during {ATTEMPTS} "
+    return DerivedReport(unit, "none", contended=True, reason=f"other writes kept committing during {ATTEMPTS} "
                          f"attempts; {what} still lags (it is retried after the next write, or "
                          f"run `{rebuild}`)")

@@ -93,7 +93,8 @@ class AddResult:
     index_version: str = ""
     seconds: float = 0.0
     seconds_embedding: float = 0.0
-    # What the derived-unit builders (the tree) did after the documents were written.
+    # What the derived-unit builders (tree, graph, communities) did after the documents were
+    # written: inline, their reports; in the background, a "scheduled" report per builder.
     derived: list[DerivedReport] = field(default_factory=list)
 
     @property
@@ -123,9 +124,15 @@ class Engine(Retrieval):
     >>> engine.add_documents([{"id": "a", "text": "..."}])  # doctest: +SKIP
     >>> engine.retrieve("what is ...", k=5, unit="document").hits  # doctest: +SKIP
 
+    Derived units (the tree, the graph, its communities) are built off the write path by
+    default (``derived_updates="background"``): a write returns once its documents are
+    committed and a worker (:mod:`rcp_agentic.catchup`) folds them in, reads noting the lag
+    meanwhile; :meth:`wait_for_derived` blocks until it has. ``derived_updates="inline"``
+    runs every builder before a write returns.
+
     ``catch_up`` (default on): when a derived kind this engine builds lags the committed
-    documents (a write died before its derived update), bring it up to date in a background
-    thread (:mod:`rcp_agentic.catchup`); off, the next write does it.
+    documents at open (a write died before its derived update), start the worker at once;
+    off, the next write (or :meth:`wait_for_derived`) does it.
     """
 
     def __init__(self, path: str | os.PathLike[str] | None = None, *,
@@ -151,6 +158,8 @@ class Engine(Retrieval):
         self.calibrator = self._load_calibrator()
         self.screen = InjectionScreen()
         self._write_lock = threading.Lock()
+        # Held by the builder running: builders run one at a time, writes go on meanwhile.
+        self._build_lock = threading.Lock()
         self._index_lock = threading.Lock()
         self._indexes: dict[tuple[tuple[tuple[str, int], ...], int], UnitIndex] = {}
         self._offered_cache: tuple[tuple[int, tuple[str, ...]],
@@ -213,15 +222,16 @@ class Engine(Retrieval):
             self._graph_ops: GraphOps | None = None
             if self.config.build_graph:
                 self.graph_ops  # registers the path/subgraph composers
-            # A write that died between its documents' commit and the derived update left a
-            # kind behind: catch up off this thread (rcp_agentic/catchup.py).
-            # ``catch_up=False`` leaves that to the next write (a short-lived command, which
-            # would otherwise wait at exit for a builder it never asked for).
+            # The derived-unit worker (rcp_agentic/catchup.py), made on first need. A write
+            # that died between its documents' commit and the derived update left a kind
+            # behind: catch up off this thread. ``catch_up=False`` leaves that to the next
+            # write (a short-lived command, which would otherwise wait at exit for a builder
+            # it never asked for).
             self.catch_up: CatchUp | None = None
+            self._worker_lock = threading.Lock()
+            self._closed = False
             if catch_up and self.builders and self.lagging_builders():
-                self.catch_up = CatchUp(self.path, self.lagging_builders,
-                                        lambda unit: self.update_derived(only=unit))
-                self.catch_up.start()
+                self._worker().wake()
         except BaseException:
             self.store.close()
             raise
@@ -250,8 +260,11 @@ class Engine(Retrieval):
                             dense_index=self.config.milvus_dense_index)
 
     def close(self) -> None:
-        """Stop a derived catch-up (the builder running finishes its commit), then release
-        the recall backend, Chroma and the SQLite connection."""
+        """Stop the derived-unit worker (the builder running finishes its commit; kinds still
+        lagging are caught up by the next open), then release the recall backend, Chroma and
+        the SQLite connection."""
+        with self._worker_lock:
+            self._closed = True
         if self.catch_up is not None:
             self.catch_up.stop()
         self.recall.close()
@@ -377,6 +390,9 @@ class Engine(Retrieval):
                 "reflects": f"v{reflects}", "current": reflects >= data_version}
             if name == "tree-node":
                 entry["treeSearch"] = list(TREE_SEARCHES)
+            error = self._derived_error(name)
+            if error:
+                entry["error"] = error
             out[name] = entry
         if "node" in out:  # composed from the graph: they reflect what the nodes reflect
             for name in units.composed_kinds():
@@ -412,10 +428,24 @@ class Engine(Retrieval):
         for unit in derived:
             reflects = int(self.store.info(f"derived.{unit}.version") or 0)
             if served >= data_version > reflects:
+                error = self._derived_error(unit)
                 return (f"{unit} units reflect index version v{reflects}; documents written "
                         f"since (up to v{data_version}) are not folded in yet, and units "
-                        "covering changed chunks are left out until the update")
+                        "covering changed chunks are left out until the update"
+                        + (f" (its last background update failed: {error}; the next write "
+                           "retries)" if error else ""))
         return None
+
+    def _derived_error(self, kind: str) -> str:
+        """The last failure of the background builder of ``kind`` ("" when it has none)."""
+        worker = self.catch_up
+        if worker is None:
+            return ""
+        for unit, exc in list(worker.errors.items()):
+            builder = self.builders.get(unit)
+            if builder is not None and kind in builder_kinds(builder):
+                return str(exc) or type(exc).__name__
+        return ""
 
     # --- derived units ---------------------------------------------------------------
 
@@ -431,23 +461,62 @@ class Engine(Retrieval):
                        only: str | None = None) -> list[DerivedReport]:
         """Bring every derived kind (the tree, the graph) up to date with the committed chunks.
 
-        Runs after each ``add_documents`` / ``index_paths`` / ``delete_documents``;
+        Runs after each ``add_documents`` / ``index_paths`` / ``delete_documents`` (in the
+        background worker, or inline with ``derived_updates="inline"``), and when called;
         incremental unless ``full`` or (the tree) the drift since the last full build
         passes ``tree_rebuild_drift``. Each builder's result is one commit (a new index
         version; the graph's nodes and triplets share it). ``only``: the builder of that
         kind alone (``"tree-node"``; ``"node"`` or ``"triplet"`` for the graph).
+
+        Builders run one at a time under the build lock, not the write lock, so writes
+        commit while a builder computes (its commit is on the version it read, or it
+        recomputes). A builder whose every attempt lost that race (``contended``) runs once
+        more under the write lock, so steady writes cannot starve it.
         """
         reports = []
         for builder in self.builders.values():
             if only is not None and only not in builder_kinds(builder):
                 continue
-            with self._write_lock:
+            with self._build_lock:
                 report = builder.update(full=full)
                 self._invalidate()
+                if report.contended:
+                    with self._write_lock:
+                        report = builder.update(full=full)
+                        self._invalidate()
+                    report.contended = True
             reports.append(report)
             if report.version is not None:
                 self.recall.after_commit()
         return reports
+
+    def _worker(self) -> CatchUp:
+        """The derived-unit worker, started on first need."""
+        with self._worker_lock:
+            if self.catch_up is None:
+                self.catch_up = CatchUp(self.path, self.lagging_builders,
+                                        lambda unit: self.update_derived(only=unit))
+                if not self._closed:
+                    self.catch_up.start()
+            return self.catch_up
+
+    def _derived_after_write(self) -> list[DerivedReport]:
+        """After a commit of documents: the builders run now (inline), or their lag is handed
+        to the worker (background; a ``scheduled`` report per builder)."""
+        if self.config.derived_updates == "inline":
+            return self.update_derived()
+        scheduled = [DerivedReport(unit, "scheduled", reason="built in the background")
+                     for unit in self.lagging_builders()]
+        self._worker().wake()
+        return scheduled
+
+    def wait_for_derived(self, timeout: float | None = None) -> bool:
+        """Block until every derived kind reflects the committed documents (True) or
+        ``timeout`` seconds pass (False). Re-raises the last failure of a builder still
+        lagging (the background worker's; the next write retries it)."""
+        if not self.builders or (self.catch_up is None and not self.lagging_builders()):
+            return True
+        return self._worker().wait(timeout)
 
     # --- the knowledge graph ---------------------------------------------------------
 
@@ -806,7 +875,7 @@ class Engine(Retrieval):
             write(batch, [])
         if self.builders and result.ids:
             try:
-                result.derived = self.update_derived()
+                result.derived = self._derived_after_write()
             except RCPError as exc:
                 exc.data["committedIds"] = list(result.ids)
                 exc.data["pendingIds"] = []
@@ -904,7 +973,7 @@ class Engine(Retrieval):
             self._invalidate()
         self.recall.after_commit()
         if deleted and self.builders:
-            self.update_derived()
+            self._derived_after_write()
         return deleted
 
     def index_paths(self, paths: Iterable[str | os.PathLike[str]], *,

@@ -22,6 +22,7 @@ from rcp_agentic.protocol.dispatcher import Dispatcher
 
 REPO = Path(__file__).resolve().parents[1]
 CHROMA_URL_ENV = "RCP_AGENTIC_TEST_CHROMA_URL"
+DERIVED_UPDATES_ENV = "RCP_AGENTIC_DERIVED_UPDATES"
 
 # Small, varied documents: quick to embed, with metadata of every filterable type.
 DOCS = [
@@ -52,6 +53,24 @@ DOCS = [
                          "triplets.",
      "meta": {"lang": "en", "year": 2018, "score": 1.1, "tags": [], "reviewed": True}},
 ]
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "inline_derived: engines of this module (and servers it "
+                            "starts) run derived builders inside each write")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def inline_derived(request: pytest.FixtureRequest) -> Iterator[None]:
+    """In a module marked ``inline_derived`` (``pytestmark``), every engine opened without an
+    explicit ``derived_updates`` builds its derived units inline: for modules that test what
+    the builders write, reading each write's reports and units as it returns."""
+    if request.node.get_closest_marker("inline_derived") is None:
+        yield
+        return
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(DERIVED_UPDATES_ENV, "inline")
+        yield
 
 
 @pytest.fixture(scope="session")

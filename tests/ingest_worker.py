@@ -100,8 +100,9 @@ def main(argv: list[str]) -> None:
 
     from rcp_agentic import Engine
 
-    # One torch thread: the parent runs several workers at once.
-    engine = Engine(engine_dir, torch_threads=1, **ENGINE_OPTIONS)
+    # One torch thread: the parent runs several workers at once. Inline derived updates: the
+    # ``before-derived`` die point sits between a write's commit and its builders.
+    engine = Engine(engine_dir, torch_threads=1, derived_updates="inline", **ENGINE_OPTIONS)
     current = {"call": -1}
     if die_point == "in-sqlite":
         original_term_ids = engine.store._term_ids

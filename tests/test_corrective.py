@@ -230,6 +230,7 @@ def multihop(tmp_path_factory: pytest.TempPathFactory, embedder: Any) -> Any:
     eng = Engine(tmp_path_factory.mktemp("corrective-graph") / "e", embedder=embedder,
                  build_graph=True)
     eng.add_documents(corpus())
+    eng.wait_for_derived()
     install(eng)  # path and subgraph are composed at query time
     yield eng
     eng.close()

@@ -25,6 +25,9 @@ from test_durability import run_worker, worker
 from rcp_agentic import Engine
 from rcp_agentic.catchup import LOCK_FILE, POLL_SECONDS
 
+# These tests read a crash between a write and its builders, against the units an inline write builds as the write returns.
+pytestmark = pytest.mark.inline_derived
+
 WIKI = REPO / "examples" / "wiki"
 GRAPH = {"build_graph": True, "community_max_size": 3}
 NEW_DOCS = [{"id": "wiki/harbor-lights.md",

@@ -630,8 +630,10 @@ def graphs(tmp_path_factory: pytest.TempPathFactory, embedder: Any) -> Iterator[
     g = Graphs()
     g.wiki = Engine(root / "wiki", embedder=embedder, build_graph=True)
     g.wiki.index_paths([WIKI])
+    g.wiki.wait_for_derived()
     with Engine(root / "bands", embedder=embedder, build_graph=True) as bands:
         bands.index_paths([WIKI / "velvet-lanterns.md", WIKI / "oskar-brandvik.md"])
+        bands.wait_for_derived()
     g.wiki_client = RCPClient.in_process(g.wiki)
     g.bands = RCPClient.stdio(engine=root / "bands")
     yield g

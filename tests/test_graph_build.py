@@ -13,6 +13,9 @@ from rcp_agentic.graph import (BuiltinExtractor, ChunkExtraction, ChunkText, Gra
                                GraphConfig, Lexicon, LLMExtractor, build_graph, entity_key,
                                parse_llm_reply, synonym_edges, update_graph)
 
+# These tests read the graph each write builds as the write returns.
+pytestmark = pytest.mark.inline_derived
+
 PASSAGES = {
     "Jeff Porcaro": "Jeffrey Thomas Porcaro (April 1, 1954 – August 5, 1992) was an American "
                     "drummer. Porcaro was best known for his work with the rock band Toto. He "

@@ -34,6 +34,7 @@ def eng(tmp_path_factory: pytest.TempPathFactory, embedder: Any) -> Iterator[Eng
     with Engine(tmp_path_factory.mktemp("graph-client") / "e", embedder=embedder,
                 build_graph=True, graph_communities=False) as engine:
         engine.add_documents(corpus())
+        engine.wait_for_derived()
         yield engine
 
 

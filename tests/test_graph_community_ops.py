@@ -35,6 +35,7 @@ def engine(tmp_path_factory: pytest.TempPathFactory, embedder: Any) -> Iterator[
     eng = Engine(tmp_path_factory.mktemp("gcomm") / "e", embedder=embedder, build_graph=True,
                  community_max_size=3)
     eng.index_paths([WIKI])
+    assert eng.wait_for_derived()
     yield eng
     eng.close()
 
@@ -358,6 +359,7 @@ def test_the_ops_are_absent_without_communities(tmp_path: Path, embedder: Any) -
     with Engine(tmp_path / "flat", embedder=embedder, build_graph=True,
                 graph_communities=False) as eng:
         eng.index_paths([WIKI / "velvet-lanterns.md", WIKI / "oskar-brandvik.md"])
+        assert eng.wait_for_derived()
         assert eng.communities() is None
         assert eng.capabilities()["graph"] == {"ops": ["local", "neighbors"]}
         assert not CommunityOps(eng, eng.graph_ops._keys_of).offered()

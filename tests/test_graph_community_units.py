@@ -19,6 +19,9 @@ from rcp_agentic.errors import OptionUnsupported
 from rcp_agentic.graph.community_index import UNIT, load_communities
 from rcp_agentic.graph.index import load_graph, node_uid
 
+# These tests read the communities each write builds as the write returns.
+pytestmark = pytest.mark.inline_derived
+
 DOCS = {
     "Harbor Lights": "Harbor Lights is a rock band from Portmere. Anna Reyes sings in Harbor "
                      "Lights. Harbor Lights recorded the album Night Tide with Tom Okafor.",

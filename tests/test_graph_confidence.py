@@ -32,6 +32,7 @@ def wiki(tmp_path_factory: pytest.TempPathFactory, embedder: Any) -> Iterator[En
     path = tmp_path_factory.mktemp("wiki-graph-confidence") / "e"
     with Engine(path, embedder=embedder, build_graph=True) as eng:
         eng.index_paths([REPO / "examples" / "wiki"])
+        eng.wait_for_derived()
         assert eng.calibrator is not None  # the shipped calibration fits this embedder
         yield eng
 

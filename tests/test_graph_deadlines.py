@@ -32,6 +32,7 @@ def engine(tmp_path_factory: pytest.TempPathFactory, embedder: Any) -> Iterator[
     eng = Engine(tmp_path_factory.mktemp("deadlines") / "e", embedder=embedder,
                  build_graph=True, community_max_size=3)
     eng.index_paths([WIKI])
+    eng.wait_for_derived()
     yield eng
     eng.close()
 

@@ -29,6 +29,7 @@ def ops(tmp_path_factory: pytest.TempPathFactory, embedder: Any) -> Iterator[Gra
     engine = Engine(tmp_path_factory.mktemp("gops") / "e", embedder=embedder, build_graph=True,
                     graph_communities=False)
     engine.add_documents(corpus())
+    assert engine.wait_for_derived()
     yield GraphOps(engine)
     engine.close()
 

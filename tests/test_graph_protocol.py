@@ -49,6 +49,7 @@ def graph_dir(tmp_path_factory: pytest.TempPathFactory, embedder: Any) -> Path:
     # The graph alone: the community ops are tested in test_graph_community_ops.py.
     with Engine(path, embedder=embedder, build_graph=True, graph_communities=False) as eng:
         eng.add_documents(corpus())
+        eng.wait_for_derived()
     return path
 
 
@@ -244,6 +245,7 @@ def test_memory_params_are_checked(rpc: Dispatcher, method: str, params: dict[st
 def test_memory_build_with_documents_adds_them(tmp_path: Path, embedder: Any) -> None:
     with Engine(tmp_path / "e", embedder=embedder, build_graph=True) as engine:
         engine.add_documents(corpus(["Toto (band)", "Jeff Porcaro"]))
+        engine.wait_for_derived()
         rpc = initialized(engine)
         before = engine.stats()["documents"]
         out = result(rpc, "memory/build", {"documents": [

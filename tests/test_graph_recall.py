@@ -57,6 +57,7 @@ def eng(tmp_path_factory: pytest.TempPathFactory, embedder: Any) -> Iterator[Eng
     engine = Engine(tmp_path_factory.mktemp("grecall") / "e", embedder=embedder,
                     build_graph=True)
     engine.add_documents(corpus())
+    engine.wait_for_derived()
     install(engine)
     yield engine
     engine.close()

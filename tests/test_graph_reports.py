@@ -74,6 +74,7 @@ def built(tmp_path_factory: pytest.TempPathFactory, embedder: Any) -> Built:
     eng = Engine(path, embedder=embedder, build_graph=True, graph_communities=False)
     try:
         eng.add_documents([{"id": doc_id(t), "title": t, "text": x} for t, x in WIKI.items()])
+        eng.wait_for_derived()
         graph = eng.graph_data()
         assert graph is not None
         titles = dict(eng.store.live_titles())
@@ -358,6 +359,7 @@ def test_a_chunk_that_is_only_its_heading_does_not_break_the_reports(
                             "text": f"# Velvet Lanterns Orchestra\n\n{body}"},
                            {"id": "o", "title": "Oskar Brandvik",
                             "text": f"# Oskar Brandvik\n\n{body}"}])
+        eng.wait_for_derived()
         chunks = [r[0] for r in eng.store.query(
             "SELECT text FROM units WHERE unit = 'chunk' AND v_to IS NULL")]
         assert any(t.strip().lstrip("#").strip() in ("Velvet Lanterns Orchestra",

@@ -41,6 +41,7 @@ def wiki_dir(tmp_path_factory: pytest.TempPathFactory, embedder: Any) -> Path:
     path = tmp_path_factory.mktemp("wiki-graph") / "e"
     with Engine(path, embedder=embedder, build_graph=True) as eng:
         eng.index_paths([REPO / "examples" / "wiki"])
+        eng.wait_for_derived()
         assert "graph" in eng.capabilities()
     return path
 

@@ -34,6 +34,7 @@ DOCS = [
 def engine(tmp_path_factory: pytest.TempPathFactory, embedder: Any) -> Any:
     eng = Engine(tmp_path_factory.mktemp("graph-trust"), embedder=embedder, build_graph=True)
     eng.add_documents(DOCS)
+    eng.wait_for_derived()
     yield eng
     eng.close()
 

@@ -544,6 +544,7 @@ def graph_engine(tmp_path_factory: pytest.TempPathFactory, embedder: Any) -> Ite
     with Engine(tmp_path_factory.mktemp("lc-graph") / "e", embedder=embedder,
                 build_graph=True) as eng:
         eng.add_documents(corpus())
+        eng.wait_for_derived()
         install(eng)  # path and subgraph are composed at query time
         yield eng
 

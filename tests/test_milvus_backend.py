@@ -554,6 +554,7 @@ def test_tree_nodes_are_recalled_from_milvus(tmp_path: Path, embedder: Any) -> N
     with Engine(path, embedder=embedder, build_tree=True, backend="milvus",
                 milvus_uri=str(tmp_path / "m.db")) as eng:
         eng.add_documents(DOCS)
+        eng.wait_for_derived()
         nodes = eng.stats()["tree-node"]
         assert nodes >= 1
         client = client_of(eng)
@@ -571,6 +572,7 @@ def test_tree_nodes_are_recalled_from_milvus(tmp_path: Path, embedder: Any) -> N
         version = eng.index_version
         eng.add_documents([{"id": "n1", "text": "Graph neural networks pass messages "
                                                 "between the nodes of a graph."}])
+        eng.wait_for_derived()
         counts = assert_milvus_holds_sqlite(eng, client)
         now = int(eng.index_version[1:])
         assert counts["tree-node/1"] == len(visible_rowids(eng, "tree-node", 1, now))

@@ -63,6 +63,7 @@ def test_the_reported_query_ranks_the_band_first(tmp_path: Path, embedder: Any) 
     wiki = REPO / "examples" / "wiki"
     with Engine(tmp_path / "e", embedder=embedder, build_graph=True) as eng:
         eng.index_paths([wiki / "velvet-lanterns.md", wiki / "oskar-brandvik.md"])
+        eng.wait_for_derived()
         for mode in ("dense", "hybrid"):
             hits = eng.retrieve("Velvet Lanterns", k=4, unit="node", mode=mode).hits
             assert hits[0].meta["name"] == "Velvet Lanterns", (mode, [h.meta["name"] for h in hits])
@@ -78,6 +79,7 @@ def test_a_query_naming_an_entity_ranks_its_node_first(
     with Engine(path, embedder=embedder, build_graph=True,
                 **backend_overrides(backend, path)) as eng:
         eng.add_documents(docs)
+        eng.wait_for_derived()
         for doc in docs:
             for mode in ("dense", "hybrid"):
                 hits = eng.retrieve(doc["title"], k=3, unit="node", mode=mode).hits
@@ -92,6 +94,7 @@ def test_a_node_vector_blends_its_name_with_its_sources(tmp_path: Path, embedder
     with Engine(tmp_path / "e", embedder=embedder, build_graph=True,
                 graph_node_name_weight=0.3) as eng:
         eng.add_documents(docs)
+        eng.wait_for_derived()
         row = _rows(eng)[node_uid(entity_key("Velvet Lanterns"))]
         chunks = eng.store.vectors(row["covers"])
         sources = np.sum([chunks[int(r)] * w for r, w in row["umeta"]["mentions"].items()], axis=0)
@@ -110,6 +113,7 @@ def test_a_graph_stored_under_another_vector_rule_is_rewritten(tmp_path: Path,
     path = tmp_path / "e"
     with Engine(path, embedder=embedder, build_graph=True) as eng:
         eng.add_documents(docs)
+        eng.wait_for_derived()
         identity = eng.store.info("derived.node.identity")
         assert "vectors=sources+name" in identity
         assert eng.update_derived()[0].mode == "none"
@@ -131,9 +135,11 @@ def test_an_update_keeps_the_vector_of_a_node_it_did_not_change(tmp_path: Path,
     choir = {"id": "c", "title": "Seaside Choir", "text": "Seaside Choir sings in Tromsø."}
     with Engine(tmp_path / "e", embedder=embedder, build_graph=True) as eng:
         eng.add_documents([band])
+        eng.wait_for_derived()
         uid = node_uid(entity_key("Velvet Lanterns"))
         before = _rows(eng)[uid]
         eng.add_documents([choir])
+        eng.wait_for_derived()
         after = _rows(eng)[uid]
         assert after["rowid"] == before["rowid"]  # not rewritten: its vector stays as it was
         assert node_uid(entity_key("Seaside Choir")) in _rows(eng)

@@ -88,6 +88,7 @@ def tree_engine(tmp_path_factory: pytest.TempPathFactory, embedder: Any) -> Any:
                  tree_top_size=1)
     eng.add_documents([{"id": f"{name}-{i}", "text": " ".join(lines[i:] + lines[:i])}
                        for name, lines in TEXTS.items() for i in range(3)])
+    eng.wait_for_derived()
     yield eng
     eng.close()
 

@@ -38,6 +38,7 @@ def tree_engine(tmp_path_factory: pytest.TempPathFactory,
     eng = Engine(tmp_path_factory.mktemp("raptor-conf") / "engine", embedder=embedder,
                  build_tree=True, tree_top_size=2)
     eng.add_documents(corpus())
+    eng.wait_for_derived()
     # One question per sentence of the corpus' topics (the documents are offline test data).
     yield eng, [line for lines in TOPICS.values() for line in lines]
     eng.close()

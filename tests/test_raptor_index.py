@@ -6,9 +6,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
 from langchain_core.language_models.fake_chat_models import FakeListChatModel
 
 from rcp_agentic import Engine
+
+# These tests read the tree each write builds as the write returns.
+pytestmark = pytest.mark.inline_derived
 
 DOCS = [
     {"id": f"orchard-{i}", "text": text}

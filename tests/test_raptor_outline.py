@@ -37,6 +37,7 @@ def tree_dir(tmp_path: Path, embedder: SentenceTransformerEmbedder) -> Path:
     path = tmp_path / "engine"
     with Engine(path, embedder=embedder, build_tree=True, tree_top_size=2) as engine:
         engine.add_documents([{"id": f"n{i}", "text": t} for i, t in enumerate(NOTES)])
+        assert engine.wait_for_derived()
     return path
 
 
@@ -75,7 +76,7 @@ def test_outline_shows_a_lagging_tree(tree_dir: Path,
     # A process that does not build the tree writes: the tree lags until the next update.
     with Engine(tree_dir, embedder=embedder, build_tree=False) as writer:
         writer.add_documents([{"id": "late", "text": "Sourdough is leavened by wild yeast."}])
-    with Engine(tree_dir, embedder=embedder) as engine:
+    with Engine(tree_dir, embedder=embedder, catch_up=False) as engine:  # no catch-up at open
         lagging = outline(engine)
         assert not lagging.current and lagging.leaves == len(NOTES) + 1
         assert lagging.coverage(1) == pytest.approx(len(NOTES) / (len(NOTES) + 1))

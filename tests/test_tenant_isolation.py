@@ -115,6 +115,7 @@ def _build(path: Path, embedder: Any, corpus: dict[str, list[Any]]) -> Engine:
     engine = Engine(path, embedder=embedder, build_graph=True, build_tree=True)
     docs = [_document(t, i, p) for t in ("a", "b") for i, p in enumerate(corpus[t])]
     engine.add_documents(docs)
+    engine.wait_for_derived()
     return engine
 
 
@@ -125,6 +126,7 @@ def _lag(path: Path, embedder: Any, corpus: dict[str, list[Any]]) -> Engine:
                     graph_communities=False)
     start = len(corpus["b"])
     engine.add_documents([_document("b", start + i, p) for i, p in enumerate(corpus["late_b"])])
+    engine.wait_for_derived()
     return engine
 
 

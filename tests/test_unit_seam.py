@@ -57,6 +57,7 @@ def tree_engine(tmp_path_factory: pytest.TempPathFactory, embedder: Any) -> Any:
     path = tmp_path_factory.mktemp("tree") / "e"
     eng = Engine(path, embedder=embedder, build_tree=True, tree_top_size=2)
     eng.add_documents(corpus())
+    eng.wait_for_derived()
     yield eng
     eng.close()
 
@@ -73,6 +74,7 @@ def seam_engine(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPat
     with Engine(path, embedder=embedder, build_tree=True, tree_top_size=2,
                 **backend_overrides(backend, path)) as eng:
         eng.add_documents(corpus())
+        eng.wait_for_derived()
         yield eng
 
 
@@ -226,6 +228,7 @@ def test_pinned_version_serves_its_own_tree_and_a_lagging_tree_hides_changes(
     eng = Engine(tmp_path / "e", embedder=embedder, build_tree=True, tree_top_size=2,
                  **backend_overrides(backend, tmp_path / "e"))
     eng.add_documents(corpus())
+    eng.wait_for_derived()
     before = eng.index_version
     old = {h.id for h in eng.retrieve("bees", k=100, unit="tree-node", level=1).hits}
     victim = "bees-0-a"
@@ -251,10 +254,13 @@ def test_replacing_a_document_rewrites_the_nodes_over_its_chunks(
         tmp_path: Path, embedder: Any) -> None:
     eng = Engine(tmp_path / "e", embedder=embedder, build_tree=True, tree_top_size=2)
     eng.add_documents(corpus())
+    eng.wait_for_derived()
     result = eng.add_documents([{"id": "chess-1-b", "text": "A grandmaster now writes about "
                                  "tea ceremonies and green tea leaves instead.",
                                  "meta": {"tenant": "b", "topic": "tea"}}])
-    assert result.derived and result.derived[0].mode == "incremental"
+    assert [(r.unit, r.mode) for r in result.derived] == [("tree-node", "scheduled")]
+    eng.wait_for_derived()
+    assert eng.catch_up is not None and eng.catch_up.reports[-1].mode == "incremental"
     live = set(leaf_docs(eng))
     for node in live_tree(eng):
         assert set(node["covers"]) <= live  # no live node covers a replaced chunk row
@@ -334,15 +340,18 @@ def test_schema_1_directory_is_migrated_keeping_rows_and_rowid_sequence(tmp_path
 def test_rebuild_keeps_ids_and_emptied_nodes_disappear(tmp_path: Path, embedder: Any) -> None:
     eng = Engine(tmp_path / "e", embedder=embedder, build_tree=True, tree_top_size=2)
     eng.add_documents(corpus())
+    eng.wait_for_derived()
     ids = {n["uid"] for n in live_tree(eng)}
     report = eng.update_derived(full=True)[0]
     assert report.mode == "full" and (report.added, report.retired) == (0, 0)
     assert {n["uid"] for n in live_tree(eng)} == ids  # same leaves, same seed: same ids
     eng.delete_documents([d["id"] for d in corpus() if d["meta"]["topic"] != "bees"])
+    eng.wait_for_derived()
     left = live_tree(eng)
     bees = set(leaf_docs(eng))
     assert left and all(set(n["covers"]) <= bees for n in left)
     eng.delete_documents([d["id"] for d in corpus() if d["meta"]["topic"] == "bees"])
+    eng.wait_for_derived()
     assert live_tree(eng) == [] and "tree-node" not in eng.capabilities()["retrieve"]["units"]
     eng.close()
 
@@ -380,6 +389,7 @@ def test_chroma_backed_tree_recall_agrees_with_exact(tree_engine: Engine, tmp_pa
     eng = Engine(tmp_path / "e", embedder=embedder, build_tree=True, tree_top_size=2,
                  dense_exact_max=0)
     eng.add_documents(corpus())
+    eng.wait_for_derived()
     for level in (None, 1):
         ann = eng.retrieve("honey and wax", k=10, unit="tree-node", level=level, mode="dense")
         exact = tree_engine.retrieve("honey and wax", k=10, unit="tree-node", level=level,
