@@ -25,6 +25,9 @@ from rcp_agentic.graph.communities import (Budget, CommunityBudgetExceeded, Comm
                                            update_communities)
 from rcp_agentic.graph.community_split import GUARD
 
+# The engine tests read what the community builder reported for each write.
+pytestmark = pytest.mark.inline_derived
+
 
 def hub_graph(kind: str, n: int, m: int, seed: int) -> GraphData:
     """A hub-heavy entity graph: Barabási–Albert (``m`` edges per new vertex) or a static
