@@ -65,6 +65,9 @@ from rcp_agentic.graph.communities import (CommunityConfig, CommunityHierarchy, 
                                            build_communities, entity_edges, modularity,
                                            update_communities)
 
+# Derived units are built inside each write here, as before background updates: this bench
+# reads each build's report and queries the units right after the write.
+os.environ.setdefault("RCP_AGENTIC_DERIVED_UPDATES", "inline")
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results" / "communities.json"
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -33,6 +34,9 @@ from bench.data import data_path  # noqa: E402
 from rcp_agentic import Engine  # noqa: E402
 from rcp_agentic.pipeline.confidence import auroc, ece  # noqa: E402
 
+# Derived units are built inside each write here, as before background updates: this bench
+# reads each build's report and queries the units right after the write.
+os.environ.setdefault("RCP_AGENTIC_DERIVED_UPDATES", "inline")
 ROOT = Path(__file__).resolve().parent.parent
 CACHE = ROOT / "bench" / ".cache"
 SETS = ("hotpotqa", "2wikimultihopqa")

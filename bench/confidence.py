@@ -83,6 +83,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import pickle
 import shutil
 import sys
@@ -102,6 +103,9 @@ from rcp_agentic import units as unit_kinds  # noqa: E402
 from rcp_agentic import Engine  # noqa: E402
 from rcp_agentic.pipeline import confidence as conf  # noqa: E402
 
+# Derived units are built inside each write here, as before background updates: this bench
+# reads each build's report and queries the units right after the write.
+os.environ.setdefault("RCP_AGENTIC_DERIVED_UPDATES", "inline")
 ROOT = Path(__file__).resolve().parent.parent
 CACHE = ROOT / "bench" / ".cache"
 ECE_TARGET, AUROC_TARGET = 0.05, 0.85

@@ -52,6 +52,7 @@ from __future__ import annotations
 import argparse
 import fcntl
 import json
+import os
 import resource
 import sys
 import time
@@ -72,6 +73,9 @@ from rcp_agentic.graph import (BuiltinExtractor, ChunkText, GraphCache, GraphCon
                                GraphView, PPRWeights, build_graph, update_graph)
 from rcp_agentic.pipeline.fusion import rrf  # noqa: E402
 
+# Derived units are built inside each write here, as before background updates: this bench
+# reads each build's report and queries the units right after the write.
+os.environ.setdefault("RCP_AGENTIC_DERIVED_UPDATES", "inline")
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results" / "graph.json"
 CACHE = ROOT / "bench" / ".cache"

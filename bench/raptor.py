@@ -45,6 +45,7 @@ import argparse
 import fcntl
 import json
 import math
+import os
 import random
 import re
 import resource
@@ -73,6 +74,9 @@ from bench.metrics import ndcg_at_k  # noqa: E402
 from rcp_agentic import Engine  # noqa: E402
 from rcp_agentic.engine import AddResult  # noqa: E402
 
+# Derived units are built inside each write here, as before background updates: this bench
+# reads each build's report and queries the units right after the write.
+os.environ.setdefault("RCP_AGENTIC_DERIVED_UPDATES", "inline")
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results" / "raptor.json"
 SETS = ("hotpotqa", "2wikimultihopqa")
