@@ -65,9 +65,6 @@ from rcp_agentic.graph.communities import (CommunityConfig, CommunityHierarchy, 
                                            build_communities, entity_edges, modularity,
                                            update_communities)
 
-# Derived units are built inside each write here, as before background updates: this bench
-# reads each build's report and queries the units right after the write.
-os.environ.setdefault("RCP_AGENTIC_DERIVED_UPDATES", "inline")
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results" / "communities.json"
 
@@ -592,4 +589,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    # As a script, derived units are built inside each write (as before background
+    # updates): this bench reads each build's report and queries the units right after
+    # the write. Set here, not on import, so a module importing this one keeps its mode.
+    os.environ.setdefault("RCP_AGENTIC_DERIVED_UPDATES", "inline")
     raise SystemExit(main())

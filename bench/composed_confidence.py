@@ -34,9 +34,6 @@ from bench.data import data_path  # noqa: E402
 from rcp_agentic import Engine  # noqa: E402
 from rcp_agentic.pipeline.confidence import auroc, ece  # noqa: E402
 
-# Derived units are built inside each write here, as before background updates: this bench
-# reads each build's report and queries the units right after the write.
-os.environ.setdefault("RCP_AGENTIC_DERIVED_UPDATES", "inline")
 ROOT = Path(__file__).resolve().parent.parent
 CACHE = ROOT / "bench" / ".cache"
 SETS = ("hotpotqa", "2wikimultihopqa")
@@ -130,4 +127,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    # As a script, derived units are built inside each write (as before background
+    # updates): this bench reads each build's report and queries the units right after
+    # the write. Set here, not on import, so a module importing this one keeps its mode.
+    os.environ.setdefault("RCP_AGENTIC_DERIVED_UPDATES", "inline")
     raise SystemExit(main())

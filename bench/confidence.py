@@ -103,9 +103,6 @@ from rcp_agentic import units as unit_kinds  # noqa: E402
 from rcp_agentic import Engine  # noqa: E402
 from rcp_agentic.pipeline import confidence as conf  # noqa: E402
 
-# Derived units are built inside each write here, as before background updates: this bench
-# reads each build's report and queries the units right after the write.
-os.environ.setdefault("RCP_AGENTIC_DERIVED_UPDATES", "inline")
 ROOT = Path(__file__).resolve().parent.parent
 CACHE = ROOT / "bench" / ".cache"
 ECE_TARGET, AUROC_TARGET = 0.05, 0.85
@@ -1221,4 +1218,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    # As a script, derived units are built inside each write (as before background
+    # updates): this bench reads each build's report and queries the units right after
+    # the write. Set here, not on import, so a module importing this one keeps its mode.
+    os.environ.setdefault("RCP_AGENTIC_DERIVED_UPDATES", "inline")
     raise SystemExit(main())

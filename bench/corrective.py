@@ -53,9 +53,6 @@ from rcp_agentic.agentic import ConfidenceEvaluator, CorrectiveRetriever  # noqa
 from rcp_agentic.models.tokenizer import count_tokens  # noqa: E402
 from rcp_agentic import units  # noqa: E402
 
-# Derived units are built inside each write here, as before background updates: this bench
-# reads each build's report and queries the units right after the write.
-os.environ.setdefault("RCP_AGENTIC_DERIVED_UPDATES", "inline")
 REPO = Path(__file__).resolve().parents[1]
 CACHE = REPO / "bench" / ".cache"
 SETTINGS = {"upper 0.6 / lower 0.2": (0.6, 0.2), "upper 0.6 / lower 0.05 (default)": (0.6, 0.05)}
@@ -335,4 +332,8 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    # As a script, derived units are built inside each write (as before background
+    # updates): this bench reads each build's report and queries the units right after
+    # the write. Set here, not on import, so a module importing this one keeps its mode.
+    os.environ.setdefault("RCP_AGENTIC_DERIVED_UPDATES", "inline")
     main()

@@ -73,9 +73,6 @@ from rcp_agentic.graph import (BuiltinExtractor, ChunkText, GraphCache, GraphCon
                                GraphView, PPRWeights, build_graph, update_graph)
 from rcp_agentic.pipeline.fusion import rrf  # noqa: E402
 
-# Derived units are built inside each write here, as before background updates: this bench
-# reads each build's report and queries the units right after the write.
-os.environ.setdefault("RCP_AGENTIC_DERIVED_UPDATES", "inline")
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results" / "graph.json"
 CACHE = ROOT / "bench" / ".cache"
@@ -806,4 +803,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    # As a script, derived units are built inside each write (as before background
+    # updates): this bench reads each build's report and queries the units right after
+    # the write. Set here, not on import, so a module importing this one keeps its mode.
+    os.environ.setdefault("RCP_AGENTIC_DERIVED_UPDATES", "inline")
     raise SystemExit(main())

@@ -37,9 +37,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-# Derived units are built inside each write here, as before background updates: this bench
-# reads each build's report and queries the units right after the write.
-os.environ.setdefault("RCP_AGENTIC_DERIVED_UPDATES", "inline")
 ROOT = Path(__file__).resolve().parent.parent
 CACHE = ROOT / "bench" / ".cache"
 RESULTS = ROOT / "bench" / "results" / "graph_ops.json"
@@ -244,4 +241,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    # As a script, derived units are built inside each write (as before background
+    # updates): this bench reads each build's report and queries the units right after
+    # the write. Set here, not on import, so a module importing this one keeps its mode.
+    os.environ.setdefault("RCP_AGENTIC_DERIVED_UPDATES", "inline")
     raise SystemExit(main())

@@ -74,9 +74,6 @@ from bench.metrics import ndcg_at_k  # noqa: E402
 from rcp_agentic import Engine  # noqa: E402
 from rcp_agentic.engine import AddResult  # noqa: E402
 
-# Derived units are built inside each write here, as before background updates: this bench
-# reads each build's report and queries the units right after the write.
-os.environ.setdefault("RCP_AGENTIC_DERIVED_UPDATES", "inline")
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results" / "raptor.json"
 SETS = ("hotpotqa", "2wikimultihopqa")
@@ -458,4 +455,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    # As a script, derived units are built inside each write (as before background
+    # updates): this bench reads each build's report and queries the units right after
+    # the write. Set here, not on import, so a module importing this one keeps its mode.
+    os.environ.setdefault("RCP_AGENTIC_DERIVED_UPDATES", "inline")
     raise SystemExit(main())

@@ -62,3 +62,17 @@ def test_default_data_root_is_shared_data_beside_the_checkout() -> None:
                           cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == str(REPO.parent / "shared" / "data" / "scifact")
+
+
+def test_importing_a_bench_leaves_the_derived_mode_alone() -> None:
+    """A bench run as a script builds derived units inline; imported (as these tests do),
+    it must not switch the importing process's engines from the background default."""
+    probe = ("import importlib, os\n"
+             "for name in ('communities', 'community_scale', 'composed_confidence', "
+             "'confidence', 'corrective', 'graph', 'graph_ops', 'raptor'):\n"
+             "    importlib.import_module('bench.' + name)\n"
+             "print(os.environ.get('RCP_AGENTIC_DERIVED_UPDATES'))\n")
+    env = {k: v for k, v in os.environ.items() if k != "RCP_AGENTIC_DERIVED_UPDATES"}
+    out = subprocess.run([sys.executable, "-c", probe], cwd=REPO, env=env, check=True,
+                         capture_output=True, text=True, timeout=300)
+    assert out.stdout.strip().splitlines()[-1] == "None"
