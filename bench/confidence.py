@@ -740,11 +740,7 @@ def ablation(samples: list[conf.Sample], folds: int, seed: int, l2: float) -> di
     samples = [x for x in samples if x.unit in UNITS]
     out: dict[str, Any] = {}
     for name, features in ABLATION.items():
-        loo = np.full(len(samples), np.nan)
-        for held in sorted({x.source for x in samples}):
-            cal = conf.fit([x for x in samples if x.source != held], features=features, l2=l2)
-            test = np.array([i for i, x in enumerate(samples) if x.source == held])
-            loo[test] = conf.predict_samples(cal, [samples[i] for i in test])
+        loo = conf.leave_one_out(samples, features=features, l2=l2)
         cv = conf.cross_validate(samples, folds=folds, seed=seed, features=features, l2=l2)
         _lines, cells = cell_table(samples, loo, cv, {})
         worst = {}

@@ -263,11 +263,10 @@ FEATURES: dict[str, _Feature] = {
     "shared_graph_rel": _Feature("graph", +1, lambda x: x.share * _div(x.g, x.top_g),
                                  {"graph": +1}),
 }
+MOMENT_FEATURES = frozenset(f for names in Z_FEATURES.values() for f in names)
 POOL_FEATURES = frozenset({"dense_gap", "sparse_rel", "top_sparse_ratio", "log1p_dense_rank",
                            "log1p_sparse_rank", "graph_rel", "shared_graph_rel",
-                           "log1p_graph_rank", "dense_z", "top_dense_z", "sparse_z",
-                           "top_sparse_z"})
-MOMENT_FEATURES = frozenset({"dense_z", "top_dense_z", "sparse_z", "top_sparse_z"})
+                           "log1p_graph_rank"}) | MOMENT_FEATURES
 
 
 def _arr(x: Any, n: int, worst: float, lo: float, hi: float) -> np.ndarray:
@@ -481,18 +480,24 @@ class Calibrator:
 
     # --- prediction -----------------------------------------------------------------
 
-    def _lookup(self, signal_set: str, unit: str) -> LogisticModel | None:
+    def _lookup(self, signal_set: str, unit: str) -> str | None:
         u = calibration_family(unit)
         seen = set()
         while u not in seen:
             seen.add(u)
-            model = self.models.get(_key(signal_set, u))
-            if model is not None:
-                return model
+            if _key(signal_set, u) in self.models:
+                return _key(signal_set, u)
             if u not in self.fallbacks:
                 break
             u = self.fallbacks[u]
         return None
+
+    def _key_for(self, mode: str, unit: str, graph: bool) -> str | None:
+        if graph and not mode.endswith(GRAPH):
+            key = self._lookup(mode + GRAPH, unit)
+            if key is not None:
+                return key
+        return self._lookup(mode, unit)
 
     def model_for(self, mode: str, unit: str, graph: bool = False) -> LogisticModel | None:
         """The model scoring hits of this mode and unit (after passage→chunk, fallbacks).
@@ -501,11 +506,8 @@ class Calibrator:
         is one, else its mode's (which reads the dense/sparse signals only). ``mode`` may
         also name a signal set outright (``hybrid+graph``).
         """
-        if graph and not mode.endswith(GRAPH):
-            model = self._lookup(mode + GRAPH, unit)
-            if model is not None:
-                return model
-        return self._lookup(mode, unit)
+        key = self._key_for(mode, unit, graph)
+        return None if key is None else self.models[key]
 
     def supports(self, mode: str, unit: str, graph: bool = False) -> bool:
         return self.model_for(mode, unit, graph) is not None
@@ -533,10 +535,11 @@ class Calibrator:
         NaN is read as the worst value of its signal. Raises ValueError for an unknown
         mode/unit, a missing signal or mismatched lengths.
         """
-        model = self.model_for(mode, unit, graph is not None)
-        if model is None:
+        key = self._key_for(mode, unit, graph is not None)
+        if key is None:
             raise ValueError(f"no calibration for mode={mode!r} unit={unit!r} "
                              f"(have: {', '.join(sorted(self.models)) or 'none'})")
+        model = self.models[key]
         r = np.asarray(ranks, dtype=np.float64).reshape(-1)
         n = len(r)
         if "dense" in model.needs and dense is None:
@@ -553,24 +556,22 @@ class Calibrator:
                              "its scores")
         if n == 0:
             return np.zeros(0)
-        model = self._for_pool(model, pool, dense, sparse)
+        model = self._for_pool(key, pool, dense, sparse)
         p = expit(model.logit(signals(dense, sparse, ceiling, r, n, pool=pool, graph=graph,
                                       docs=docs, graph_share=graph_share)))
         return np.clip(np.nan_to_num(p, nan=0.0), 0.0, 1.0)
 
-    def _for_pool(self, model: LogisticModel, pool: Mapping[str, Any] | None,
-                  dense: Any, sparse: Any) -> LogisticModel:
-        """``model``, or its small-pool companion when a list its z-scores read holds fewer
-        than ``Z_MIN_POOL`` scores (the hits stand in for a missing pool)."""
+    def _for_pool(self, key: str, pool: Mapping[str, Any] | None, dense: Any,
+                  sparse: Any) -> LogisticModel:
+        """The model at ``key``, or its small-pool companion when a list its z-scores read
+        holds fewer than ``Z_MIN_POOL`` scores (the hits stand in for a missing pool)."""
+        model = self.models[key]
         lists = {FEATURES[f].needs for f in MOMENT_FEATURES.intersection(model.features)}
         if not lists:
             return model
         size = min(len(_pool_of((pool or {}).get(name, dense if name == "dense" else sparse)))
                    for name in lists)
-        if size >= Z_MIN_POOL:
-            return model
-        key = next((k for k, m in self.models.items() if m is model), None)
-        return self.models.get(f"{key}{SMALL_POOL}", model) if key else model
+        return model if size >= Z_MIN_POOL else self.models.get(key + SMALL_POOL, model)
 
     def monotone(self, mode: str, unit: str, graph: bool = False) -> dict[str, int | None]:
         """What the model says: +1/-1 direction of P in each signal, 0 when it is not used."""
