@@ -34,7 +34,7 @@ def paged(tmp_path_factory: pytest.TempPathFactory, embedder: Any) -> Any:
 
 
 def test_confident_first_step_stops_and_refines(paged: Engine) -> None:
-    loop = CorrectiveRetriever(paged, k=3, min_evidence=1)
+    loop = CorrectiveRetriever(paged, k=3, min_evidence=1, refine_first=True)
     res = loop.run("what links vitamin D to multiple sclerosis?")
     assert [s.action for s in res.trace] == ["retrieve"] and res.calls == 1
     assert res.verdict == "correct" and res.stop_reason.startswith("correct")
@@ -43,6 +43,33 @@ def test_confident_first_step_stops_and_refines(paged: Engine) -> None:
     assert all(h["confidence"] >= lower for h in res.evidence)
     assert res.trace[0].returned == 3 and res.trace[0].kept == len(res.evidence)
     assert res.tokens == sum(s.tokens for s in res.trace) > 0
+
+
+def test_first_step_is_kept_whole_unless_refine_first(paged: Engine) -> None:
+    question = "what links vitamin D to multiple sclerosis?"
+    first = [h.to_wire() for h in paged.retrieve(question, k=3).hits]
+    confidences = sorted(h["confidence"] for h in first)
+    assert confidences[0] < confidences[-1]
+    # The weakest first hit falls below ``lower``; the best reaches ``upper``.
+    evaluator = ConfidenceEvaluator(upper=confidences[-1],
+                                    lower=(confidences[0] + confidences[1]) / 2)
+    whole = CorrectiveRetriever(paged, k=3, min_evidence=1, evaluator=evaluator).run(question)
+    assert [h["id"] for h in whole.evidence] == [h["id"] for h in first]
+    assert whole.calls == 1 and whole.trace[0].kept == 3
+    refined = CorrectiveRetriever(paged, k=3, min_evidence=1, evaluator=evaluator,
+                                  refine_first=True).run(question)
+    assert [h["id"] for h in refined.evidence] == \
+        [h["id"] for h in first if h["confidence"] >= evaluator.lower]
+    assert len(refined.evidence) < 3
+
+
+def test_an_incorrect_first_step_keeps_nothing(paged: Engine) -> None:
+    first = [h.to_wire() for h in paged.retrieve(OFF_TOPIC, k=3).hits]
+    above = min(1.0, max(h["confidence"] for h in first) + 1e-6)
+    res = CorrectiveRetriever(paged, k=3, max_steps=1,
+                              evaluator=ConfidenceEvaluator(upper=above, lower=above)
+                              ).run(OFF_TOPIC)
+    assert res.trace[0].verdict == "incorrect" and res.evidence == []
 
 
 def test_incorrect_escalates_through_every_unit(paged: Engine) -> None:
@@ -72,6 +99,19 @@ def test_min_evidence_keeps_looking(paged: Engine) -> None:
     two = default.run("knowledge graphs store relations as triplets")
     assert one.calls == 1 and two.calls > 1
     assert "confident hit(s) needed" in two.trace[1].reason
+
+
+def test_evidence_is_ranked_by_confidence_across_steps(paged: Engine) -> None:
+    res = CorrectiveRetriever(paged, k=3, max_steps=3,
+                              evaluator=ConfidenceEvaluator(upper=1.0, lower=0.0)).run(
+        "knowledge graphs store relations as triplets")
+    assert res.calls == 3
+    steps = [h["meta"]["step"] for h in res.evidence]
+    assert len(set(steps)) > 1       # hits of several steps
+    found = [i for s in res.trace for i in s.hit_ids]
+    key = {i: n for n, i in enumerate(found)}
+    expected = sorted(res.evidence, key=lambda h: (-h["confidence"], key[h["id"]]))
+    assert [h["id"] for h in res.evidence] == [h["id"] for h in expected]
 
 
 def test_a_follow_up_that_adds_nothing_confident_stops_saturated(paged: Engine) -> None:

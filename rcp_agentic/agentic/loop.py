@@ -1,8 +1,12 @@
 """A corrective (CRAG-style) retrieval loop over any RCP engine, driven by hit confidence.
 
 Each step retrieves, the evaluator judges the hits (correct / ambiguous /
-incorrect), confident-enough hits join the evidence, and the next action is
-chosen from what was found:
+incorrect), and the next action is chosen from what was found. The first step's hits
+all join the evidence unless it is judged incorrect: the loop starts from what one
+retrieve returns and only adds to it (``refine_first=True`` drops its hits below the
+lower threshold too, as CRAG's refinement does; held out on the multi-hop sets that lost
+supporting passages the calibration scored below 0.05 — ``bench/corrective.py``). A
+follow-up step's hits join when they reach the lower threshold:
 
 * **correct** — keep the refined hits and stop;
 * **ambiguous** — recall through the knowledge graph when the engine offers it (the
@@ -26,7 +30,7 @@ on for the rest of that engine's trajectory; ``graph=False`` keeps the loop off 
 
 One ``session_id`` threads every call, so each step only sees evidence the
 trajectory has not seen yet (§7.7.3). Steps and evidence tokens are bounded. The
-result is the evidence set (in the order found) and a trace of every step with
+result is the evidence set (most confident first) and a trace of every step with
 the reason it was taken. The same planner drives the sync and the async loop.
 """
 
@@ -78,8 +82,10 @@ class Step:
 
 @dataclass
 class CorrectiveResult:
-    """The evidence set in the order found (each step's hits in the engine's rank order; a
-    coarser unit takes the place of the finer ones it replaced) and the trace of the steps."""
+    """The evidence set, most confident first (ties, and every hit when an engine gives no
+    confidence, in the order found: each step's hits in the engine's rank order, a coarser
+    unit in the place of the finer ones it replaced; ``meta.step`` says which step found a
+    hit) and the trace of the steps."""
 
     query: str
     evidence: list[dict[str, Any]]
@@ -171,7 +177,10 @@ class _Run:
         kept = 0
         new_tokens = 0
         step = len(self.trace) + 1
-        for hit in assessment.kept:
+        joining = assessment.kept
+        if step == 1 and not loop.refine_first and assessment.verdict != "incorrect":
+            joining = [dict(h) for h in hits]  # the loop starts from what one retrieve gives
+        for hit in joining:
             if any(_contains(held, hit) for held in self.evidence.values()):
                 continue  # already held inside a coarser unit
             inside = [i for i, held in self.evidence.items() if _contains(hit, held)]
@@ -283,7 +292,7 @@ class _Run:
         return True
 
     def _requery(self, call: _Call, why: str) -> None:
-        ranked = sorted(self.evidence.values(), key=lambda h: -(h.get("confidence") or 0.0))
+        ranked = self.ranked_evidence()
         if self.loop.llm is not None:
             queries = llm_queries(self.loop.llm, self.query, ranked, n=self.loop.llm_queries)
             action = "decompose" if len(queries) > 1 else "rewrite"
@@ -300,8 +309,18 @@ class _Run:
         for q in fresh:
             self.queue.append(_Call(q, call.engine, call.unit, action, why, call.graph))
 
+    def ranked_evidence(self) -> list[dict[str, Any]]:
+        """The evidence, most confident first (calibrated confidence compares hits across
+        steps and engines; ties keep the order found); in the order found when some hit
+        carries no confidence."""
+        held = list(self.evidence.values())
+        if any(h.get("confidence") is None for h in held):
+            return held
+        order = sorted(range(len(held)), key=lambda i: (-float(held[i]["confidence"]), i))
+        return [held[i] for i in order]
+
     def result(self) -> CorrectiveResult:
-        return CorrectiveResult(self.query, list(self.evidence.values()), self.trace,
+        return CorrectiveResult(self.query, self.ranked_evidence(), self.trace,
                                 self.verdict, self.tokens, len(self.trace), self.session_id,
                                 self.stop_reason)
 
@@ -410,7 +429,8 @@ class CorrectiveRetriever:
                  llm_queries: int = 2,
                  options: Mapping[str, Any] | None = None,
                  names: Sequence[str] | None = None,
-                 graph: bool | Literal["escalate"] = True) -> None:
+                 graph: bool | Literal["escalate"] = True,
+                 refine_first: bool = False) -> None:
         if min(k, max_steps, max_tokens, min_evidence) < 1:
             raise ValueError("k, max_steps, max_tokens and min_evidence must be at least 1")
         if graph not in (True, False, "escalate"):
@@ -431,6 +451,7 @@ class CorrectiveRetriever:
         self.graph_from_start = bool(given.pop(GRAPH_RECALL, None)
                                      or given.pop(GRAPH_RECALL_WIRE, None))
         self.graph = graph
+        self.refine_first = refine_first
         self.options = {key: v for key, v in given.items()
                         if key not in ("k", "unit", "session_id", "token_budget")}
         self.start_unit = (options or {}).get("unit")
