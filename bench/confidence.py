@@ -101,6 +101,7 @@ from bench.data import data_path  # noqa: E402
 from bench.metrics import mrr_at_k, ndcg_at_k  # noqa: E402
 from rcp_agentic import units as unit_kinds  # noqa: E402
 from rcp_agentic import Engine  # noqa: E402
+from rcp_agentic.pipeline import calibration_fit as fitting  # noqa: E402
 from rcp_agentic.pipeline import confidence as conf  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -163,14 +164,14 @@ def off_domain(name: str, n: int) -> dict[str, str]:
 
 
 def set_samples(name: str, k: int, reuse: bool,
-                n_off: int = 100) -> tuple[list[conf.Sample], dict[str, Any]]:
+                n_off: int = 100) -> tuple[list[fitting.Sample], dict[str, Any]]:
     """The set's labelled hits (collected, or read back with ``reuse``) and its fit note:
     its own judged queries plus ``n_off`` off-domain ones, every hit of which is irrelevant
     (a query may have no answer in the corpus; the calibration must see that happen)."""
     cache = CACHE / f"confidence-{name}.pkl"
     if reuse and cache.exists():
         with cache.open("rb") as fh:
-            got: tuple[list[conf.Sample], dict[str, Any]] = pickle.load(fh)
+            got: tuple[list[fitting.Sample], dict[str, Any]] = pickle.load(fh)
         return got
     corpus, queries, qrels = load_set(name)
     off = off_domain(name, n_off)
@@ -181,11 +182,11 @@ def set_samples(name: str, k: int, reuse: bool,
         raise SystemExit(f"no engine at {CACHE / ('engine-' + name)}: build it with "
                          "bench/scifact_engine.py --engine DIR")
     start = time.perf_counter()
-    samples = conf.collect_samples(engine, queries, qrels, units=UNITS, k=k, source=name)
+    samples = fitting.collect_samples(engine, queries, qrels, units=UNITS, k=k, source=name)
     print(f"  {name}: {len(queries)} queries, {len(samples)} labelled hits in "
           f"{time.perf_counter() - start:.0f} s", flush=True)
     note = {"queries": len({x.query_id for x in samples}), "off_domain": len(off),
-            **conf.engine_note(engine)}
+            **fitting.engine_note(engine)}
     engine.close()
     CACHE.mkdir(parents=True, exist_ok=True)
     with cache.open("wb") as fh:
@@ -197,7 +198,7 @@ def _fmt_row(cols: list[str], widths: list[int]) -> str:
     return "  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(cols, widths)))
 
 
-def reliability_plot(samples: list[conf.Sample], probs: np.ndarray, path: Path,
+def reliability_plot(samples: list[fitting.Sample], probs: np.ndarray, path: Path,
                      bins: int = 10) -> None:
     import matplotlib
 
@@ -223,7 +224,7 @@ def reliability_plot(samples: list[conf.Sample], probs: np.ndarray, path: Path,
                     ys.append(t[sel].mean())
                     ns.append(sel.sum())
             ax.plot(xs, ys, marker="o", color=color,
-                    label=f"{mode} (ECE {conf.ece(p, t):.3f}, AUROC {conf.auroc(p, t):.3f})")
+                    label=f"{mode} (ECE {fitting.ece(p, t):.3f}, AUROC {fitting.auroc(p, t):.3f})")
             hax.hist(p, bins=edges, histtype="step", color=color, lw=1.5)
         ax.set_title(f"unit = {unit} (held-out, 5 folds by query)")
         ax.set_ylabel("fraction relevant")
@@ -242,21 +243,21 @@ def reliability_plot(samples: list[conf.Sample], probs: np.ndarray, path: Path,
 
 
 def rerank_table(engine: Engine, queries: dict[str, str], qrels: dict[str, dict[str, int]],
-                 depths: list[int], folds: int, seed: int, train: list[conf.Sample],
+                 depths: list[int], folds: int, seed: int, train: list[fitting.Sample],
                  l2: float, source: str = "scifact") -> list[str]:
     """nDCG@10 / MRR@10 of RRF vs re-ranking the top-K hybrid documents by held-out P
     (each fold's queries scored by a model fitted on the other folds and the other sets)."""
     kmax = max(depths)
-    cands = conf.collect_samples(engine, queries, qrels, modes=("hybrid",), units=("document",),
+    cands = fitting.collect_samples(engine, queries, qrels, modes=("hybrid",), units=("document",),
                                  k=kmax, source=source)
-    fold_of = conf.query_folds((x.query_id for x in cands), folds, seed)
+    fold_of = fitting.query_folds((x.query_id for x in cands), folds, seed)
     train = [x for x in train if x.mode == "hybrid" and x.unit == "document"]
     probs = np.full(len(cands), np.nan)
     for f in range(folds):
-        model = conf.fit([x for x in train
+        model = fitting.fit([x for x in train
                           if x.source != source or fold_of.get(x.query_id) != f], l2=l2)
         ix = [i for i, x in enumerate(cands) if fold_of.get(x.query_id) == f]
-        probs[ix] = conf.predict_samples(model, [cands[i] for i in ix])
+        probs[ix] = fitting.predict_samples(model, [cands[i] for i in ix])
     by_q: dict[str, list[tuple[int, float, str]]] = {}
     for x, p in zip(cands, probs):
         by_q.setdefault(x.query_id, []).append((x.rank, float(p), str(x.doc_id)))
@@ -280,7 +281,7 @@ def rerank_table(engine: Engine, queries: dict[str, str], qrels: dict[str, dict[
         y = np.array([x.label for x in cands], dtype=float)
         lines.append("")
         lines.append(f"hybrid/document ranks {k_fit}–{kmax - 1} (beyond the fitted top {k_fit}): "
-                     f"ECE {conf.ece(probs[deep], y[deep]):.4f}, mean p "
+                     f"ECE {fitting.ece(probs[deep], y[deep]):.4f}, mean p "
                      f"{probs[deep].mean():.4f} vs base rate {y[deep].mean():.4f}")
     return lines
 
@@ -322,7 +323,7 @@ class RecordingCalibrator:
 
 
 def collect_pool_samples(engine: Engine, queries: dict[str, str],
-                         qrels: dict[str, dict[str, int]], k: int = CONF_K) -> list[conf.Sample]:
+                         qrels: dict[str, dict[str, int]], k: int = CONF_K) -> list[fitting.Sample]:
     """Labelled top-``k`` hits of the collapsed tree in every mode, with the engine's signals.
 
     A tree-node is relevant when one of the documents it covers is; a chunk when its
@@ -331,7 +332,7 @@ def collect_pool_samples(engine: Engine, queries: dict[str, str],
     shipped = engine.calibrator
     recorder = RecordingCalibrator(shipped)
     engine.calibrator = recorder  # type: ignore[assignment]
-    samples: list[conf.Sample] = []
+    samples: list[fitting.Sample] = []
     try:
         for qid, text in queries.items():
             rels = {d for d, g in qrels.get(qid, {}).items() if g > 0}
@@ -348,7 +349,7 @@ def collect_pool_samples(engine: Engine, queries: dict[str, str],
                     assert len(hits) == len(call["ranks"]), "hits and recorded signals differ"
                     for j, h in enumerate(hits):
                         docs = [h.chunk.doc_id] if h.chunk else list(h.meta.get("doc_ids") or [])
-                        samples.append(conf.Sample(
+                        samples.append(fitting.Sample(
                             query_id=str(qid), mode=mode, unit=h.unit, rank=int(call["ranks"][j]),
                             dense=None if call["dense"] is None else float(call["dense"][j]),
                             sparse=None if call["sparse"] is None else float(call["sparse"][j]),
@@ -360,7 +361,7 @@ def collect_pool_samples(engine: Engine, queries: dict[str, str],
     return samples
 
 
-def fit_tree_node(samples: list[conf.Sample], engine: Engine, folds: int, seed: int,
+def fit_tree_node(samples: list[fitting.Sample], engine: Engine, folds: int, seed: int,
                   l2: float, k: int = CONF_K, corpus: str = "all documents",
                   ) -> tuple[conf.Calibrator, dict[str, Any]]:
     """Fit the tree-node models (held-out folds by query); score the pool's chunk hits with
@@ -373,24 +374,24 @@ def fit_tree_node(samples: list[conf.Sample], engine: Engine, folds: int, seed: 
             "labels": "relevant iff a document the node covers has qrels grade > 0",
             "ranks": "0-based position in the collapsed tree's ranked pool (chunks and nodes)",
             "sparse_ceiling": "over the collapsed tree's pool (chunks and every level)",
-            **conf.engine_note(engine),
+            **fitting.engine_note(engine),
             "tree": {name: getattr(engine.config, name) for name in
                      ("tree_summary_tokens", "tree_cluster_tokens", "tree_top_size",
                       "tree_max_levels", "tree_seed")}}
-    calibrator, metrics, oof = conf.calibrate_samples(tree, folds=folds, l2=l2, seed=seed,
+    calibrator, metrics, oof = fitting.calibrate_samples(tree, folds=folds, l2=l2, seed=seed,
                                                       fitted_on=note, features=TREE_FEATURES)
     out: dict[str, Any] = {"tree_node_cv": metrics.get("cv"), "tree_node_train": metrics["train"]}
     shipped = conf.Calibrator.default()
     if chunks:
-        p = conf.predict_samples(shipped, chunks)
-        out["pool_chunk_shipped"] = conf.evaluate(chunks, p)
+        p = fitting.predict_samples(shipped, chunks)
+        out["pool_chunk_shipped"] = fitting.evaluate(chunks, p)
     if oof is not None:
         y = np.array([x.label for x in tree], dtype=float)
         rank = np.array([x.rank for x in tree])
         top10 = rank < 10
         out["tree_node_cv_rank_lt_10"] = {
-            mode: {"ece": round(conf.ece(oof[m & top10], y[m & top10]), 5),
-                   "auroc": round(conf.auroc(oof[m & top10], y[m & top10]), 5)}
+            mode: {"ece": round(fitting.ece(oof[m & top10], y[m & top10]), 5),
+                   "auroc": round(fitting.auroc(oof[m & top10], y[m & top10]), 5)}
             for mode in conf.MODES
             for m in [np.array([x.mode == mode for x in tree])]}
     return calibrator, out
@@ -491,7 +492,7 @@ def _hit_docs(h: Any) -> list[str]:
 def collect_graph_samples(engine: Engine, queries: dict[str, str],
                           qrels: dict[str, dict[str, int]], *, k: int = CONF_K,
                           source: str = "", modes: tuple[str, ...] = conf.MODES,
-                          ) -> tuple[list[conf.Sample], dict[str, Any]]:
+                          ) -> tuple[list[fitting.Sample], dict[str, Any]]:
     """Labelled top-``k`` hits of graph-recall requests (every unit of ``GRAPH_UNITS``) and
     of node/triplet requests without it, with the signals exactly as the engine scores them
     (``RecordingCalibrator``: the recall lists of the hit's family, its graph mass).
@@ -506,7 +507,7 @@ def collect_graph_samples(engine: Engine, queries: dict[str, str],
     shipped = engine.calibrator
     recorder = RecordingCalibrator(shipped)
     engine.calibrator = recorder  # type: ignore[assignment]
-    samples: list[conf.Sample] = []
+    samples: list[fitting.Sample] = []
     ids: dict[str, dict[str, list[str]]] = {"hybrid+graph": {}, "hybrid": {}}
     linked: set[str] = set()
     try:
@@ -548,7 +549,7 @@ def collect_graph_samples(engine: Engine, queries: dict[str, str],
     return samples, {"ids": ids, "linked": sorted(linked)}
 
 
-def _recorded_sample(call: dict[str, Any], j: int, **fields: Any) -> conf.Sample:
+def _recorded_sample(call: dict[str, Any], j: int, **fields: Any) -> fitting.Sample:
     """The Sample of the ``j``-th hit of one recorded ``predict`` call."""
     def at(name: str) -> float | None:
         x = call[name]
@@ -557,15 +558,15 @@ def _recorded_sample(call: dict[str, Any], j: int, **fields: Any) -> conf.Sample
     dense, sparse, graph = at("dense"), at("sparse"), at("graph")
     ceiling = None if call["ceiling"] is None else float(call["ceiling"])
     share = call.get("graph_share")
-    return conf.Sample(rank=int(call["ranks"][j]), dense=dense, sparse=sparse, ceiling=ceiling,
+    return fitting.Sample(rank=int(call["ranks"][j]), dense=dense, sparse=sparse, ceiling=ceiling,
                        graph=graph, graph_share=None if share is None else float(share),
                        **fields,
-                       **conf.Sample.pool_stats(call["pool"] or {}, dense, sparse, graph))
+                       **fitting.Sample.pool_stats(call["pool"] or {}, dense, sparse, graph))
 
 
 def graph_set_samples(name: str, k: int, reuse: bool, n_off: int = 100,
                       limit: int | None = None,
-                      ) -> tuple[list[conf.Sample], dict[str, Any], dict[str, Any]]:
+                      ) -> tuple[list[fitting.Sample], dict[str, Any], dict[str, Any]]:
     """The set's graph samples (``collect_graph_samples`` on its graph engine, its own judged
     queries — the first ``limit`` in file order, if given — plus ``n_off`` off-domain ones),
     cached in ``bench/.cache/confidence-graph-<set>.pkl``; returns them, the fit note and
@@ -573,7 +574,7 @@ def graph_set_samples(name: str, k: int, reuse: bool, n_off: int = 100,
     cache = CACHE / f"confidence-graph-{name}.pkl"
     if reuse and cache.exists():
         with cache.open("rb") as fh:
-            got: tuple[list[conf.Sample], dict[str, Any], dict[str, Any]] = pickle.load(fh)
+            got: tuple[list[fitting.Sample], dict[str, Any], dict[str, Any]] = pickle.load(fh)
         return got
     _corpus, queries, qrels = load_set(name)
     if limit is not None:
@@ -591,7 +592,7 @@ def graph_set_samples(name: str, k: int, reuse: bool, n_off: int = 100,
             "engine_path": str(graph_engine_path(name).relative_to(ROOT)),
             "graph": {kind: engine.derived_status()[kind]["counts"]["0"]
                       for kind in ("node", "triplet")},
-            **conf.engine_note(engine)}
+            **fitting.engine_note(engine)}
     if str(note.get("embedder", "")).startswith("langchain:bench.embedcache"):
         from bench.embedcache import MODEL_NAME
 
@@ -602,7 +603,7 @@ def graph_set_samples(name: str, k: int, reuse: bool, n_off: int = 100,
     return samples, note, extra
 
 
-def bridge_table(samples: list[conf.Sample], after: np.ndarray, before: np.ndarray,
+def bridge_table(samples: list[fitting.Sample], after: np.ndarray, before: np.ndarray,
                  extras: dict[str, dict[str, Any]], lower: float = 0.05,
                  ) -> dict[str, dict[str, int]]:
     """Per set: supporting chunks of the ``hybrid+graph`` top-k that graph recall brought in
@@ -645,7 +646,7 @@ def bridge_table(samples: list[conf.Sample], after: np.ndarray, before: np.ndarr
     return out
 
 
-def transfer_table(samples: list[conf.Sample], probs: np.ndarray) -> tuple[list[str], dict]:
+def transfer_table(samples: list[fitting.Sample], probs: np.ndarray) -> tuple[list[str], dict]:
     """ECE / AUROC per mode/unit and data set (rows) of the given probabilities."""
     y = np.array([x.label for x in samples], dtype=float)
     head = ["mode/unit", "data set", "hits", "base", "mean p", "ECE", "AUROC", "target"]
@@ -661,7 +662,7 @@ def transfer_table(samples: list[conf.Sample], probs: np.ndarray) -> tuple[list[
                 if not m.any():
                     continue
                 p, t = probs[m], y[m]
-                e, a = conf.ece(p, t), conf.auroc(p, t)
+                e, a = fitting.ece(p, t), fitting.auroc(p, t)
                 ok = e <= ECE_TARGET and a >= AUROC_TARGET
                 out.setdefault(f"{mode}/{unit}", {})[src] = {
                     "n": int(m.sum()), "base_rate": round(float(t.mean()), 5),
@@ -672,7 +673,7 @@ def transfer_table(samples: list[conf.Sample], probs: np.ndarray) -> tuple[list[
     return lines, out
 
 
-def cell_table(samples: list[conf.Sample], loo: np.ndarray, cv: np.ndarray,
+def cell_table(samples: list[fitting.Sample], loo: np.ndarray, cv: np.ndarray,
                baseline: dict[str, Any]) -> tuple[list[str], dict[str, Any]]:
     """One row per (set × unit × mode) of the chunk and document models: held-out ECE /
     AUROC leaving the set out and in k folds by query, the last release's cells
@@ -699,7 +700,7 @@ def cell_table(samples: list[conf.Sample], loo: np.ndarray, cv: np.ndarray,
                 max_ece, min_auroc = CELL_TARGETS[mode]
                 for name, probs in (("leave_one_out", loo), ("in_domain", cv)):
                     ok = m & np.isfinite(probs)
-                    e, a = conf.ece(probs[ok], y[ok]), conf.auroc(probs[ok], y[ok])
+                    e, a = fitting.ece(probs[ok], y[ok]), fitting.auroc(probs[ok], y[ok])
                     was = (baseline.get(name) or {}).get(key, {}).get(src)
                     cell[name] = {"ece": round(e, 5), "auroc": round(a, 5),
                                   "mean_p": round(float(probs[ok].mean()), 5)}
@@ -734,14 +735,14 @@ ABLATION: dict[str, dict[str, tuple[str, ...]]] = {
 }
 
 
-def ablation(samples: list[conf.Sample], folds: int, seed: int, l2: float) -> dict[str, Any]:
+def ablation(samples: list[fitting.Sample], folds: int, seed: int, l2: float) -> dict[str, Any]:
     """Each ``ABLATION`` variant's held-out cells (leave one set out, k folds by query) and
     its worst cell per mode; prints one line per variant and mode."""
     samples = [x for x in samples if x.unit in UNITS]
     out: dict[str, Any] = {}
     for name, features in ABLATION.items():
-        loo = conf.leave_one_out(samples, features=features, l2=l2)
-        cv = conf.cross_validate(samples, folds=folds, seed=seed, features=features, l2=l2)
+        loo = fitting.leave_one_out(samples, features=features, l2=l2)
+        cv = fitting.cross_validate(samples, folds=folds, seed=seed, features=features, l2=l2)
         _lines, cells = cell_table(samples, loo, cv, {})
         worst = {}
         for mode in conf.MODES:
@@ -762,11 +763,11 @@ def ablation(samples: list[conf.Sample], folds: int, seed: int, l2: float) -> di
     return out
 
 
-def _off(x: conf.Sample) -> bool:
+def _off(x: fitting.Sample) -> bool:
     return x.query_id.startswith("off:")
 
 
-def first_step(samples: list[conf.Sample], probs: np.ndarray, upper: float = 0.6,
+def first_step(samples: list[fitting.Sample], probs: np.ndarray, upper: float = 0.6,
                ) -> dict[str, dict[str, int]]:
     """Per set: how many questions' first hybrid chunk hit (the corrective loop's first step)
     reaches ``upper``, and how many of those first hits are relevant."""
@@ -789,21 +790,21 @@ def _graph_key(key: str) -> bool:
     return mode.endswith(conf.GRAPH) or unit in ("node", "triplet")
 
 
-def leave_one_out_pair(samples: list[conf.Sample], l2: float) -> tuple[np.ndarray, np.ndarray]:
-    """``conf.leave_one_out`` probabilities, and the same with the graph models left out (a
+def leave_one_out_pair(samples: list[fitting.Sample], l2: float) -> tuple[np.ndarray, np.ndarray]:
+    """``fitting.leave_one_out`` probabilities, and the same with the graph models left out (a
     graph-recall hit scored by its mode's model, as the engine did before them; NaN for
     node/triplet hits)."""
     samples = list(samples)
     after = np.full(len(samples), np.nan)
     before = np.full(len(samples), np.nan)
     for held in sorted({x.source for x in samples}):
-        cal = conf.fit([x for x in samples if x.source != held], l2=l2)
+        cal = fitting.fit([x for x in samples if x.source != held], l2=l2)
         plain = conf.Calibrator({k: m for k, m in cal.models.items() if not _graph_key(k)},
                                 fallbacks=cal.fallbacks)
         test = [i for i, x in enumerate(samples) if x.source == held]
         held_out = [samples[i] for i in test]
-        after[np.asarray(test)] = conf.predict_samples(cal, held_out)
-        before[np.asarray(test)] = conf.predict_samples(plain, held_out)
+        after[np.asarray(test)] = fitting.predict_samples(cal, held_out)
+        before[np.asarray(test)] = fitting.predict_samples(plain, held_out)
     return after, before
 
 
@@ -818,7 +819,7 @@ COMMUNITY_EVENT = ("the hit's text (its report) holds a sentence of one of the q
 
 def collect_community_samples(engine: Engine, questions: list[dict[str, Any]], *, k: int,
                               source: str, levels: list[int | None],
-                              ) -> list[conf.Sample]:
+                              ) -> list[fitting.Sample]:
     """Labelled top-``k`` community hits of every question in every mode with the first of
     ``levels`` (None: every community pooled) and in hybrid mode at every one of them, with
     the signals recorded as the engine scores them.
@@ -832,7 +833,7 @@ def collect_community_samples(engine: Engine, questions: list[dict[str, Any]], *
     shipped = engine.calibrator
     recorder = RecordingCalibrator(shipped)
     engine.calibrator = recorder  # type: ignore[assignment]
-    samples: list[conf.Sample] = []
+    samples: list[fitting.Sample] = []
     try:
         for n, q in enumerate(questions):
             if n and n % 100 == 0:
@@ -859,7 +860,7 @@ def collect_community_samples(engine: Engine, questions: list[dict[str, Any]], *
 
 
 def community_set_samples(name: str, k: int, reuse: bool, n_off: int,
-                          ) -> tuple[list[conf.Sample], dict[str, Any]]:
+                          ) -> tuple[list[fitting.Sample], dict[str, Any]]:
     """The set's community samples on ``bench/communities.py``'s engine (its own questions
     plus ``n_off`` SciFact claims, every hit irrelevant), cached in
     ``bench/.cache/confidence-community-<set>.pkl``."""
@@ -868,7 +869,7 @@ def community_set_samples(name: str, k: int, reuse: bool, n_off: int,
     cache = CACHE / f"confidence-community-{name}.pkl"
     if reuse and cache.exists():
         with cache.open("rb") as fh:
-            got: tuple[list[conf.Sample], dict[str, Any]] = pickle.load(fh)
+            got: tuple[list[fitting.Sample], dict[str, Any]] = pickle.load(fh)
         return got
     questions = multihop_questions(name)
     off = [{"_id": qid, "question": text, "evidence": {}}
@@ -883,14 +884,14 @@ def community_set_samples(name: str, k: int, reuse: bool, n_off: int,
     print(f"  {name} (community): {len(questions)} + {len(off)} off-domain questions, "
           f"{len(samples)} labelled hits in {time.perf_counter() - start:.0f} s", flush=True)
     note = {"queries": len(questions), "off_domain": len(off), "levels": levels,
-            "communities": build.get("communities"), **conf.engine_note(engine)}
+            "communities": build.get("communities"), **fitting.engine_note(engine)}
     engine.close()
     with cache.open("wb") as fh:
         pickle.dump((samples, note), fh)
     return samples, note
 
 
-def community_table(samples: list[conf.Sample], probs: np.ndarray,
+def community_table(samples: list[fitting.Sample], probs: np.ndarray,
                     ) -> tuple[list[str], dict[str, Any]]:
     """ECE / AUROC of community hits per mode and data set (and all modes together)."""
     y = np.array([x.label for x in samples], dtype=float)
@@ -905,7 +906,7 @@ def community_table(samples: list[conf.Sample], probs: np.ndarray,
             if not m.any():
                 continue
             p, t = probs[m], y[m]
-            e, a = conf.ece(p, t), conf.auroc(p, t)
+            e, a = fitting.ece(p, t), fitting.auroc(p, t)
             out.setdefault(f"{mode}/community", {})[src] = {
                 "n": int(m.sum()), "base_rate": round(float(t.mean()), 5),
                 "mean_p": round(float(p.mean()), 5), "ece": round(e, 5), "auroc": round(a, 5)}
@@ -924,7 +925,7 @@ def community_main(args: argparse.Namespace) -> int:
     leave one set out, 5 folds in domain, and with ``--write-params`` add the models fitted
     on both sets to the shipped file when every held-out AUROC reaches
     ``COMMUNITY_WRITE_AUROC``."""
-    samples: list[conf.Sample] = []
+    samples: list[fitting.Sample] = []
     notes: dict[str, Any] = {}
     for name in COMMUNITY_SETS:
         got, notes[name] = community_set_samples(name, args.k, args.reuse_samples,
@@ -939,7 +940,7 @@ def community_main(args: argparse.Namespace) -> int:
                                "sets": {n: {k: v for k, v in note.items() if k != "engine"}
                                         for n, note in notes.items()}}
     on = np.array([not _off(x) for x in samples])
-    loo = conf.leave_one_out(samples, l2=args.l2)
+    loo = fitting.leave_one_out(samples, l2=args.l2)
     print(f"\nCommunity hits, leave one data set out (targets ECE <= {ECE_TARGET}, "
           f"AUROC >= {AUROC_TARGET})")
     lines, results["leave_one_out"] = community_table([x for x in samples if not _off(x)],
@@ -954,7 +955,7 @@ def community_main(args: argparse.Namespace) -> int:
             "engines": "bench/.cache/communities-engine-<set> (bench/communities.py)",
             **{k: v for k, v in next(iter(notes.values())).items()
                if k in ("embedder", "engine")}}
-    cal, _metrics, oof = conf.calibrate_samples(samples, folds=args.folds, l2=args.l2,
+    cal, _metrics, oof = fitting.calibrate_samples(samples, folds=args.folds, l2=args.l2,
                                                 seed=args.seed, fitted_on=note)
     assert oof is not None
     lines, results["in_domain"] = community_table([x for x in samples if not _off(x)], oof[on])
@@ -1030,7 +1031,7 @@ def main(argv: list[str] | None = None) -> int:
 
     print(f"collecting the top {args.k} hits per query, mode and unit of "
           f"{', '.join(args.sets)}")
-    samples: list[conf.Sample] = []
+    samples: list[fitting.Sample] = []
     notes: dict[str, Any] = {}
     for name in args.sets:
         got, notes[name] = set_samples(name, args.k, args.reuse_samples, args.off_domain)
@@ -1116,7 +1117,7 @@ def main(argv: list[str] | None = None) -> int:
             "engines": {n: {k: v for k, v in g.items() if k not in ("embedder",)}
                         for n, g in graph_notes.items()}}
     start = time.perf_counter()
-    calibrator, _metrics, oof = conf.calibrate_samples(samples, folds=args.folds, l2=args.l2,
+    calibrator, _metrics, oof = fitting.calibrate_samples(samples, folds=args.folds, l2=args.l2,
                                                        seed=args.seed, fitted_on=note)
     assert oof is not None
     print(f"\nIn domain: fitted on all sets, {args.folds} folds by query "
