@@ -88,6 +88,7 @@ import pickle
 import shutil
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -995,7 +996,7 @@ def write_community_models(cal: conf.Calibrator, note: dict[str, Any],
     path.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sets", nargs="+", default=list(SETS), choices=SETS)
     ap.add_argument("--k", type=int, default=20, help="hits per query, mode and unit to fit on")
@@ -1025,10 +1026,21 @@ def main(argv: list[str] | None = None) -> int:
                     help="fit the chunk and document models with each feature variant of "
                          "ABLATION and print their worst held-out cells (nothing written "
                          "but --out's 'ablation')")
-    args = ap.parse_args(argv)
-    if args.community:
-        return community_main(args)
+    return ap
 
+
+@dataclass
+class _Collected:
+    """Every set's labelled hits (the graph engines' after ``base_count``) and fit notes."""
+
+    samples: list[fitting.Sample]
+    notes: dict[str, Any]
+    base_count: int
+    graph_notes: dict[str, Any]
+    graph_extras: dict[str, Any]
+
+
+def _collect(args: argparse.Namespace) -> _Collected:
     print(f"collecting the top {args.k} hits per query, mode and unit of "
           f"{', '.join(args.sets)}")
     samples: list[fitting.Sample] = []
@@ -1048,47 +1060,50 @@ def main(argv: list[str] | None = None) -> int:
     embedders = {n.get("embedder") for n in [*notes.values(), *graph_notes.values()]}
     if len(embedders) != 1:
         raise SystemExit(f"the sets' engines use different embedders: {embedders}")
-    results: dict[str, Any] = {"k": args.k, "sets": {n: v["queries"] for n, v in notes.items()}}
-    if args.ablation:
-        print("\nFeature variants of the chunk and document models (held out):")
-        results["ablation"] = ablation(samples, args.folds, args.seed, args.l2)
-        path = args.out.with_name(args.out.stem + "_ablation.json")
-        path.write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
-        print(f"numbers: {path}")
-        return 0
+    return _Collected(samples, notes, base_count, graph_notes, graph_extras)
 
-    if len(args.sets) > 1:
-        start = time.perf_counter()
-        loo, loo_before = leave_one_out_pair(samples, l2=args.l2)
-        print(f"\nLeave one data set out: fit on the others, score the held-out set "
-              f"({time.perf_counter() - start:.1f} s; targets ECE ≤ {ECE_TARGET}, "
-              f"AUROC ≥ {AUROC_TARGET})")
-        on = np.array([not _off(x) for x in samples])
-        lines, results["leave_one_out"] = transfer_table(
-            [x for x in samples if not _off(x)], loo[on])
-        print("\n".join(["the sets' own queries:", *lines]))
-        lines, results["leave_one_out_with_off_domain"] = transfer_table(samples, loo)
-        print("\n".join(["", "with the off-domain queries (every hit irrelevant):", *lines]))
-        results["leave_one_out_first_step"] = first_step(samples, loo)
-        if args.graph:
-            gs = samples[base_count:]
-            on = np.array([not _off(x) for x in gs])
-            _lines, results["graph_before_leave_one_out"] = transfer_table(
-                [x for x in gs if not _off(x)], loo_before[base_count:][on])
-            print("\n".join(["", "graph-recall hits scored by their mode's model (as before; "
-                             "held-out):", *_lines]))
-            results["graph_bridges"] = bridge_table(gs, loo[base_count:],
-                                                    loo_before[base_count:], graph_extras)
-            print("\nSupporting chunks graph recall brought into the hybrid+graph top "
-                  f"{args.k} (not in plain hybrid's), confidence >= lower 0.05 "
-                  "(held-out, as served):")
-            for src, row in results["graph_bridges"].items():
-                print(f"  {src:16s} {row['bridges']:4d} bridges: {row['bridges_before']} before, "
-                      f"{row['bridges_after']} after ({row['bridges_after_unclamped']} "
-                      f"unclamped); {row['graph_only']} absent from both dense and sparse "
-                      f"lists: {row['graph_only_before']} before, {row['graph_only_after']} "
-                      f"after ({row['graph_only_after_unclamped']} unclamped)")
 
+def _leave_one_out_report(args: argparse.Namespace, got: _Collected,
+                          results: dict[str, Any]) -> np.ndarray:
+    """Fit on the other sets, score each held-out set; print and record the tables (and,
+    with ``--graph``, the graph-recall hits as their mode's model scored them before)."""
+    samples, base_count = got.samples, got.base_count
+    start = time.perf_counter()
+    loo, loo_before = leave_one_out_pair(samples, l2=args.l2)
+    print(f"\nLeave one data set out: fit on the others, score the held-out set "
+          f"({time.perf_counter() - start:.1f} s; targets ECE ≤ {ECE_TARGET}, "
+          f"AUROC ≥ {AUROC_TARGET})")
+    on = np.array([not _off(x) for x in samples])
+    lines, results["leave_one_out"] = transfer_table(
+        [x for x in samples if not _off(x)], loo[on])
+    print("\n".join(["the sets' own queries:", *lines]))
+    lines, results["leave_one_out_with_off_domain"] = transfer_table(samples, loo)
+    print("\n".join(["", "with the off-domain queries (every hit irrelevant):", *lines]))
+    results["leave_one_out_first_step"] = first_step(samples, loo)
+    if args.graph:
+        gs = samples[base_count:]
+        on = np.array([not _off(x) for x in gs])
+        _lines, results["graph_before_leave_one_out"] = transfer_table(
+            [x for x in gs if not _off(x)], loo_before[base_count:][on])
+        print("\n".join(["", "graph-recall hits scored by their mode's model (as before; "
+                         "held-out):", *_lines]))
+        results["graph_bridges"] = bridge_table(gs, loo[base_count:],
+                                                loo_before[base_count:], got.graph_extras)
+        print("\nSupporting chunks graph recall brought into the hybrid+graph top "
+              f"{args.k} (not in plain hybrid's), confidence >= lower 0.05 "
+              "(held-out, as served):")
+        for src, row in results["graph_bridges"].items():
+            print(f"  {src:16s} {row['bridges']:4d} bridges: {row['bridges_before']} before, "
+                  f"{row['bridges_after']} after ({row['bridges_after_unclamped']} "
+                  f"unclamped); {row['graph_only']} absent from both dense and sparse "
+                  f"lists: {row['graph_only_before']} before, {row['graph_only_after']} "
+                  f"after ({row['graph_only_after_unclamped']} unclamped)")
+    return loo
+
+
+def _fit_note(args: argparse.Namespace, got: _Collected) -> dict[str, Any]:
+    """What the shipped calibration says it was fitted on (its ``fitted_on``)."""
+    notes = got.notes
     note = {"dataset": "SciFact (BEIR) train split + HotpotQA and 2WikiMultiHopQA dev "
                        "(../shared/data/multihop), each set weighted equally",
             "sets": {n: v["queries"] for n, v in notes.items()},
@@ -1115,10 +1130,19 @@ def main(argv: list[str] | None = None) -> int:
             "signals": "recorded as the engine scores them: the hit family's recall lists "
                        "(dense, sparse and graph recall's PageRank masses, cut as fused)",
             "engines": {n: {k: v for k, v in g.items() if k not in ("embedder",)}
-                        for n, g in graph_notes.items()}}
+                        for n, g in got.graph_notes.items()}}
+    return note
+
+
+def _in_domain_report(args: argparse.Namespace, got: _Collected, loo: np.ndarray | None,
+                      results: dict[str, Any]) -> conf.Calibrator:
+    """Fit on every set (out-of-fold probabilities by query); print and record the tables,
+    every held-out cell, the corrective loop's first step and the reliability diagram."""
+    samples, base_count = got.samples, got.base_count
     start = time.perf_counter()
     calibrator, _metrics, oof = fitting.calibrate_samples(samples, folds=args.folds, l2=args.l2,
-                                                       seed=args.seed, fitted_on=note)
+                                                          seed=args.seed,
+                                                          fitted_on=_fit_note(args, got))
     assert oof is not None
     print(f"\nIn domain: fitted on all sets, {args.folds} folds by query "
           f"({time.perf_counter() - start:.1f} s)")
@@ -1128,7 +1152,7 @@ def main(argv: list[str] | None = None) -> int:
     lines, results["in_domain_with_off_domain"] = transfer_table(samples, oof)
     print("\n".join(["", "with the off-domain queries:", *lines]))
     results["in_domain_first_step"] = first_step(samples, oof)
-    if "leave_one_out" in results:
+    if loo is not None:
         base = json.loads(BASELINE.read_text(encoding="utf-8")) if BASELINE.exists() else {}
         lines, results["cells"] = cell_table(samples[:base_count], loo[:base_count],
                                              oof[:base_count], base)
@@ -1145,38 +1169,42 @@ def main(argv: list[str] | None = None) -> int:
                   f"{row['clear_and_relevant']} of those that clear it")
     reliability_plot(samples, oof, args.plot)
     print(f"\nreliability diagram: {args.plot}")
+    return calibrator
 
-    if "scifact" in args.sets and max(args.rerank_k) > 0:
-        _corpus, queries, qrels = load_set("scifact")
-        engine = Engine(CACHE / "engine-scifact")
-        print("\nRanking quality on SciFact, held-out probabilities")
-        print("\n".join(rerank_table(engine, queries, qrels, args.rerank_k, args.folds,
-                                     args.seed, samples, args.l2)))
-        engine.close()
 
-    if args.tree_node:
-        engine = Engine(CACHE / "engine-scifact")
-        if "tree-node" not in engine.derived_status():
-            print(f"no tree in {CACHE / 'engine-scifact'}: build it with build_tree=True",
-                  file=sys.stderr)
-            return 2
-        _corpus, queries, qrels = load_set("scifact")
-        start = time.perf_counter()
-        pool = collect_pool_samples(engine, queries, qrels, k=args.k)
-        print(f"\ncollected {len(pool)} labelled hits of the collapsed tree in "
-              f"{time.perf_counter() - start:.1f}s")
-        tree, tree_metrics = fit_tree_node(pool, engine, args.folds, args.seed, args.l2, args.k)
-        print_tree_table(tree_metrics)
-        results["tree_node"] = tree_metrics
-        calibrator = merge_tree_models(calibrator, tree)
-        engine.close()
-    else:  # keep the shipped tree-node models
+def _tree_node_models(args: argparse.Namespace, calibrator: conf.Calibrator,
+                      results: dict[str, Any]) -> conf.Calibrator | None:
+    """With ``--tree-node``, the tree-node models fitted on the SciFact engine's collapsed
+    tree merged in (None when that engine has no tree); else the shipped ones kept."""
+    if not args.tree_node:
         shipped = conf.Calibrator.from_json(json.loads(CALIBRATION.read_text(encoding="utf-8")))
         calibrator.models.update({k: m for k, m in shipped.models.items()
                                   if k.endswith("/tree-node")})
         if "tree-node" in shipped.fitted_on:
             calibrator.fitted_on["tree-node"] = shipped.fitted_on["tree-node"]
-    if not args.graph:  # keep the shipped graph models
+        return calibrator
+    engine = Engine(CACHE / "engine-scifact")
+    if "tree-node" not in engine.derived_status():
+        print(f"no tree in {CACHE / 'engine-scifact'}: build it with build_tree=True",
+              file=sys.stderr)
+        return None
+    _corpus, queries, qrels = load_set("scifact")
+    start = time.perf_counter()
+    pool = collect_pool_samples(engine, queries, qrels, k=args.k)
+    print(f"\ncollected {len(pool)} labelled hits of the collapsed tree in "
+          f"{time.perf_counter() - start:.1f}s")
+    tree, tree_metrics = fit_tree_node(pool, engine, args.folds, args.seed, args.l2, args.k)
+    print_tree_table(tree_metrics)
+    results["tree_node"] = tree_metrics
+    calibrator = merge_tree_models(calibrator, tree)
+    engine.close()
+    return calibrator
+
+
+def _keep_shipped(args: argparse.Namespace, calibrator: conf.Calibrator) -> None:
+    """The shipped models this run did not fit: the graph ones without ``--graph``, and the
+    community ones always (``--community`` fits them alone)."""
+    if not args.graph:
         shipped = conf.Calibrator.from_json(json.loads(CALIBRATION.read_text(encoding="utf-8")))
         calibrator.models.update({k: m for k, m in shipped.models.items() if _graph_key(k)})
         features = calibrator.fitted_on.setdefault("features", {})
@@ -1186,21 +1214,29 @@ def main(argv: list[str] | None = None) -> int:
         for key in ("graph", "graph_leave_one_out"):
             if key in shipped.fitted_on:
                 calibrator.fitted_on[key] = shipped.fitted_on[key]
-    # The community models are fitted by --community alone: keep the shipped ones.
     shipped = conf.Calibrator.from_json(json.loads(CALIBRATION.read_text(encoding="utf-8")))
     calibrator.models.update({k: m for k, m in shipped.models.items() if k.endswith("/community")})
     if "community" in shipped.fitted_on:
         calibrator.fitted_on["community"] = shipped.fitted_on["community"]
 
-    if "leave_one_out" in results:
-        for name in ("leave_one_out", "leave_one_out_with_off_domain"):
-            calibrator.fitted_on[name] = {
-                key: {src: {m: r[m] for m in ("ece", "auroc")} for src, r in rows.items()}
-                for key, rows in results[name].items() if not _graph_key(key)}
-        if args.graph:
-            calibrator.fitted_on["graph_leave_one_out"] = {
-                key: {src: {m: r[m] for m in ("ece", "auroc")} for src, r in rows.items()}
-                for key, rows in results["leave_one_out"].items() if _graph_key(key)}
+
+def _note_transfer(args: argparse.Namespace, calibrator: conf.Calibrator,
+                   results: dict[str, Any]) -> None:
+    """The held-out ECE / AUROC leaving each set out, in the calibration's ``fitted_on``."""
+    if "leave_one_out" not in results:
+        return
+    for name in ("leave_one_out", "leave_one_out_with_off_domain"):
+        calibrator.fitted_on[name] = {
+            key: {src: {m: r[m] for m in ("ece", "auroc")} for src, r in rows.items()}
+            for key, rows in results[name].items() if not _graph_key(key)}
+    if args.graph:
+        calibrator.fitted_on["graph_leave_one_out"] = {
+            key: {src: {m: r[m] for m in ("ece", "auroc")} for src, r in rows.items()}
+            for key, rows in results["leave_one_out"].items() if _graph_key(key)}
+
+
+def _write(args: argparse.Namespace, calibrator: conf.Calibrator,
+           results: dict[str, Any]) -> None:
     print("\nModels fitted on all queries (raw-feature weights; P = sigmoid(b + Σ w·f))")
     for key, model in sorted(calibrator.models.items()):
         terms = ", ".join(f"{f} {w:+.3f}" for f, w in zip(model.features, model.coef))
@@ -1211,6 +1247,37 @@ def main(argv: list[str] | None = None) -> int:
     if args.write_params:
         calibrator.save(CALIBRATION)
         print(f"wrote {CALIBRATION}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.community:
+        return community_main(args)
+    got = _collect(args)
+    results: dict[str, Any] = {"k": args.k,
+                               "sets": {n: v["queries"] for n, v in got.notes.items()}}
+    if args.ablation:
+        print("\nFeature variants of the chunk and document models (held out):")
+        results["ablation"] = ablation(got.samples, args.folds, args.seed, args.l2)
+        path = args.out.with_name(args.out.stem + "_ablation.json")
+        path.write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
+        print(f"numbers: {path}")
+        return 0
+    loo = _leave_one_out_report(args, got, results) if len(args.sets) > 1 else None
+    calibrator = _in_domain_report(args, got, loo, results)
+    if "scifact" in args.sets and max(args.rerank_k) > 0:
+        _corpus, queries, qrels = load_set("scifact")
+        engine = Engine(CACHE / "engine-scifact")
+        print("\nRanking quality on SciFact, held-out probabilities")
+        print("\n".join(rerank_table(engine, queries, qrels, args.rerank_k, args.folds,
+                                     args.seed, got.samples, args.l2)))
+        engine.close()
+    merged = _tree_node_models(args, calibrator, results)
+    if merged is None:
+        return 2
+    _keep_shipped(args, merged)
+    _note_transfer(args, merged, results)
+    _write(args, merged, results)
     return 0
 
 
