@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.data import data_path  # noqa: E402
 from rcp_agentic import Engine  # noqa: E402
-from rcp_agentic.pipeline.confidence import auroc, ece  # noqa: E402
+from rcp_agentic.pipeline.calibration_fit import auroc, ece  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 CACHE = ROOT / "bench" / ".cache"

@@ -88,6 +88,7 @@ import pickle
 import shutil
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -101,6 +102,7 @@ from bench.data import data_path  # noqa: E402
 from bench.metrics import mrr_at_k, ndcg_at_k  # noqa: E402
 from rcp_agentic import units as unit_kinds  # noqa: E402
 from rcp_agentic import Engine  # noqa: E402
+from rcp_agentic.pipeline import calibration_fit as fitting  # noqa: E402
 from rcp_agentic.pipeline import confidence as conf  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -163,14 +165,14 @@ def off_domain(name: str, n: int) -> dict[str, str]:
 
 
 def set_samples(name: str, k: int, reuse: bool,
-                n_off: int = 100) -> tuple[list[conf.Sample], dict[str, Any]]:
+                n_off: int = 100) -> tuple[list[fitting.Sample], dict[str, Any]]:
     """The set's labelled hits (collected, or read back with ``reuse``) and its fit note:
     its own judged queries plus ``n_off`` off-domain ones, every hit of which is irrelevant
     (a query may have no answer in the corpus; the calibration must see that happen)."""
     cache = CACHE / f"confidence-{name}.pkl"
     if reuse and cache.exists():
         with cache.open("rb") as fh:
-            got: tuple[list[conf.Sample], dict[str, Any]] = pickle.load(fh)
+            got: tuple[list[fitting.Sample], dict[str, Any]] = pickle.load(fh)
         return got
     corpus, queries, qrels = load_set(name)
     off = off_domain(name, n_off)
@@ -181,11 +183,11 @@ def set_samples(name: str, k: int, reuse: bool,
         raise SystemExit(f"no engine at {CACHE / ('engine-' + name)}: build it with "
                          "bench/scifact_engine.py --engine DIR")
     start = time.perf_counter()
-    samples = conf.collect_samples(engine, queries, qrels, units=UNITS, k=k, source=name)
+    samples = fitting.collect_samples(engine, queries, qrels, units=UNITS, k=k, source=name)
     print(f"  {name}: {len(queries)} queries, {len(samples)} labelled hits in "
           f"{time.perf_counter() - start:.0f} s", flush=True)
     note = {"queries": len({x.query_id for x in samples}), "off_domain": len(off),
-            **conf.engine_note(engine)}
+            **fitting.engine_note(engine)}
     engine.close()
     CACHE.mkdir(parents=True, exist_ok=True)
     with cache.open("wb") as fh:
@@ -197,7 +199,7 @@ def _fmt_row(cols: list[str], widths: list[int]) -> str:
     return "  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(cols, widths)))
 
 
-def reliability_plot(samples: list[conf.Sample], probs: np.ndarray, path: Path,
+def reliability_plot(samples: list[fitting.Sample], probs: np.ndarray, path: Path,
                      bins: int = 10) -> None:
     import matplotlib
 
@@ -223,7 +225,7 @@ def reliability_plot(samples: list[conf.Sample], probs: np.ndarray, path: Path,
                     ys.append(t[sel].mean())
                     ns.append(sel.sum())
             ax.plot(xs, ys, marker="o", color=color,
-                    label=f"{mode} (ECE {conf.ece(p, t):.3f}, AUROC {conf.auroc(p, t):.3f})")
+                    label=f"{mode} (ECE {fitting.ece(p, t):.3f}, AUROC {fitting.auroc(p, t):.3f})")
             hax.hist(p, bins=edges, histtype="step", color=color, lw=1.5)
         ax.set_title(f"unit = {unit} (held-out, 5 folds by query)")
         ax.set_ylabel("fraction relevant")
@@ -242,21 +244,21 @@ def reliability_plot(samples: list[conf.Sample], probs: np.ndarray, path: Path,
 
 
 def rerank_table(engine: Engine, queries: dict[str, str], qrels: dict[str, dict[str, int]],
-                 depths: list[int], folds: int, seed: int, train: list[conf.Sample],
+                 depths: list[int], folds: int, seed: int, train: list[fitting.Sample],
                  l2: float, source: str = "scifact") -> list[str]:
     """nDCG@10 / MRR@10 of RRF vs re-ranking the top-K hybrid documents by held-out P
     (each fold's queries scored by a model fitted on the other folds and the other sets)."""
     kmax = max(depths)
-    cands = conf.collect_samples(engine, queries, qrels, modes=("hybrid",), units=("document",),
+    cands = fitting.collect_samples(engine, queries, qrels, modes=("hybrid",), units=("document",),
                                  k=kmax, source=source)
-    fold_of = conf.query_folds((x.query_id for x in cands), folds, seed)
+    fold_of = fitting.query_folds((x.query_id for x in cands), folds, seed)
     train = [x for x in train if x.mode == "hybrid" and x.unit == "document"]
     probs = np.full(len(cands), np.nan)
     for f in range(folds):
-        model = conf.fit([x for x in train
+        model = fitting.fit([x for x in train
                           if x.source != source or fold_of.get(x.query_id) != f], l2=l2)
         ix = [i for i, x in enumerate(cands) if fold_of.get(x.query_id) == f]
-        probs[ix] = conf.predict_samples(model, [cands[i] for i in ix])
+        probs[ix] = fitting.predict_samples(model, [cands[i] for i in ix])
     by_q: dict[str, list[tuple[int, float, str]]] = {}
     for x, p in zip(cands, probs):
         by_q.setdefault(x.query_id, []).append((x.rank, float(p), str(x.doc_id)))
@@ -280,7 +282,7 @@ def rerank_table(engine: Engine, queries: dict[str, str], qrels: dict[str, dict[
         y = np.array([x.label for x in cands], dtype=float)
         lines.append("")
         lines.append(f"hybrid/document ranks {k_fit}–{kmax - 1} (beyond the fitted top {k_fit}): "
-                     f"ECE {conf.ece(probs[deep], y[deep]):.4f}, mean p "
+                     f"ECE {fitting.ece(probs[deep], y[deep]):.4f}, mean p "
                      f"{probs[deep].mean():.4f} vs base rate {y[deep].mean():.4f}")
     return lines
 
@@ -322,7 +324,7 @@ class RecordingCalibrator:
 
 
 def collect_pool_samples(engine: Engine, queries: dict[str, str],
-                         qrels: dict[str, dict[str, int]], k: int = CONF_K) -> list[conf.Sample]:
+                         qrels: dict[str, dict[str, int]], k: int = CONF_K) -> list[fitting.Sample]:
     """Labelled top-``k`` hits of the collapsed tree in every mode, with the engine's signals.
 
     A tree-node is relevant when one of the documents it covers is; a chunk when its
@@ -331,7 +333,7 @@ def collect_pool_samples(engine: Engine, queries: dict[str, str],
     shipped = engine.calibrator
     recorder = RecordingCalibrator(shipped)
     engine.calibrator = recorder  # type: ignore[assignment]
-    samples: list[conf.Sample] = []
+    samples: list[fitting.Sample] = []
     try:
         for qid, text in queries.items():
             rels = {d for d, g in qrels.get(qid, {}).items() if g > 0}
@@ -348,7 +350,7 @@ def collect_pool_samples(engine: Engine, queries: dict[str, str],
                     assert len(hits) == len(call["ranks"]), "hits and recorded signals differ"
                     for j, h in enumerate(hits):
                         docs = [h.chunk.doc_id] if h.chunk else list(h.meta.get("doc_ids") or [])
-                        samples.append(conf.Sample(
+                        samples.append(fitting.Sample(
                             query_id=str(qid), mode=mode, unit=h.unit, rank=int(call["ranks"][j]),
                             dense=None if call["dense"] is None else float(call["dense"][j]),
                             sparse=None if call["sparse"] is None else float(call["sparse"][j]),
@@ -360,7 +362,7 @@ def collect_pool_samples(engine: Engine, queries: dict[str, str],
     return samples
 
 
-def fit_tree_node(samples: list[conf.Sample], engine: Engine, folds: int, seed: int,
+def fit_tree_node(samples: list[fitting.Sample], engine: Engine, folds: int, seed: int,
                   l2: float, k: int = CONF_K, corpus: str = "all documents",
                   ) -> tuple[conf.Calibrator, dict[str, Any]]:
     """Fit the tree-node models (held-out folds by query); score the pool's chunk hits with
@@ -373,24 +375,24 @@ def fit_tree_node(samples: list[conf.Sample], engine: Engine, folds: int, seed: 
             "labels": "relevant iff a document the node covers has qrels grade > 0",
             "ranks": "0-based position in the collapsed tree's ranked pool (chunks and nodes)",
             "sparse_ceiling": "over the collapsed tree's pool (chunks and every level)",
-            **conf.engine_note(engine),
+            **fitting.engine_note(engine),
             "tree": {name: getattr(engine.config, name) for name in
                      ("tree_summary_tokens", "tree_cluster_tokens", "tree_top_size",
                       "tree_max_levels", "tree_seed")}}
-    calibrator, metrics, oof = conf.calibrate_samples(tree, folds=folds, l2=l2, seed=seed,
+    calibrator, metrics, oof = fitting.calibrate_samples(tree, folds=folds, l2=l2, seed=seed,
                                                       fitted_on=note, features=TREE_FEATURES)
     out: dict[str, Any] = {"tree_node_cv": metrics.get("cv"), "tree_node_train": metrics["train"]}
     shipped = conf.Calibrator.default()
     if chunks:
-        p = conf.predict_samples(shipped, chunks)
-        out["pool_chunk_shipped"] = conf.evaluate(chunks, p)
+        p = fitting.predict_samples(shipped, chunks)
+        out["pool_chunk_shipped"] = fitting.evaluate(chunks, p)
     if oof is not None:
         y = np.array([x.label for x in tree], dtype=float)
         rank = np.array([x.rank for x in tree])
         top10 = rank < 10
         out["tree_node_cv_rank_lt_10"] = {
-            mode: {"ece": round(conf.ece(oof[m & top10], y[m & top10]), 5),
-                   "auroc": round(conf.auroc(oof[m & top10], y[m & top10]), 5)}
+            mode: {"ece": round(fitting.ece(oof[m & top10], y[m & top10]), 5),
+                   "auroc": round(fitting.auroc(oof[m & top10], y[m & top10]), 5)}
             for mode in conf.MODES
             for m in [np.array([x.mode == mode for x in tree])]}
     return calibrator, out
@@ -491,7 +493,7 @@ def _hit_docs(h: Any) -> list[str]:
 def collect_graph_samples(engine: Engine, queries: dict[str, str],
                           qrels: dict[str, dict[str, int]], *, k: int = CONF_K,
                           source: str = "", modes: tuple[str, ...] = conf.MODES,
-                          ) -> tuple[list[conf.Sample], dict[str, Any]]:
+                          ) -> tuple[list[fitting.Sample], dict[str, Any]]:
     """Labelled top-``k`` hits of graph-recall requests (every unit of ``GRAPH_UNITS``) and
     of node/triplet requests without it, with the signals exactly as the engine scores them
     (``RecordingCalibrator``: the recall lists of the hit's family, its graph mass).
@@ -506,7 +508,7 @@ def collect_graph_samples(engine: Engine, queries: dict[str, str],
     shipped = engine.calibrator
     recorder = RecordingCalibrator(shipped)
     engine.calibrator = recorder  # type: ignore[assignment]
-    samples: list[conf.Sample] = []
+    samples: list[fitting.Sample] = []
     ids: dict[str, dict[str, list[str]]] = {"hybrid+graph": {}, "hybrid": {}}
     linked: set[str] = set()
     try:
@@ -548,7 +550,7 @@ def collect_graph_samples(engine: Engine, queries: dict[str, str],
     return samples, {"ids": ids, "linked": sorted(linked)}
 
 
-def _recorded_sample(call: dict[str, Any], j: int, **fields: Any) -> conf.Sample:
+def _recorded_sample(call: dict[str, Any], j: int, **fields: Any) -> fitting.Sample:
     """The Sample of the ``j``-th hit of one recorded ``predict`` call."""
     def at(name: str) -> float | None:
         x = call[name]
@@ -557,15 +559,15 @@ def _recorded_sample(call: dict[str, Any], j: int, **fields: Any) -> conf.Sample
     dense, sparse, graph = at("dense"), at("sparse"), at("graph")
     ceiling = None if call["ceiling"] is None else float(call["ceiling"])
     share = call.get("graph_share")
-    return conf.Sample(rank=int(call["ranks"][j]), dense=dense, sparse=sparse, ceiling=ceiling,
+    return fitting.Sample(rank=int(call["ranks"][j]), dense=dense, sparse=sparse, ceiling=ceiling,
                        graph=graph, graph_share=None if share is None else float(share),
                        **fields,
-                       **conf.Sample.pool_stats(call["pool"] or {}, dense, sparse, graph))
+                       **fitting.Sample.pool_stats(call["pool"] or {}, dense, sparse, graph))
 
 
 def graph_set_samples(name: str, k: int, reuse: bool, n_off: int = 100,
                       limit: int | None = None,
-                      ) -> tuple[list[conf.Sample], dict[str, Any], dict[str, Any]]:
+                      ) -> tuple[list[fitting.Sample], dict[str, Any], dict[str, Any]]:
     """The set's graph samples (``collect_graph_samples`` on its graph engine, its own judged
     queries — the first ``limit`` in file order, if given — plus ``n_off`` off-domain ones),
     cached in ``bench/.cache/confidence-graph-<set>.pkl``; returns them, the fit note and
@@ -573,7 +575,7 @@ def graph_set_samples(name: str, k: int, reuse: bool, n_off: int = 100,
     cache = CACHE / f"confidence-graph-{name}.pkl"
     if reuse and cache.exists():
         with cache.open("rb") as fh:
-            got: tuple[list[conf.Sample], dict[str, Any], dict[str, Any]] = pickle.load(fh)
+            got: tuple[list[fitting.Sample], dict[str, Any], dict[str, Any]] = pickle.load(fh)
         return got
     _corpus, queries, qrels = load_set(name)
     if limit is not None:
@@ -591,7 +593,7 @@ def graph_set_samples(name: str, k: int, reuse: bool, n_off: int = 100,
             "engine_path": str(graph_engine_path(name).relative_to(ROOT)),
             "graph": {kind: engine.derived_status()[kind]["counts"]["0"]
                       for kind in ("node", "triplet")},
-            **conf.engine_note(engine)}
+            **fitting.engine_note(engine)}
     if str(note.get("embedder", "")).startswith("langchain:bench.embedcache"):
         from bench.embedcache import MODEL_NAME
 
@@ -602,7 +604,7 @@ def graph_set_samples(name: str, k: int, reuse: bool, n_off: int = 100,
     return samples, note, extra
 
 
-def bridge_table(samples: list[conf.Sample], after: np.ndarray, before: np.ndarray,
+def bridge_table(samples: list[fitting.Sample], after: np.ndarray, before: np.ndarray,
                  extras: dict[str, dict[str, Any]], lower: float = 0.05,
                  ) -> dict[str, dict[str, int]]:
     """Per set: supporting chunks of the ``hybrid+graph`` top-k that graph recall brought in
@@ -645,7 +647,7 @@ def bridge_table(samples: list[conf.Sample], after: np.ndarray, before: np.ndarr
     return out
 
 
-def transfer_table(samples: list[conf.Sample], probs: np.ndarray) -> tuple[list[str], dict]:
+def transfer_table(samples: list[fitting.Sample], probs: np.ndarray) -> tuple[list[str], dict]:
     """ECE / AUROC per mode/unit and data set (rows) of the given probabilities."""
     y = np.array([x.label for x in samples], dtype=float)
     head = ["mode/unit", "data set", "hits", "base", "mean p", "ECE", "AUROC", "target"]
@@ -661,7 +663,7 @@ def transfer_table(samples: list[conf.Sample], probs: np.ndarray) -> tuple[list[
                 if not m.any():
                     continue
                 p, t = probs[m], y[m]
-                e, a = conf.ece(p, t), conf.auroc(p, t)
+                e, a = fitting.ece(p, t), fitting.auroc(p, t)
                 ok = e <= ECE_TARGET and a >= AUROC_TARGET
                 out.setdefault(f"{mode}/{unit}", {})[src] = {
                     "n": int(m.sum()), "base_rate": round(float(t.mean()), 5),
@@ -672,7 +674,7 @@ def transfer_table(samples: list[conf.Sample], probs: np.ndarray) -> tuple[list[
     return lines, out
 
 
-def cell_table(samples: list[conf.Sample], loo: np.ndarray, cv: np.ndarray,
+def cell_table(samples: list[fitting.Sample], loo: np.ndarray, cv: np.ndarray,
                baseline: dict[str, Any]) -> tuple[list[str], dict[str, Any]]:
     """One row per (set × unit × mode) of the chunk and document models: held-out ECE /
     AUROC leaving the set out and in k folds by query, the last release's cells
@@ -699,7 +701,7 @@ def cell_table(samples: list[conf.Sample], loo: np.ndarray, cv: np.ndarray,
                 max_ece, min_auroc = CELL_TARGETS[mode]
                 for name, probs in (("leave_one_out", loo), ("in_domain", cv)):
                     ok = m & np.isfinite(probs)
-                    e, a = conf.ece(probs[ok], y[ok]), conf.auroc(probs[ok], y[ok])
+                    e, a = fitting.ece(probs[ok], y[ok]), fitting.auroc(probs[ok], y[ok])
                     was = (baseline.get(name) or {}).get(key, {}).get(src)
                     cell[name] = {"ece": round(e, 5), "auroc": round(a, 5),
                                   "mean_p": round(float(probs[ok].mean()), 5)}
@@ -734,14 +736,14 @@ ABLATION: dict[str, dict[str, tuple[str, ...]]] = {
 }
 
 
-def ablation(samples: list[conf.Sample], folds: int, seed: int, l2: float) -> dict[str, Any]:
+def ablation(samples: list[fitting.Sample], folds: int, seed: int, l2: float) -> dict[str, Any]:
     """Each ``ABLATION`` variant's held-out cells (leave one set out, k folds by query) and
     its worst cell per mode; prints one line per variant and mode."""
     samples = [x for x in samples if x.unit in UNITS]
     out: dict[str, Any] = {}
     for name, features in ABLATION.items():
-        loo = conf.leave_one_out(samples, features=features, l2=l2)
-        cv = conf.cross_validate(samples, folds=folds, seed=seed, features=features, l2=l2)
+        loo = fitting.leave_one_out(samples, features=features, l2=l2)
+        cv = fitting.cross_validate(samples, folds=folds, seed=seed, features=features, l2=l2)
         _lines, cells = cell_table(samples, loo, cv, {})
         worst = {}
         for mode in conf.MODES:
@@ -762,11 +764,11 @@ def ablation(samples: list[conf.Sample], folds: int, seed: int, l2: float) -> di
     return out
 
 
-def _off(x: conf.Sample) -> bool:
+def _off(x: fitting.Sample) -> bool:
     return x.query_id.startswith("off:")
 
 
-def first_step(samples: list[conf.Sample], probs: np.ndarray, upper: float = 0.6,
+def first_step(samples: list[fitting.Sample], probs: np.ndarray, upper: float = 0.6,
                ) -> dict[str, dict[str, int]]:
     """Per set: how many questions' first hybrid chunk hit (the corrective loop's first step)
     reaches ``upper``, and how many of those first hits are relevant."""
@@ -789,21 +791,21 @@ def _graph_key(key: str) -> bool:
     return mode.endswith(conf.GRAPH) or unit in ("node", "triplet")
 
 
-def leave_one_out_pair(samples: list[conf.Sample], l2: float) -> tuple[np.ndarray, np.ndarray]:
-    """``conf.leave_one_out`` probabilities, and the same with the graph models left out (a
+def leave_one_out_pair(samples: list[fitting.Sample], l2: float) -> tuple[np.ndarray, np.ndarray]:
+    """``fitting.leave_one_out`` probabilities, and the same with the graph models left out (a
     graph-recall hit scored by its mode's model, as the engine did before them; NaN for
     node/triplet hits)."""
     samples = list(samples)
     after = np.full(len(samples), np.nan)
     before = np.full(len(samples), np.nan)
     for held in sorted({x.source for x in samples}):
-        cal = conf.fit([x for x in samples if x.source != held], l2=l2)
+        cal = fitting.fit([x for x in samples if x.source != held], l2=l2)
         plain = conf.Calibrator({k: m for k, m in cal.models.items() if not _graph_key(k)},
                                 fallbacks=cal.fallbacks)
         test = [i for i, x in enumerate(samples) if x.source == held]
         held_out = [samples[i] for i in test]
-        after[np.asarray(test)] = conf.predict_samples(cal, held_out)
-        before[np.asarray(test)] = conf.predict_samples(plain, held_out)
+        after[np.asarray(test)] = fitting.predict_samples(cal, held_out)
+        before[np.asarray(test)] = fitting.predict_samples(plain, held_out)
     return after, before
 
 
@@ -818,7 +820,7 @@ COMMUNITY_EVENT = ("the hit's text (its report) holds a sentence of one of the q
 
 def collect_community_samples(engine: Engine, questions: list[dict[str, Any]], *, k: int,
                               source: str, levels: list[int | None],
-                              ) -> list[conf.Sample]:
+                              ) -> list[fitting.Sample]:
     """Labelled top-``k`` community hits of every question in every mode with the first of
     ``levels`` (None: every community pooled) and in hybrid mode at every one of them, with
     the signals recorded as the engine scores them.
@@ -832,7 +834,7 @@ def collect_community_samples(engine: Engine, questions: list[dict[str, Any]], *
     shipped = engine.calibrator
     recorder = RecordingCalibrator(shipped)
     engine.calibrator = recorder  # type: ignore[assignment]
-    samples: list[conf.Sample] = []
+    samples: list[fitting.Sample] = []
     try:
         for n, q in enumerate(questions):
             if n and n % 100 == 0:
@@ -859,7 +861,7 @@ def collect_community_samples(engine: Engine, questions: list[dict[str, Any]], *
 
 
 def community_set_samples(name: str, k: int, reuse: bool, n_off: int,
-                          ) -> tuple[list[conf.Sample], dict[str, Any]]:
+                          ) -> tuple[list[fitting.Sample], dict[str, Any]]:
     """The set's community samples on ``bench/communities.py``'s engine (its own questions
     plus ``n_off`` SciFact claims, every hit irrelevant), cached in
     ``bench/.cache/confidence-community-<set>.pkl``."""
@@ -868,7 +870,7 @@ def community_set_samples(name: str, k: int, reuse: bool, n_off: int,
     cache = CACHE / f"confidence-community-{name}.pkl"
     if reuse and cache.exists():
         with cache.open("rb") as fh:
-            got: tuple[list[conf.Sample], dict[str, Any]] = pickle.load(fh)
+            got: tuple[list[fitting.Sample], dict[str, Any]] = pickle.load(fh)
         return got
     questions = multihop_questions(name)
     off = [{"_id": qid, "question": text, "evidence": {}}
@@ -883,14 +885,14 @@ def community_set_samples(name: str, k: int, reuse: bool, n_off: int,
     print(f"  {name} (community): {len(questions)} + {len(off)} off-domain questions, "
           f"{len(samples)} labelled hits in {time.perf_counter() - start:.0f} s", flush=True)
     note = {"queries": len(questions), "off_domain": len(off), "levels": levels,
-            "communities": build.get("communities"), **conf.engine_note(engine)}
+            "communities": build.get("communities"), **fitting.engine_note(engine)}
     engine.close()
     with cache.open("wb") as fh:
         pickle.dump((samples, note), fh)
     return samples, note
 
 
-def community_table(samples: list[conf.Sample], probs: np.ndarray,
+def community_table(samples: list[fitting.Sample], probs: np.ndarray,
                     ) -> tuple[list[str], dict[str, Any]]:
     """ECE / AUROC of community hits per mode and data set (and all modes together)."""
     y = np.array([x.label for x in samples], dtype=float)
@@ -905,7 +907,7 @@ def community_table(samples: list[conf.Sample], probs: np.ndarray,
             if not m.any():
                 continue
             p, t = probs[m], y[m]
-            e, a = conf.ece(p, t), conf.auroc(p, t)
+            e, a = fitting.ece(p, t), fitting.auroc(p, t)
             out.setdefault(f"{mode}/community", {})[src] = {
                 "n": int(m.sum()), "base_rate": round(float(t.mean()), 5),
                 "mean_p": round(float(p.mean()), 5), "ece": round(e, 5), "auroc": round(a, 5)}
@@ -924,7 +926,7 @@ def community_main(args: argparse.Namespace) -> int:
     leave one set out, 5 folds in domain, and with ``--write-params`` add the models fitted
     on both sets to the shipped file when every held-out AUROC reaches
     ``COMMUNITY_WRITE_AUROC``."""
-    samples: list[conf.Sample] = []
+    samples: list[fitting.Sample] = []
     notes: dict[str, Any] = {}
     for name in COMMUNITY_SETS:
         got, notes[name] = community_set_samples(name, args.k, args.reuse_samples,
@@ -939,7 +941,7 @@ def community_main(args: argparse.Namespace) -> int:
                                "sets": {n: {k: v for k, v in note.items() if k != "engine"}
                                         for n, note in notes.items()}}
     on = np.array([not _off(x) for x in samples])
-    loo = conf.leave_one_out(samples, l2=args.l2)
+    loo = fitting.leave_one_out(samples, l2=args.l2)
     print(f"\nCommunity hits, leave one data set out (targets ECE <= {ECE_TARGET}, "
           f"AUROC >= {AUROC_TARGET})")
     lines, results["leave_one_out"] = community_table([x for x in samples if not _off(x)],
@@ -954,7 +956,7 @@ def community_main(args: argparse.Namespace) -> int:
             "engines": "bench/.cache/communities-engine-<set> (bench/communities.py)",
             **{k: v for k, v in next(iter(notes.values())).items()
                if k in ("embedder", "engine")}}
-    cal, _metrics, oof = conf.calibrate_samples(samples, folds=args.folds, l2=args.l2,
+    cal, _metrics, oof = fitting.calibrate_samples(samples, folds=args.folds, l2=args.l2,
                                                 seed=args.seed, fitted_on=note)
     assert oof is not None
     lines, results["in_domain"] = community_table([x for x in samples if not _off(x)], oof[on])
@@ -994,7 +996,7 @@ def write_community_models(cal: conf.Calibrator, note: dict[str, Any],
     path.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sets", nargs="+", default=list(SETS), choices=SETS)
     ap.add_argument("--k", type=int, default=20, help="hits per query, mode and unit to fit on")
@@ -1024,13 +1026,24 @@ def main(argv: list[str] | None = None) -> int:
                     help="fit the chunk and document models with each feature variant of "
                          "ABLATION and print their worst held-out cells (nothing written "
                          "but --out's 'ablation')")
-    args = ap.parse_args(argv)
-    if args.community:
-        return community_main(args)
+    return ap
 
+
+@dataclass
+class _Collected:
+    """Every set's labelled hits (the graph engines' after ``base_count``) and fit notes."""
+
+    samples: list[fitting.Sample]
+    notes: dict[str, Any]
+    base_count: int
+    graph_notes: dict[str, Any]
+    graph_extras: dict[str, Any]
+
+
+def _collect(args: argparse.Namespace) -> _Collected:
     print(f"collecting the top {args.k} hits per query, mode and unit of "
           f"{', '.join(args.sets)}")
-    samples: list[conf.Sample] = []
+    samples: list[fitting.Sample] = []
     notes: dict[str, Any] = {}
     for name in args.sets:
         got, notes[name] = set_samples(name, args.k, args.reuse_samples, args.off_domain)
@@ -1047,47 +1060,50 @@ def main(argv: list[str] | None = None) -> int:
     embedders = {n.get("embedder") for n in [*notes.values(), *graph_notes.values()]}
     if len(embedders) != 1:
         raise SystemExit(f"the sets' engines use different embedders: {embedders}")
-    results: dict[str, Any] = {"k": args.k, "sets": {n: v["queries"] for n, v in notes.items()}}
-    if args.ablation:
-        print("\nFeature variants of the chunk and document models (held out):")
-        results["ablation"] = ablation(samples, args.folds, args.seed, args.l2)
-        path = args.out.with_name(args.out.stem + "_ablation.json")
-        path.write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
-        print(f"numbers: {path}")
-        return 0
+    return _Collected(samples, notes, base_count, graph_notes, graph_extras)
 
-    if len(args.sets) > 1:
-        start = time.perf_counter()
-        loo, loo_before = leave_one_out_pair(samples, l2=args.l2)
-        print(f"\nLeave one data set out: fit on the others, score the held-out set "
-              f"({time.perf_counter() - start:.1f} s; targets ECE ≤ {ECE_TARGET}, "
-              f"AUROC ≥ {AUROC_TARGET})")
-        on = np.array([not _off(x) for x in samples])
-        lines, results["leave_one_out"] = transfer_table(
-            [x for x in samples if not _off(x)], loo[on])
-        print("\n".join(["the sets' own queries:", *lines]))
-        lines, results["leave_one_out_with_off_domain"] = transfer_table(samples, loo)
-        print("\n".join(["", "with the off-domain queries (every hit irrelevant):", *lines]))
-        results["leave_one_out_first_step"] = first_step(samples, loo)
-        if args.graph:
-            gs = samples[base_count:]
-            on = np.array([not _off(x) for x in gs])
-            _lines, results["graph_before_leave_one_out"] = transfer_table(
-                [x for x in gs if not _off(x)], loo_before[base_count:][on])
-            print("\n".join(["", "graph-recall hits scored by their mode's model (as before; "
-                             "held-out):", *_lines]))
-            results["graph_bridges"] = bridge_table(gs, loo[base_count:],
-                                                    loo_before[base_count:], graph_extras)
-            print("\nSupporting chunks graph recall brought into the hybrid+graph top "
-                  f"{args.k} (not in plain hybrid's), confidence >= lower 0.05 "
-                  "(held-out, as served):")
-            for src, row in results["graph_bridges"].items():
-                print(f"  {src:16s} {row['bridges']:4d} bridges: {row['bridges_before']} before, "
-                      f"{row['bridges_after']} after ({row['bridges_after_unclamped']} "
-                      f"unclamped); {row['graph_only']} absent from both dense and sparse "
-                      f"lists: {row['graph_only_before']} before, {row['graph_only_after']} "
-                      f"after ({row['graph_only_after_unclamped']} unclamped)")
 
+def _leave_one_out_report(args: argparse.Namespace, got: _Collected,
+                          results: dict[str, Any]) -> np.ndarray:
+    """Fit on the other sets, score each held-out set; print and record the tables (and,
+    with ``--graph``, the graph-recall hits as their mode's model scored them before)."""
+    samples, base_count = got.samples, got.base_count
+    start = time.perf_counter()
+    loo, loo_before = leave_one_out_pair(samples, l2=args.l2)
+    print(f"\nLeave one data set out: fit on the others, score the held-out set "
+          f"({time.perf_counter() - start:.1f} s; targets ECE ≤ {ECE_TARGET}, "
+          f"AUROC ≥ {AUROC_TARGET})")
+    on = np.array([not _off(x) for x in samples])
+    lines, results["leave_one_out"] = transfer_table(
+        [x for x in samples if not _off(x)], loo[on])
+    print("\n".join(["the sets' own queries:", *lines]))
+    lines, results["leave_one_out_with_off_domain"] = transfer_table(samples, loo)
+    print("\n".join(["", "with the off-domain queries (every hit irrelevant):", *lines]))
+    results["leave_one_out_first_step"] = first_step(samples, loo)
+    if args.graph:
+        gs = samples[base_count:]
+        on = np.array([not _off(x) for x in gs])
+        _lines, results["graph_before_leave_one_out"] = transfer_table(
+            [x for x in gs if not _off(x)], loo_before[base_count:][on])
+        print("\n".join(["", "graph-recall hits scored by their mode's model (as before; "
+                         "held-out):", *_lines]))
+        results["graph_bridges"] = bridge_table(gs, loo[base_count:],
+                                                loo_before[base_count:], got.graph_extras)
+        print("\nSupporting chunks graph recall brought into the hybrid+graph top "
+              f"{args.k} (not in plain hybrid's), confidence >= lower 0.05 "
+              "(held-out, as served):")
+        for src, row in results["graph_bridges"].items():
+            print(f"  {src:16s} {row['bridges']:4d} bridges: {row['bridges_before']} before, "
+                  f"{row['bridges_after']} after ({row['bridges_after_unclamped']} "
+                  f"unclamped); {row['graph_only']} absent from both dense and sparse "
+                  f"lists: {row['graph_only_before']} before, {row['graph_only_after']} "
+                  f"after ({row['graph_only_after_unclamped']} unclamped)")
+    return loo
+
+
+def _fit_note(args: argparse.Namespace, got: _Collected) -> dict[str, Any]:
+    """What the shipped calibration says it was fitted on (its ``fitted_on``)."""
+    notes = got.notes
     note = {"dataset": "SciFact (BEIR) train split + HotpotQA and 2WikiMultiHopQA dev "
                        "(../shared/data/multihop), each set weighted equally",
             "sets": {n: v["queries"] for n, v in notes.items()},
@@ -1114,10 +1130,19 @@ def main(argv: list[str] | None = None) -> int:
             "signals": "recorded as the engine scores them: the hit family's recall lists "
                        "(dense, sparse and graph recall's PageRank masses, cut as fused)",
             "engines": {n: {k: v for k, v in g.items() if k not in ("embedder",)}
-                        for n, g in graph_notes.items()}}
+                        for n, g in got.graph_notes.items()}}
+    return note
+
+
+def _in_domain_report(args: argparse.Namespace, got: _Collected, loo: np.ndarray | None,
+                      results: dict[str, Any]) -> conf.Calibrator:
+    """Fit on every set (out-of-fold probabilities by query); print and record the tables,
+    every held-out cell, the corrective loop's first step and the reliability diagram."""
+    samples, base_count = got.samples, got.base_count
     start = time.perf_counter()
-    calibrator, _metrics, oof = conf.calibrate_samples(samples, folds=args.folds, l2=args.l2,
-                                                       seed=args.seed, fitted_on=note)
+    calibrator, _metrics, oof = fitting.calibrate_samples(samples, folds=args.folds, l2=args.l2,
+                                                          seed=args.seed,
+                                                          fitted_on=_fit_note(args, got))
     assert oof is not None
     print(f"\nIn domain: fitted on all sets, {args.folds} folds by query "
           f"({time.perf_counter() - start:.1f} s)")
@@ -1127,7 +1152,7 @@ def main(argv: list[str] | None = None) -> int:
     lines, results["in_domain_with_off_domain"] = transfer_table(samples, oof)
     print("\n".join(["", "with the off-domain queries:", *lines]))
     results["in_domain_first_step"] = first_step(samples, oof)
-    if "leave_one_out" in results:
+    if loo is not None:
         base = json.loads(BASELINE.read_text(encoding="utf-8")) if BASELINE.exists() else {}
         lines, results["cells"] = cell_table(samples[:base_count], loo[:base_count],
                                              oof[:base_count], base)
@@ -1144,38 +1169,42 @@ def main(argv: list[str] | None = None) -> int:
                   f"{row['clear_and_relevant']} of those that clear it")
     reliability_plot(samples, oof, args.plot)
     print(f"\nreliability diagram: {args.plot}")
+    return calibrator
 
-    if "scifact" in args.sets and max(args.rerank_k) > 0:
-        _corpus, queries, qrels = load_set("scifact")
-        engine = Engine(CACHE / "engine-scifact")
-        print("\nRanking quality on SciFact, held-out probabilities")
-        print("\n".join(rerank_table(engine, queries, qrels, args.rerank_k, args.folds,
-                                     args.seed, samples, args.l2)))
-        engine.close()
 
-    if args.tree_node:
-        engine = Engine(CACHE / "engine-scifact")
-        if "tree-node" not in engine.derived_status():
-            print(f"no tree in {CACHE / 'engine-scifact'}: build it with build_tree=True",
-                  file=sys.stderr)
-            return 2
-        _corpus, queries, qrels = load_set("scifact")
-        start = time.perf_counter()
-        pool = collect_pool_samples(engine, queries, qrels, k=args.k)
-        print(f"\ncollected {len(pool)} labelled hits of the collapsed tree in "
-              f"{time.perf_counter() - start:.1f}s")
-        tree, tree_metrics = fit_tree_node(pool, engine, args.folds, args.seed, args.l2, args.k)
-        print_tree_table(tree_metrics)
-        results["tree_node"] = tree_metrics
-        calibrator = merge_tree_models(calibrator, tree)
-        engine.close()
-    else:  # keep the shipped tree-node models
+def _tree_node_models(args: argparse.Namespace, calibrator: conf.Calibrator,
+                      results: dict[str, Any]) -> conf.Calibrator | None:
+    """With ``--tree-node``, the tree-node models fitted on the SciFact engine's collapsed
+    tree merged in (None when that engine has no tree); else the shipped ones kept."""
+    if not args.tree_node:
         shipped = conf.Calibrator.from_json(json.loads(CALIBRATION.read_text(encoding="utf-8")))
         calibrator.models.update({k: m for k, m in shipped.models.items()
                                   if k.endswith("/tree-node")})
         if "tree-node" in shipped.fitted_on:
             calibrator.fitted_on["tree-node"] = shipped.fitted_on["tree-node"]
-    if not args.graph:  # keep the shipped graph models
+        return calibrator
+    engine = Engine(CACHE / "engine-scifact")
+    if "tree-node" not in engine.derived_status():
+        print(f"no tree in {CACHE / 'engine-scifact'}: build it with build_tree=True",
+              file=sys.stderr)
+        return None
+    _corpus, queries, qrels = load_set("scifact")
+    start = time.perf_counter()
+    pool = collect_pool_samples(engine, queries, qrels, k=args.k)
+    print(f"\ncollected {len(pool)} labelled hits of the collapsed tree in "
+          f"{time.perf_counter() - start:.1f}s")
+    tree, tree_metrics = fit_tree_node(pool, engine, args.folds, args.seed, args.l2, args.k)
+    print_tree_table(tree_metrics)
+    results["tree_node"] = tree_metrics
+    calibrator = merge_tree_models(calibrator, tree)
+    engine.close()
+    return calibrator
+
+
+def _keep_shipped(args: argparse.Namespace, calibrator: conf.Calibrator) -> None:
+    """The shipped models this run did not fit: the graph ones without ``--graph``, and the
+    community ones always (``--community`` fits them alone)."""
+    if not args.graph:
         shipped = conf.Calibrator.from_json(json.loads(CALIBRATION.read_text(encoding="utf-8")))
         calibrator.models.update({k: m for k, m in shipped.models.items() if _graph_key(k)})
         features = calibrator.fitted_on.setdefault("features", {})
@@ -1185,21 +1214,29 @@ def main(argv: list[str] | None = None) -> int:
         for key in ("graph", "graph_leave_one_out"):
             if key in shipped.fitted_on:
                 calibrator.fitted_on[key] = shipped.fitted_on[key]
-    # The community models are fitted by --community alone: keep the shipped ones.
     shipped = conf.Calibrator.from_json(json.loads(CALIBRATION.read_text(encoding="utf-8")))
     calibrator.models.update({k: m for k, m in shipped.models.items() if k.endswith("/community")})
     if "community" in shipped.fitted_on:
         calibrator.fitted_on["community"] = shipped.fitted_on["community"]
 
-    if "leave_one_out" in results:
-        for name in ("leave_one_out", "leave_one_out_with_off_domain"):
-            calibrator.fitted_on[name] = {
-                key: {src: {m: r[m] for m in ("ece", "auroc")} for src, r in rows.items()}
-                for key, rows in results[name].items() if not _graph_key(key)}
-        if args.graph:
-            calibrator.fitted_on["graph_leave_one_out"] = {
-                key: {src: {m: r[m] for m in ("ece", "auroc")} for src, r in rows.items()}
-                for key, rows in results["leave_one_out"].items() if _graph_key(key)}
+
+def _note_transfer(args: argparse.Namespace, calibrator: conf.Calibrator,
+                   results: dict[str, Any]) -> None:
+    """The held-out ECE / AUROC leaving each set out, in the calibration's ``fitted_on``."""
+    if "leave_one_out" not in results:
+        return
+    for name in ("leave_one_out", "leave_one_out_with_off_domain"):
+        calibrator.fitted_on[name] = {
+            key: {src: {m: r[m] for m in ("ece", "auroc")} for src, r in rows.items()}
+            for key, rows in results[name].items() if not _graph_key(key)}
+    if args.graph:
+        calibrator.fitted_on["graph_leave_one_out"] = {
+            key: {src: {m: r[m] for m in ("ece", "auroc")} for src, r in rows.items()}
+            for key, rows in results["leave_one_out"].items() if _graph_key(key)}
+
+
+def _write(args: argparse.Namespace, calibrator: conf.Calibrator,
+           results: dict[str, Any]) -> None:
     print("\nModels fitted on all queries (raw-feature weights; P = sigmoid(b + Σ w·f))")
     for key, model in sorted(calibrator.models.items()):
         terms = ", ".join(f"{f} {w:+.3f}" for f, w in zip(model.features, model.coef))
@@ -1210,6 +1247,37 @@ def main(argv: list[str] | None = None) -> int:
     if args.write_params:
         calibrator.save(CALIBRATION)
         print(f"wrote {CALIBRATION}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.community:
+        return community_main(args)
+    got = _collect(args)
+    results: dict[str, Any] = {"k": args.k,
+                               "sets": {n: v["queries"] for n, v in got.notes.items()}}
+    if args.ablation:
+        print("\nFeature variants of the chunk and document models (held out):")
+        results["ablation"] = ablation(got.samples, args.folds, args.seed, args.l2)
+        path = args.out.with_name(args.out.stem + "_ablation.json")
+        path.write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
+        print(f"numbers: {path}")
+        return 0
+    loo = _leave_one_out_report(args, got, results) if len(args.sets) > 1 else None
+    calibrator = _in_domain_report(args, got, loo, results)
+    if "scifact" in args.sets and max(args.rerank_k) > 0:
+        _corpus, queries, qrels = load_set("scifact")
+        engine = Engine(CACHE / "engine-scifact")
+        print("\nRanking quality on SciFact, held-out probabilities")
+        print("\n".join(rerank_table(engine, queries, qrels, args.rerank_k, args.folds,
+                                     args.seed, got.samples, args.l2)))
+        engine.close()
+    merged = _tree_node_models(args, calibrator, results)
+    if merged is None:
+        return 2
+    _keep_shipped(args, merged)
+    _note_transfer(args, merged, results)
+    _write(args, merged, results)
     return 0
 
 

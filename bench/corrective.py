@@ -84,7 +84,8 @@ def held_out_calibrator(name: str) -> Any:
     judged by confidence that never saw it, as on a corpus a user brings."""
     import pickle
 
-    from rcp_agentic.pipeline import confidence as conf
+    from rcp_agentic.pipeline.calibration_fit import fit
+    from rcp_agentic.pipeline.confidence import Calibrator
 
     train: list[Any] = []
     for other in SAMPLE_SETS:
@@ -97,10 +98,10 @@ def held_out_calibrator(name: str) -> Any:
     if not train:
         raise SystemExit("no cached calibration samples: run `python bench/confidence.py` "
                          "(and `--graph`) first, or pass --calibration shipped")
-    fitted = conf.fit(train)
-    models = {**conf.Calibrator.default().models, **fitted.models}
-    return conf.Calibrator(models, fitted_on={"held_out": name,
-                                              "sources": sorted({x.source for x in train})})
+    fitted = fit(train)
+    models = {**Calibrator.default().models, **fitted.models}
+    return Calibrator(models, fitted_on={"held_out": name,
+                                         "sources": sorted({x.source for x in train})})
 
 
 def engine_for(name: str) -> Engine:

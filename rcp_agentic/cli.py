@@ -386,7 +386,7 @@ def _read_beir(queries_path: str, qrels_path: str) -> tuple[dict[str, str], dict
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
     from .engine import CALIBRATION_FILE
-    from .pipeline.confidence import calibrate_engine
+    from .pipeline.calibration_fit import calibrate_engine
 
     engine = _open(args, create=False)
     queries, qrels = _read_beir(args.queries, args.qrels)

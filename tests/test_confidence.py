@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import json
 import math
+import subprocess
+import sys
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -12,11 +15,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from rcp_agentic.pipeline.calibration_fit import (Sample, auroc, calibrate_engine, cross_validate,
+                                                  ece, evaluate, fit, leave_one_out,
+                                                  predict_samples)
 from rcp_agentic.pipeline.confidence import (ABSENT_RANK, FEATURES, HIT_FEATURES, POOL_FEATURES,
-                                             SIGNAL_SETS, Calibrator,
-                                             LogisticModel, Sample, auroc, calibrate_engine,
-                                             cross_validate, ece, evaluate, fit, leave_one_out,
-                                             predict_samples)
+                                             SIGNAL_SETS, Calibrator, LogisticModel)
 
 MODES = ("dense", "sparse", "hybrid")
 UNITS = ("chunk", "passage", "page", "document")
@@ -54,7 +57,7 @@ def test_default_loads_and_is_cached() -> None:
     # The chunk and document models read a hit against its query's recall lists.
     for mode in MODES:
         for family in ("chunk", "document"):
-            assert cal.models[f"{mode}/{family}"].uses_pool, (mode, family)
+            assert POOL_FEATURES & set(cal.models[f"{mode}/{family}"].features), (mode, family)
     for unit in UNITS:
         for mode in MODES:
             assert cal.supports(mode, unit)
@@ -210,7 +213,7 @@ def test_format_1_files_still_load_and_predict_as_before(tmp_path) -> None:
     path = tmp_path / "old.json"
     path.write_text(json.dumps(old))
     cal = Calibrator.load(path)
-    assert not cal.models["dense/chunk"].uses_pool
+    assert not POOL_FEATURES & set(cal.models["dense/chunk"].features)
     d, r = np.array([0.7, 0.2]), np.array([0, 7])
     want = 1 / (1 + np.exp(-(-3.3 + 6.5 * d - 1.3 * np.log1p(r))))
     for pool in (None, {"dense": np.array([0.99, 0.9])}):  # a hit-only model ignores the pool
@@ -487,3 +490,70 @@ def test_a_pool_too_small_for_a_spread_is_scored_without_z_scores() -> None:
         np.testing.assert_allclose(got, want, atol=1e-9)
     assert not set(cal.models["hybrid/chunk" + SMALL_POOL].features) & {
         "dense_z", "top_dense_z", "sparse_z", "top_sparse_z"}
+
+
+# --- the runtime needs numpy only ---------------------------------------------------------
+
+# Runs in a fresh interpreter: the shipped calibrator scores hits, then an engine retrieves
+# with it (a numpy embedder under the shipped calibration's identity: sentence-transformers
+# imports scipy itself), and scipy is never imported; the fitting module brings it in.
+NO_SCIPY_PROBE = """
+import sys, zlib
+import numpy as np
+from rcp_agentic.pipeline import confidence
+from rcp_agentic import Engine
+
+cal = confidence.Calibrator.default()
+p = cal.predict(mode="hybrid", unit="chunk", dense=np.array([0.7, 0.4]),
+                sparse=np.array([9.0, 2.0]), ceiling=12.0, ranks=np.arange(2))
+assert p.shape == (2,) and p[0] > p[1], p
+
+
+class Embedder:
+    identity = cal.fitted_on["embedder"]
+    dimension = 32
+
+    def embed_query(self, text):
+        v = np.full(32, 0.01, dtype=np.float32)
+        for word in text.lower().split():
+            v[zlib.crc32(word.encode()) % 32] += 1.0
+        return v / np.linalg.norm(v)
+
+    def embed_documents(self, texts):
+        return np.stack([self.embed_query(t) for t in texts])
+
+
+with Engine(sys.argv[1], embedder=Embedder()) as eng:
+    eng.add_documents([{"id": "a", "text": "Vitamin D deficiency and multiple sclerosis."},
+                       {"id": "b", "text": "BM25 ranks documents by term frequency."}])
+    for mode in ("dense", "sparse", "hybrid"):
+        for unit in ("chunk", "document"):
+            hits = eng.retrieve("vitamin sclerosis", k=2, mode=mode, unit=unit).hits
+            assert hits and all(h.confidence is not None for h in hits), (mode, unit)
+assert "scipy" not in sys.modules, "the runtime calibrator or retrieve imported scipy"
+from rcp_agentic.pipeline import calibration_fit
+assert "scipy" in sys.modules
+assert confidence.fit is calibration_fit.fit and confidence.Sample is calibration_fit.Sample
+print("ok")
+"""
+
+
+def test_the_runtime_calibrator_and_retrieve_never_import_scipy(tmp_path: Path) -> None:
+    proc = subprocess.run([sys.executable, "-c", NO_SCIPY_PROBE, str(tmp_path / "engine")],
+                          cwd=Path(__file__).resolve().parents[1], capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-3000:]
+
+
+def test_the_runtime_logistic_is_scipys_bit_for_bit() -> None:
+    from scipy.special import expit
+
+    from rcp_agentic.pipeline.confidence import _expit
+
+    rng = np.random.default_rng(7)
+    x = np.concatenate([rng.normal(0.0, 6.0, 20_000), rng.uniform(-800.0, 800.0, 2_000),
+                        [0.0, -0.0, 709.8, -709.8, 745.2, -745.2, 1e308, -1e308, np.inf,
+                         -np.inf]])
+    np.testing.assert_array_equal(_expit(x), expit(x))
+    np.testing.assert_array_equal(_expit(x.reshape(-1, 2)), expit(x.reshape(-1, 2)))
+    assert np.isnan(_expit(np.array([np.nan]))).all()
