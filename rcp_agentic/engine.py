@@ -6,7 +6,7 @@ is configured) and ``config.json``. Dense and sparse recall run in the recall
 backend ``config.backend`` names (``store/recall.py``: in this process, or in Milvus
 synced from SQLite). All public methods are thread-safe, and several
 processes may open one directory: writes are serialised on SQLite, and each read
-first catches up with what other processes committed (see ``store/docstore.py``).
+first catches up with what other processes committed (see ``store/connection.py``).
 """
 
 from __future__ import annotations

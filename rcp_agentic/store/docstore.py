@@ -46,7 +46,8 @@ class Docstore:
         self.reader = reader = Reader(connection, info)
         self.feed = feed = RecallFeed(connection)
 
-        # Each part's methods, under their own names (bound methods: no wrappers).
+        # The parts' methods that holders of the store call, under their own names (bound
+        # methods, no wrappers); the recall backends' row streams are reached through ``feed``.
         self.close = connection.close
         self.refresh = connection.refresh
         self.transaction = connection.transaction
@@ -89,10 +90,6 @@ class Docstore:
         self.stored_count = feed.stored_count
         self.stored_kinds = feed.stored_kinds
         self.rowids = feed.rowids
-        self.added_rows = feed.added_rows
-        self.retired_rows = feed.retired_rows
-        self.rows_at = feed.rows_at
-        self.visible_signature = feed.visible_signature
 
     @property
     def busy_timeout(self) -> float:

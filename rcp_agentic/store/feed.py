@@ -34,6 +34,11 @@ class RecallFeed:
         return [OutboxOp(*r) for r in self._conn.query(
             "SELECT seq, op, unit, level, urow FROM outbox ORDER BY seq")]
 
+    def last_seq(self) -> int | None:
+        """The newest queued operation's ``seq`` (None when the outbox is empty)."""
+        last = self._conn.query("SELECT MAX(seq) FROM outbox")[0][0]
+        return None if last is None else int(last)
+
     def clear_outbox(self, up_to_seq: int) -> None:
         with self._conn.transaction() as db:
             db.execute("DELETE FROM outbox WHERE seq <= ?", (up_to_seq,))
@@ -41,7 +46,7 @@ class RecallFeed:
     def stored_count(self, unit: str, level: int) -> int:
         """Rows of a kind in any retained version."""
         return int(self._conn.query("SELECT COUNT(*) FROM units WHERE unit = ? AND level = ?",
-                              (unit, level))[0][0])
+                                    (unit, level))[0][0])
 
     def stored_kinds(self) -> list[tuple[str, int]]:
         """Every (unit, level) with stored rows in any retained version."""

@@ -65,7 +65,7 @@ class Reader:
         """(unit, level, count) of every kind of unit visible at ``version`` (default: current)."""
         v = self._info.index_version() if version is None else version
         return self._conn.query(f"SELECT unit, level, COUNT(*) FROM units u WHERE {visible('u')}"
-                          f" AND {valid('u')} GROUP BY unit, level", (v, v, v, v))
+                                f" AND {valid('u')} GROUP BY unit, level", (v, v, v, v))
 
     def vectors(self, rowids: list[int]) -> dict[int, np.ndarray]:
         out: dict[int, np.ndarray] = {}
@@ -89,8 +89,8 @@ class Reader:
                 + (", vec" if with_vectors else ""))
         where, params = kinds_clause("u", kinds)
         rows = self._conn.query(f"SELECT {cols} FROM units u WHERE {where} AND {visible('u')}"
-                          f" AND {valid('u')} ORDER BY uid",
-                          (*params, version, version, version, version))
+                                f" AND {valid('u')} ORDER BY uid",
+                                (*params, version, version, version, version))
         n = len(rows)
         rowids = np.fromiter((r[0] for r in rows), dtype=np.int64, count=n)
         ids = [np.frombuffer(r[1], dtype=np.uint32) for r in rows]
@@ -321,8 +321,8 @@ class Reader:
 
     def live_derived(self, unit: str) -> list[dict[str, Any]]:
         """Every live row of a derived kind with its umeta and the leaf rowids it covers."""
-        rows = self._conn.query("SELECT rowid, uid, level, tokens, text, umeta FROM units WHERE unit = ?"
-                          " AND v_to IS NULL ORDER BY level, rowid", (unit,))
+        rows = self._conn.query("SELECT rowid, uid, level, tokens, text, umeta FROM units WHERE"
+                                " unit = ? AND v_to IS NULL ORDER BY level, rowid", (unit,))
         covers: dict[int, list[int]] = {}
         for urow, leaf in self._conn.query(
                 "SELECT c.urow, c.leaf FROM covers c JOIN units u ON u.rowid = c.urow"
@@ -343,18 +343,20 @@ class Reader:
 
     def leaf_docs(self, version: int, unit: str = "chunk") -> list[tuple[int, str]]:
         """(rowid, doc_id) of every unit of a per-document kind visible at ``version``."""
-        return self._conn.query(f"SELECT rowid, doc_id FROM units u WHERE unit = ? AND level = 0 AND"
-                          f" {visible('u')} ORDER BY rowid", (unit, version, version))
+        return self._conn.query(f"SELECT rowid, doc_id FROM units u WHERE unit = ? AND level = 0"
+                                f" AND {visible('u')} ORDER BY rowid", (unit, version, version))
 
     def counts(self) -> dict[str, int]:
         """Documents and units per kind."""
-        out = {"documents": self._conn.query("SELECT COUNT(*) FROM documents WHERE v_to IS NULL")[0][0]}
+        live = self._conn.query("SELECT COUNT(*) FROM documents WHERE v_to IS NULL")
+        out = {"documents": live[0][0]}
         for unit, _level, n in self.unit_kinds():
             out[unit] = out.get(unit, 0) + n
         return out
 
     def document_ids(self) -> list[str]:
-        return [r for (r,) in self._conn.query("SELECT id FROM documents WHERE v_to IS NULL ORDER BY id")]
+        return [r for (r,) in self._conn.query(
+            "SELECT id FROM documents WHERE v_to IS NULL ORDER BY id")]
 
 
 _TRUST_ORDER = ["untrusted", "community", "trusted"]
