@@ -45,7 +45,8 @@ import numpy as np
 from ..derived import DerivedReport, run_attempts
 from ..models.analyzer import term_counts
 from ..models.tokenizer import count_tokens
-from ..store.docstore import Docstore, UnitRecord
+from ..store.docstore import Docstore
+from ..store.writes import UnitRecord
 from .communities import (Budget, Community, CommunityBudgetExceeded, CommunityConfig,
                           CommunityHierarchy, Edges, build_communities, entity_edges,
                           update_communities)

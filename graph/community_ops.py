@@ -715,7 +715,7 @@ class CommunityOps:
             for phrase, chunks in [*own, *facts]:
                 sources.setdefault(phrase, chunks)
             lists.append([phrase for phrase, _c in [*own, *facts]])
-        trust = SourceTrust(self.engine.store, self.engine.screen)
+        trust = SourceTrust(self.engine.store.reader, self.engine.screen)
         trust.prefetch(c for chunks in sources.values() for c in chunks)
         return [(q, trust.of(sources[q])) for q in _round_robin(lists)]
 

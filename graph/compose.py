@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..models.tokenizer import count_tokens
-from ..store.docstore import lowest_trust
+from ..store.reads import lowest_trust
 from .index import node_uid, object_first
 from .index import triplet_uids as stored_triplet_uids
 from .model import Entity, GraphData, Relation

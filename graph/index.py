@@ -48,7 +48,8 @@ from ..derived import DerivedReport, run_attempts
 from ..errors import InvalidParams
 from ..models.analyzer import term_counts
 from ..models.tokenizer import count_tokens
-from ..store.docstore import Docstore, UnitRecord
+from ..store.docstore import Docstore
+from ..store.writes import UnitRecord
 from .build import GraphCache, GraphConfig, build_graph
 from .extract import BuiltinExtractor, ChunkExtraction, Extractor
 from .model import ChunkText, Entity, GraphData, Relation, Span, Synonym

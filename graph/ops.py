@@ -116,7 +116,7 @@ class GraphOps:
         return view, v
 
     def _sources(self) -> SourceTrust:
-        return SourceTrust(self.engine.store, self.engine.screen)
+        return SourceTrust(self.engine.store.reader, self.engine.screen)
 
     def ops(self) -> list[str]:
         """The ``graph`` ops that work now (``graph.ops`` of the capabilities): none without

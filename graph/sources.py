@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from ..pipeline.trust import InjectionScreen
-from ..store.docstore import Docstore, lowest_trust
+from ..store.reads import Reader, lowest_trust
 from ..wire import Trust
 
 
@@ -24,7 +24,7 @@ def chunk_rowids(keys: Iterable[str]) -> list[int]:
 class SourceTrust:
     """Trust of composed texts by the chunks they come from, for one request (cached)."""
 
-    def __init__(self, store: Docstore, screen: InjectionScreen) -> None:
+    def __init__(self, store: Reader, screen: InjectionScreen) -> None:
         self.store = store
         self.screen = screen
         self._rows: dict[int, tuple[str, bool]] = {}

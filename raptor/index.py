@@ -23,7 +23,7 @@ import numpy as np
 from ..derived import DerivedReport, run_attempts
 from ..models.analyzer import term_counts
 from ..models.tokenizer import count_tokens
-from ..store.docstore import UnitRecord
+from ..store.writes import UnitRecord
 from .summarize import (ExtractiveSummarizer, LLMSummarizer, Passage, Sentence, Span, Summary,
                         split_sentences)
 from .tree import Leaf, Node, TreeConfig, build_tree, update_tree

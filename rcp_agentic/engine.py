@@ -6,7 +6,7 @@ is configured) and ``config.json``. Dense and sparse recall run in the recall
 backend ``config.backend`` names (``store/recall.py``: in this process, or in Milvus
 synced from SQLite). All public methods are thread-safe, and several
 processes may open one directory: writes are serialised on SQLite, and each read
-first catches up with what other processes committed (see ``store/docstore.py``).
+first catches up with what other processes committed (see ``store/connection.py``).
 """
 
 from __future__ import annotations
@@ -46,12 +46,13 @@ from .options import TREE_SEARCHES
 from .pipeline.params import FUSIONS, MODES, query_text
 from .pipeline.retrieve import Retrieval
 from .store.chroma import ChromaVectors, CollectionLost
-from .store.docstore import DocumentRecord, Docstore
+from .store.docstore import Docstore
 from .store.feedback import FeedbackLog
 from .sessions import SessionStore
 from .bounded import ByteBudget
 from .store.memindex import UnitIndex
 from .store.recall import EmbeddedRecall, RecallBackend
+from .store.writes import DocumentRecord
 from .wire import RerankResult
 from .derived import DerivedBuilder, DerivedReport, builder_kinds
 from .catchup import CatchUp
@@ -175,7 +176,7 @@ class Engine(Retrieval):
         try:
             self._check_embedder()
             self._declare_fields()
-            self.feedback = FeedbackLog(self.store)
+            self.feedback = FeedbackLog(self.store.connection)
             # Atomic: processes opening a new directory at once agree on both.
             engine_id = self.store.info_default("engine_id", uuid.uuid4().hex[:12])
             self._secret = bytes.fromhex(self.store.info_default("cursor_secret",

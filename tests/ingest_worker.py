@@ -105,14 +105,14 @@ def main(argv: list[str]) -> None:
     engine = Engine(engine_dir, torch_threads=1, derived_updates="inline", **ENGINE_OPTIONS)
     current = {"call": -1}
     if die_point == "in-sqlite":
-        original_term_ids = engine.store._term_ids
+        original_term_ids = engine.store.vocabulary.assign
 
         def term_ids_then_die(db, terms):  # runs inside BEGIN IMMEDIATE … COMMIT
             original_term_ids(db, terms)
             if current["call"] == die_call:
                 _die()
 
-        engine.store._term_ids = term_ids_then_die
+        engine.store.vocabulary.assign = term_ids_then_die  # type: ignore[method-assign]
     elif die_point == "in-chroma":
         original_add = engine.chroma.add
 

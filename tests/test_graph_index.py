@@ -23,7 +23,7 @@ from rcp_agentic.graph.extract import BuiltinExtractor
 from rcp_agentic.graph.index import (KINDS, GraphIndex, canonical, load_graph, node_uid,
                                      triplet_uid)
 from rcp_agentic.graph.model import GraphData
-from rcp_agentic.store.docstore import UnitRecord
+from rcp_agentic.store.writes import UnitRecord
 
 # These tests read the graph each write builds as the write returns.
 pytestmark = pytest.mark.inline_derived

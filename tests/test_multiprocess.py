@@ -19,7 +19,7 @@ import pytest
 from conftest import DOCS, REPO, child_env, cli_command
 
 from rcp_agentic import BackendUnavailable, Engine
-from rcp_agentic.store.docstore import UnitArrays
+from rcp_agentic.store.reads import UnitArrays
 from rcp_agentic.store.memindex import UnitIndex
 
 WORDS = ("quokka", "zanzibar", "marimba", "obsidian", "tamarind", "wolverine", "gazpacho",

@@ -20,7 +20,7 @@ from ..errors import InvalidParams
 from ..models.analyzer import term_counts
 from ..models.tokenizer import count_tokens
 from ..pipeline.params import clean_text, is_unicode
-from ..store.docstore import DocumentRecord, UnitRecord
+from ..store.writes import DocumentRecord, UnitRecord
 from .chunker import chunk_text
 from .loaders import Page, SourceDocument
 

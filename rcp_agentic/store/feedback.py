@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import InvalidParams
-from .docstore import Docstore
+from .connection import Connection
 
 MAX_SIGNALS = 1000
 MAX_TEXT = 10_000
@@ -81,9 +81,9 @@ def _signal_values(raw: Any, i: int) -> tuple[str, list[Any]]:
 class FeedbackLog:
     """Append-only log of feedback signals beside the docstore's tables."""
 
-    def __init__(self, store: Docstore) -> None:
-        self.store = store
-        with store.transaction() as db:
+    def __init__(self, connection: Connection) -> None:
+        self.connection = connection
+        with connection.transaction() as db:
             for statement in _SCHEMA.strip().split(";"):
                 if statement.strip():
                     db.execute(statement)
@@ -98,7 +98,7 @@ class FeedbackLog:
         text = _text(query, "query")
         rows = [_signal_values(raw, i) for i, raw in enumerate(signals)]
         now = time.time()
-        with self.store.transaction() as db:
+        with self.connection.transaction() as db:
             db.executemany(
                 f"INSERT INTO feedback(at, session_id, query, hit_id, {', '.join(_COLUMNS)}) "
                 "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -118,7 +118,7 @@ class FeedbackLog:
         sql = ("SELECT hit_id, at, session_id, query, " + ", ".join(_COLUMNS) + " FROM feedback"
                + (" WHERE " + " AND ".join(where) if where else "") + " ORDER BY seq LIMIT ?")
         out = []
-        for row in self.store.query(sql, [*params, int(limit)]):
+        for row in self.connection.query(sql, [*params, int(limit)]):
             hit, at, session, text, used, cited, helpful, reward, poison, injection = row
             out.append(FeedbackSignal(
                 hit_id=hit, at=at, session_id=session, query=text,

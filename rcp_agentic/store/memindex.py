@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..ranking import top
-from .docstore import UnitArrays
+from .reads import UnitArrays
 
 
 @dataclass(frozen=True)

@@ -323,11 +323,11 @@ class MilvusRecall:
         fields = dict(self._fields())
         columns = self._columns[(unit, level)]
         last = 0
-        while rows := self.store.added_rows(unit, level, held, upto, last, _BATCH):
+        while rows := self.store.feed.added_rows(unit, level, held, upto, last, _BATCH):
             client.upsert(target, [self._row(unit, r, fields, columns) for r in rows])
             last = rows[-1]["rowid"]
         if not rebuild:
-            retired = self.store.retired_rows(unit, level, held, upto)
+            retired = self.store.feed.retired_rows(unit, level, held, upto)
             for i in range(0, len(retired), _BATCH):
                 client.upsert(target, [{"rowid": r, "v_to": v}
                                        for r, v in retired[i:i + _BATCH]], partial_update=True)
@@ -350,7 +350,8 @@ class MilvusRecall:
         it; then every copy of the kind no retained version reads is dropped.
         """
         alias = self.collection(unit, level)
-        prefix = "{}_s{}_{}_".format(alias, *self.store.visible_signature(unit, level, version))
+        signature = self.store.feed.visible_signature(unit, level, version)
+        prefix = "{}_s{}_{}_".format(alias, *signature)
         existing = [c for c in client.list_collections() if c.startswith(alias + "_s")]
         done = sorted(c for c in existing if c.startswith(prefix) and self._complete(client, c))
         if done:
@@ -364,13 +365,13 @@ class MilvusRecall:
             fields = dict(self._fields())
             columns = self._columns_of(client, name)
             last = 0
-            while rows := self.store.rows_at(unit, level, version, last, _BATCH):
+            while rows := self.store.feed.rows_at(unit, level, version, last, _BATCH):
                 client.insert(name, [self._row(unit, r, fields, columns) for r in rows])
                 last = rows[-1]["rowid"]
             client.flush(name)
             client.alter_collection_properties(name, properties={_COMPLETE: "1"})
             current = self.store.index_version()
-            read = {"{}_s{}_{}_".format(alias, *self.store.visible_signature(unit, level, v))
+            read = {"{}_s{}_{}_".format(alias, *self.store.feed.visible_signature(unit, level, v))
                     for v in range(self.store.oldest_retained(current), current + 1)}
             # A copy no retained version reads, a duplicate, or a build cut short (or another
             # process's build under way: it fails, -32010, and its retry finds this one).
@@ -406,7 +407,7 @@ class MilvusRecall:
         """Bring the collections of ``kinds`` (default: every stored kind) to version ``upto``
         (default: the last commit). Raises BackendUnavailable while Milvus cannot be reached."""
         version = self.store.index_version() if upto is None else upto
-        wanted = list(kinds) if kinds is not None else self.store.stored_kinds()
+        wanted = list(kinds) if kinds is not None else self.store.feed.stored_kinds()
         with self._lock:
             todo = [k for k in wanted if self._synced.get(k, -1) < version
                     and (k[0], k[1], version) not in self._targets]
@@ -438,9 +439,9 @@ class MilvusRecall:
     def _clear_outbox(self) -> None:
         # The outbox queues Chroma's copy, which this backend replaces (an engine opened with
         # the embedded backend again compares all of Chroma with SQLite first).
-        last = self.store.query("SELECT MAX(seq) FROM outbox")[0][0]
+        last = self.store.feed.last_seq()
         if last is not None:
-            self.store.clear_outbox(int(last))
+            self.store.feed.clear_outbox(last)
 
     # --- search --------------------------------------------------------------------------
 
@@ -584,7 +585,7 @@ class MilvusRecall:
             def run(client: Any) -> dict[str, Any]:
                 kinds: dict[str, dict[str, Any]] = {}
                 names = set(client.list_collections())
-                for unit, level in self.store.stored_kinds():
+                for unit, level in self.store.feed.stored_kinds():
                     name = self.collection(unit, level)
                     if self._is_lite(client):  # the newest snapshot collection of the kind
                         alias = name

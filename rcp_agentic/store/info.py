@@ -1,0 +1,62 @@
+"""The docstore's ``info`` table: engine-wide keys (identity, embedding, builder state) and the
+index version with the versions still retained."""
+
+from __future__ import annotations
+
+import sqlite3
+
+from .connection import Connection
+
+
+class InfoTable:
+    """Keys of the ``info`` table and the index versions they record."""
+
+    def __init__(self, connection: Connection, *, retain: int) -> None:
+        self._conn = connection
+        self.retain = retain
+
+    def info(self, key: str) -> str | None:
+        rows = self._conn.query("SELECT value FROM info WHERE key = ?", (key,))
+        return rows[0][0] if rows else None
+
+    @staticmethod
+    def put(db: sqlite3.Connection, key: str, value: str) -> None:
+        """Store ``key`` in the caller's transaction."""
+        db.execute("INSERT OR REPLACE INTO info(key, value) VALUES (?, ?)", (key, value))
+
+    def set_info(self, key: str, value: str) -> None:
+        with self._conn.transaction() as db:
+            self.put(db, key, value)
+
+    def set_info_if(self, key: str, value: str, *, base_version: int) -> bool:
+        """Store ``key`` only if no write committed since ``base_version``; whether it did."""
+        with self._conn.transaction() as db:
+            if self.index_version() != base_version:
+                return False
+            self.put(db, key, value)
+            return True
+
+    def info_default(self, key: str, value: str) -> str:
+        """The stored value of ``key``, storing ``value`` first if there is none (atomic, so
+        processes opening a new engine directory at once agree on it)."""
+        with self._conn.transaction() as db:
+            db.execute("INSERT OR IGNORE INTO info(key, value) VALUES (?, ?)", (key, value))
+            return str(db.execute("SELECT value FROM info WHERE key = ?", (key,)).fetchone()[0])
+
+    def index_version(self) -> int:
+        return int(self.info("index_version") or 0)
+
+    @staticmethod
+    def record_version(db: sqlite3.Connection, version: int, *, data: bool) -> None:
+        """Make ``version`` the index version in the caller's transaction; ``data``: the write
+        changed documents (not only derived units), so it is the data version too."""
+        db.execute("INSERT OR REPLACE INTO info(key, value) VALUES ('index_version', ?)",
+                   (str(version),))
+        if data:
+            db.execute("INSERT OR REPLACE INTO info(key, value) VALUES ('data_version', ?)",
+                       (str(version),))
+
+    def oldest_retained(self, version: int | None = None) -> int:
+        """The oldest index version still readable."""
+        current = self.index_version() if version is None else version
+        return max(0, current - self.retain + 1)
