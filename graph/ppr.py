@@ -311,13 +311,6 @@ class GraphView:
                           relative=True)  # ties: the passage stored first
         return [(self.chunk_keys[i], float(s)) for i, s in zip(order, best) if s > 0]
 
-    def entity_scores(self, scores: np.ndarray, k: int = 20) -> list[tuple[str, float]]:
-        """The best ``k`` entities of a PageRank result."""
-        ent = scores[:self.n_entities]
-        order, best = top(ent, np.arange(len(ent)), k, tolerance=MASS_TOLERANCE,
-                          relative=True)  # ties by entity key
-        return [(self.entity_keys[i], float(s)) for i, s in zip(order, best) if s > 0]
-
     # --- neighbourhoods and paths ------------------------------------------------------
 
     def _entity_edges(self) -> dict[str, list[tuple[str, float, Relation | None]]]:

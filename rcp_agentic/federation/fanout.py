@@ -263,10 +263,6 @@ class FanOut(Closable):
         """
         return _combine(self._init_all())
 
-    async def acapabilities(self) -> dict[str, Any]:
-        """The asyncio :attr:`capabilities`."""
-        return _combine(await self._ainit_all())
-
     # --- retrieve -------------------------------------------------------------------------
 
     def retrieve(self, query: Any, k: int = 10, *, timeout: float | None = None,

@@ -23,7 +23,7 @@ from ..models.analyzer import analyze
 from ..ranking import MASS_TOLERANCE, top
 from ..ranking import ranked as rank_scores
 from ..sessions import Candidate
-from ..store.memindex import UnitIndex
+from ..store.memindex import UnitIndex, bm25_idf
 from ..wire import Hit, RetrieveResult, Usage
 from . import cursor, fusion
 from .cursor import CursorState, query_hash
@@ -571,7 +571,7 @@ class Retrieval:
         def weight(term: str) -> float:
             if term not in weights:
                 df = index.doc_freq(self.store.term_id(term))
-                weights[term] = float(np.log1p((index.size - df + 0.5) / (df + 0.5)))
+                weights[term] = float(bm25_idf(index.size, df))
             return weights[term]
 
         def best(j: int) -> frozenset[str]:

@@ -11,11 +11,18 @@ query, most of the latency budget); this costs a fraction of that.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from ..ranking import top
 from .reads import UnitArrays
+
+
+def bm25_idf(count: Any, df: Any) -> Any:
+    """Lucene's BM25 idf, ln(1 + (N − df + .5)/(df + .5)), of a document frequency (or an
+    array of them) among ``count`` documents."""
+    return np.log1p((count - df + 0.5) / (df + 0.5))
 
 
 @dataclass(frozen=True)
@@ -87,7 +94,7 @@ class UnitIndex:
             count = int(mine.sum())
             at = mine[rows]
             df = np.bincount(cols[at], minlength=vocab_size).astype(np.float64)
-            idf = np.log1p((count - df + 0.5) / (df + 0.5))
+            idf = bm25_idf(count, df)
             avgdl = float(arrays.lengths[mine].mean())
             norm = k1 * (1.0 - b + b * arrays.lengths / max(avgdl, 1e-9))
             impact[at] = idf[cols[at]] * tf[at] * (k1 + 1.0) / (tf[at] + norm[rows[at]])
@@ -107,11 +114,6 @@ class UnitIndex:
                                                              self.indptr[present])
             self.post_rows = np.zeros(0, dtype=np.int32)
             self.post_impact = np.zeros(0, dtype=np.float32)
-
-    @property
-    def layered(self) -> bool:
-        """Whether the pool holds more than one kind (each ranked on its own statistics)."""
-        return bool(self.size) and int(self.layer.max()) > 0
 
     def kind_positions(self, unit: str, level: int) -> np.ndarray:
         """Positions of the rows of one (unit, level) in this pool."""
