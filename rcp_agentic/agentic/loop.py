@@ -30,7 +30,7 @@ on for the rest of that engine's trajectory; ``graph=False`` keeps the loop off 
 
 One ``session_id`` threads every call, so each step only sees evidence the
 trajectory has not seen yet (§7.7.3). Steps and evidence tokens are bounded. The
-result is the evidence set (most confident first) and a trace of every step with
+result is the evidence set (see :class:`CorrectiveResult` for its order) and a trace of every step with
 the reason it was taken. The same planner drives the sync and the async loop.
 """
 
@@ -82,10 +82,10 @@ class Step:
 
 @dataclass
 class CorrectiveResult:
-    """The evidence set, most confident first (ties, and every hit when an engine gives no
-    confidence, in the order found: each step's hits in the engine's rank order, a coarser
-    unit in the place of the finer ones it replaced; ``meta.step`` says which step found a
-    hit) and the trace of the steps."""
+    """The evidence set in the order found (each step's hits in the engine's rank order; a
+    coarser unit takes the place of the finer ones it replaced), what the question itself
+    found before what a rewritten query found, the first step's hits below the lower
+    threshold last (``meta.step`` says which step found a hit), and the trace of the steps."""
 
     query: str
     evidence: list[dict[str, Any]]
@@ -292,7 +292,7 @@ class _Run:
         return True
 
     def _requery(self, call: _Call, why: str) -> None:
-        ranked = self.ranked_evidence()
+        ranked = sorted(self.evidence.values(), key=lambda h: -(h.get("confidence") or 0.0))
         if self.loop.llm is not None:
             queries = llm_queries(self.loop.llm, self.query, ranked, n=self.loop.llm_queries)
             action = "decompose" if len(queries) > 1 else "rewrite"
@@ -310,14 +310,22 @@ class _Run:
             self.queue.append(_Call(q, call.engine, call.unit, action, why, call.graph))
 
     def ranked_evidence(self) -> list[dict[str, Any]]:
-        """The evidence, most confident first (calibrated confidence compares hits across
-        steps and engines; ties keep the order found); in the order found when some hit
-        carries no confidence."""
-        held = list(self.evidence.values())
-        if any(h.get("confidence") is None for h in held):
-            return held
-        order = sorted(range(len(held)), key=lambda i: (-float(held[i]["confidence"]), i))
-        return [held[i] for i in order]
+        """The evidence in the order found, in three tiers: what the question itself found
+        (its own retrievals, graph retries and escalations), then what a rewritten or
+        expanded query found, then the first step's hits below the lower threshold (kept
+        for recall). A confidence is relative to the query that found the hit, so it does
+        not rank a rewrite's hit above the question's own."""
+        lower = self.loop.evaluator.lower
+
+        def tier(hit: dict[str, Any]) -> int:
+            step = (hit.get("meta") or {}).get("step")
+            own = not isinstance(step, int) or self.trace[step - 1].query == self.query
+            if not own:
+                return 1
+            confidence = hit.get("confidence")
+            return 0 if confidence is None or float(confidence) >= lower else 2
+
+        return sorted(self.evidence.values(), key=tier)  # stable: the order found
 
     def result(self) -> CorrectiveResult:
         return CorrectiveResult(self.query, self.ranked_evidence(), self.trace,
