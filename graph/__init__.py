@@ -4,8 +4,9 @@ Extraction (:mod:`.extract`: title lexicon + builtin rules, spaCy, or an LLM),
 resolution (:mod:`.resolve`), the build into :class:`GraphData` (:mod:`.build`,
 incremental through :class:`GraphCache`) and HippoRAG-style personalised-PageRank
 recall with neighbourhoods and paths (:mod:`.ppr`); hierarchical Leiden communities with
-stable ids and incremental updates (:mod:`.communities`; not yet served as units). The
-engine core does not depend on it.
+stable ids and incremental updates (:mod:`.communities`), served as the ``community`` unit
+with their reports (:mod:`.community_index`, :mod:`.reports`). The engine core does not
+depend on it.
 """
 
 from .build import BuildStats, GraphCache, GraphConfig, build_graph, update_graph
