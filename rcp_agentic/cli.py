@@ -19,6 +19,7 @@ from typing import Any
 from . import units
 from .errors import CapabilityMissing, InvalidParams, RCPError
 from .protocol.listener import ServerLimits
+from .vocabulary import MODES
 
 
 def _engine_dir(arg: str | None) -> Path:
@@ -509,7 +510,7 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--engine", metavar="DIR")
     _add_backend_args(q)
     q.add_argument("--k", type=int, default=5)
-    q.add_argument("--mode", choices=["dense", "sparse", "hybrid"])
+    q.add_argument("--mode", choices=list(MODES))
     q.add_argument("--unit", choices=units.known())
     q.add_argument("--level", type=_at_least_zero, metavar="N",
                    help="one level of a levelled unit (tree-node: 0 = the chunks, 1.. summaries); "

@@ -46,6 +46,7 @@ from ..client.registry import EngineSpec, Registry, load_registry
 from ..closing import Closable
 from ..engine import Engine
 from ..options import OPTIONS, VENDOR
+from ..vocabulary import FUSIONS
 from .fusion import fuse
 
 if TYPE_CHECKING:
@@ -54,7 +55,6 @@ if TYPE_CHECKING:
     from typing_extensions import Self
 
 
-FUSIONS = ("rrf", "weighted", "convex")
 DEDUP = ("id", "uri")
 # Options meaningless across engines: cursors and snapshot tokens live in one engine's id space.
 NOT_FEDERATED = ("cursor", "indexVersion")

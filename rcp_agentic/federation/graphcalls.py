@@ -34,7 +34,7 @@ from ..client.errors import (
     RCPError,
 )
 from ..client.params import graph_params, memory_build_params, memory_recall_params
-from ..protocol.graphwire import GRAPH_OPS, MEMORY_SCOPES
+from ..vocabulary import GRAPH_OPS, MEMORY_SCOPES
 from . import graphs
 from .fanout import FanOut, Member, Outcome, as_rcp, elapsed_ms, spawn
 from .fusion import fuse
