@@ -16,7 +16,10 @@ carries the hop budget and path downstream (loop detection) and each engine's
 client sends the remaining deadline as ``_meta.deadlineMs``.
 
 :class:`FanOut` is the engines, their clients, this deadline-bounded fan-out and federated
-``retrieve``; :class:`~.graphcalls.Federation` adds ``graph`` and ``memory/*`` on it.
+``retrieve``; :class:`~.graphcalls.Federation` adds ``graph`` and ``memory/*`` on it. What
+one engine is asked, and the wait for the answers, are each written once as a generator of
+steps (:mod:`..client.steps`): the sync methods perform them in daemon threads, the asyncio
+ones in tasks.
 """
 
 from __future__ import annotations
