@@ -65,7 +65,6 @@ if TYPE_CHECKING:
     from .community_index import CommunityStore, StoredCommunity
     from .ppr import GraphView
 
-COMMUNITY_OPS = ("global", "drift", "communities")
 DEFAULT_PAGE = 20
 MAX_PAGE = 100  # communities per page / ranked communities of ``global``
 DEFAULT_GLOBAL_K = 10

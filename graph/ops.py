@@ -46,9 +46,10 @@ from ..control import RequestControl, checked
 from ..errors import BackendUnavailable, CapabilityMissing, InvalidParams, NotFound, \
     OptionUnsupported
 from ..pipeline.params import query_text
+from ..vocabulary import COMMUNITY_OPS, ENTITY_OPS
 from ..wire import (GraphEdge, GraphNode, GraphResult, Hit, MemoryBuildResult, MemoryClue,
                     MemoryRecallResult, Usage)
-from .community_ops import (COMMUNITY_OPS, MAX_PAGE, MAX_SUMMARY_TOKENS, CommunityOps,
+from .community_ops import (MAX_PAGE, MAX_SUMMARY_TOKENS, CommunityOps,
                             count_param, filter_param, version_of)
 from .compose import reading_order, install, relevance, request_view
 from .index import node_uid
@@ -59,8 +60,6 @@ from .sources import SourceTrust
 if TYPE_CHECKING:
     from ..engine import Engine
 
-OPS = ("local", "neighbors")
-LATER_OPS = COMMUNITY_OPS  # offered when the served version holds community units
 MAX_COMMUNITIES = MAX_PAGE  # a communities page / the communities global ranks
 MAX_TOKEN_BUDGET = MAX_SUMMARY_TOKENS  # tokens of a global summary
 MAX_SEEDS = 64
@@ -123,7 +122,7 @@ class GraphOps:
         a graph; ``global``, ``drift`` and ``communities`` while communities are stored."""
         if self.engine.graph_view() is None:
             return []
-        return [*OPS, *LATER_OPS] if self.community.offered() else list(OPS)
+        return [*ENTITY_OPS, *COMMUNITY_OPS] if self.community.offered() else list(ENTITY_OPS)
 
     # --- graph (§7.9) -----------------------------------------------------------------------
 
@@ -141,8 +140,9 @@ class GraphOps:
         every op; ``control`` bounds it (deadline, cancellation)."""
         if not isinstance(op, str):
             raise InvalidParams("op must be a string", field="op")
-        if op not in OPS + LATER_OPS:
-            raise InvalidParams(f"op must be one of {', '.join(OPS + LATER_OPS)}", field="op")
+        if op not in ENTITY_OPS + COMMUNITY_OPS:
+            raise InvalidParams(f"op must be one of {', '.join(ENTITY_OPS + COMMUNITY_OPS)}",
+                                field="op")
         session = _session(session_id, self.engine)
         takes = {"communities": ("cursor",), "global": ("tokenBudget",)}.get(op, ())
         for name, value in (("cursor", cursor), ("tokenBudget", token_budget)):

@@ -19,6 +19,7 @@ from typing import Any
 from . import units
 from .errors import CapabilityMissing, InvalidParams, RCPError
 from .protocol.listener import ServerLimits
+from .vocabulary import MODES
 
 
 def _engine_dir(arg: str | None) -> Path:
@@ -482,12 +483,20 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from .options import TREE_SEARCHES
-
     parser = argparse.ArgumentParser(prog="rcp-agentic",
                                      description="Retrieval engine for agentic RAG (RCP/1).")
     sub = parser.add_subparsers(dest="command", required=True)
+    _index_command(sub)
+    _query_command(sub)
+    _tree_command(sub)
+    _graph_command(sub)
+    _calibrate_command(sub)
+    _serve_command(sub)
+    return parser
 
+
+def _index_command(sub: Any) -> None:
+    """``index PATH...``: index files and folders."""
     idx = sub.add_parser("index", help="index files and folders (txt, md, html, pdf, jsonl)")
     idx.add_argument("paths", nargs="+", metavar="PATH")
     idx.add_argument("--engine", metavar="DIR", help="engine directory (default: "
@@ -504,12 +513,17 @@ def build_parser() -> argparse.ArgumentParser:
                      "keep it up to date on every later write (saved in the engine's config)")
     idx.set_defaults(func=cmd_index)
 
+
+def _query_command(sub: Any) -> None:
+    """``query TEXT``: retrieve hits."""
+    from .options import TREE_SEARCHES
+
     q = sub.add_parser("query", help="retrieve hits for a query")
     q.add_argument("text", metavar="TEXT")
     q.add_argument("--engine", metavar="DIR")
     _add_backend_args(q)
     q.add_argument("--k", type=int, default=5)
-    q.add_argument("--mode", choices=["dense", "sparse", "hybrid"])
+    q.add_argument("--mode", choices=list(MODES))
     q.add_argument("--unit", choices=units.known())
     q.add_argument("--level", type=_at_least_zero, metavar="N",
                    help="one level of a levelled unit (tree-node: 0 = the chunks, 1.. summaries); "
@@ -525,6 +539,9 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--json", action="store_true", help="print the RCP retrieve result")
     q.set_defaults(func=cmd_query)
 
+
+def _tree_command(sub: Any) -> None:
+    """``tree show|rebuild``: the RAPTOR tree."""
     tree = sub.add_parser("tree", help="the RAPTOR tree of an engine built with --tree")
     tree.add_argument("action", choices=["show", "rebuild"],
                       help="show: levels, node counts, leaf coverage, sample summaries; "
@@ -535,6 +552,9 @@ def build_parser() -> argparse.ArgumentParser:
                       help="summaries shown per level (%(default)s)")
     tree.set_defaults(func=cmd_tree)
 
+
+def _graph_command(sub: Any) -> None:
+    """``graph show|communities|rebuild``: the knowledge graph."""
     graph = sub.add_parser("graph", help="the knowledge graph of an engine built with --graph")
     graph.add_argument("action", choices=["show", "communities", "rebuild"],
                        help="show ENTITY: its description, strongest relations with evidence, "
@@ -554,6 +574,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="(communities) communities shown (%(default)s)")
     graph.set_defaults(func=cmd_graph)
 
+
+def _calibrate_command(sub: Any) -> None:
+    """``calibrate QUERIES QRELS``: refit hit confidence."""
     cal = sub.add_parser("calibrate", help="refit hit confidence on your own relevance labels")
     cal.add_argument("queries", metavar="QUERIES", help="BEIR queries.jsonl")
     cal.add_argument("qrels", metavar="QRELS", help="BEIR qrels TSV (query-id, doc-id, grade)")
@@ -561,6 +584,9 @@ def build_parser() -> argparse.ArgumentParser:
     cal.add_argument("--k", type=int, default=20, help="hits per query used for fitting")
     cal.set_defaults(func=cmd_calibrate)
 
+
+def _serve_command(sub: Any) -> None:
+    """``serve --stdio|--http``: serve the engine over RCP/1."""
     srv = sub.add_parser("serve", help="serve the engine over RCP/1")
     how = srv.add_mutually_exclusive_group(required=True)
     how.add_argument("--stdio", action="store_true",
@@ -602,7 +628,6 @@ def build_parser() -> argparse.ArgumentParser:
                      help="(HTTP) answer 503 past N open connections (default: what the "
                      "open-file limit allows, at most 4096)")
     srv.set_defaults(func=cmd_serve)
-    return parser
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -16,6 +16,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from .errors import InvalidParams
+from .vocabulary import Mode
 
 FieldType = Literal["keyword", "text", "int", "float", "bool", "date"]
 CONFIG_FILE = "config.json"
@@ -35,7 +36,7 @@ class EngineConfig(BaseModel):
     max_k: int = Field(200, ge=1, description="advertised retrieve.maxK; larger k is clamped")
     max_candidate_k: int = Field(1000, ge=1, description="candidate_k is clamped to this")
     rrf_k: int = Field(60, ge=1)
-    default_mode: Literal["dense", "sparse", "hybrid"] = "hybrid"
+    default_mode: Mode = "hybrid"
     bm25_k1: float = Field(1.2, gt=0)
     bm25_b: float = Field(0.75, ge=0, le=1)
     dense_exact_max: int = Field(

@@ -38,12 +38,13 @@ from .errors import (BackendUnavailable, CapabilityMissing, Conflict, InternalEr
 from .models.analyzer import analyze
 from .models.reranker import Reranker, as_reranker
 from .models.embedder import SentenceTransformerEmbedder, TimedEmbedder, as_embedder
-from .pipeline.filters import BUILTIN_FIELDS, OPERATORS
+from .pipeline.filters import BUILTIN_FIELDS
 from .pipeline.confidence import Calibrator
 from .pipeline.trust import InjectionScreen
 from . import units
+from .capabilities import Offer, build as build_capabilities
 from .options import TREE_SEARCHES
-from .pipeline.params import FUSIONS, MODES, query_text
+from .pipeline.params import query_text
 from .pipeline.retrieve import Retrieval
 from .store.chroma import ChromaVectors, CollectionLost
 from .store.docstore import Docstore
@@ -336,44 +337,20 @@ class Engine(Retrieval):
         composer is set (``composers``); ``x-rcp-agentic.units`` says which index version
         each derived or composed kind reflects.
         """
+        return build_capabilities(self.offer())
+
+    def offer(self) -> Offer:
+        """What this engine offers now, the facts of its capabilities document."""
         offered = self._offered()
-        names = [n for n in units.known() if units.get(n).stored in offered]
-        levelled = [max(offered[units.get(n).stored], default=0) for n in names
-                    if units.get(n).levelled]
-        retrieve: dict[str, Any] = {
-            "maxK": self.config.max_k, "modes": list(MODES), "fusion": list(FUSIONS),
-            "mmr": True, "rerankBuiltin": self.reranker is not None, "units": names,
-            "tokenBudget": True, "confidence": self.calibrator is not None,
-            "scoreScale": "unbounded", "defaultMode": self.config.default_mode,
-            "deterministic": True, "snapshots": True,
-        }
-        if levelled:
-            retrieve["levels"] = max(levelled) + 1  # level 0 (the leaves) and the summaries
-        if self.reranker is None:
-            retrieve["scoreFloor"] = -1.0  # cosine; RRF, weighted, convex and BM25 are >= 0
-        caps: dict[str, Any] = {
-            "retrieve": retrieve,
-            "embed": {"dimension": self.dimension, "identity": self.embedder.identity,
-                      "batchLimit": self.config.embed_batch_limit, "normalized": True,
-                      "encodings": ["json", "f32-base64"]},
-            "session": {"dedup": True, "ttlSeconds": self.config.session_ttl_seconds},
-            "filter": {"fields": self.filter_fields(), "operators": list(OPERATORS)},
-            "pagination": {},
-            "citations": {},
-        }
-        if self.reranker is not None:
-            caps["rerank"] = {"methods": [self.reranker.method],
-                              "maxCandidates": self.config.rerank_max_candidates,
-                              "models": [self.reranker.model]}
+        fields = self.filter_fields()
         derived = self.derived_status()
-        if derived:
-            caps["x-rcp-agentic"] = {"units": derived}
-        if "node" in offered:
-            caps["graph"] = {"ops": self.graph_ops.ops()}
-            if "node" in self.builders:  # memory/build updates the graph: it needs the builder
-                caps["memory"] = {"scopes": ["global", "session"], "clues": True}
-            caps.setdefault("x-rcp-agentic", {})["graphRecall"] = True
-        return caps
+        graph = "node" in offered
+        return Offer(
+            config=self.config, offered=offered, dimension=self.dimension,
+            embedder_identity=self.embedder.identity, reranker=self.reranker,
+            calibrated=self.calibrator is not None, filter_fields=fields, derived=derived,
+            graph_ops=self.graph_ops.ops() if graph else None,
+            memory=graph and "node" in self.builders)
 
     def derived_status(self) -> dict[str, dict[str, Any]]:
         """Per built derived kind: its levels, unit counts, the index version it reflects and

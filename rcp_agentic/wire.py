@@ -11,6 +11,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
+from .vocabulary import TrustLevel
+
 Unit = Literal["chunk", "passage", "document", "node", "triplet", "path", "subgraph",
                "community", "tree-node", "page"]
 
@@ -48,7 +50,7 @@ class ChunkRef(WireModel):
 class Trust(WireModel):
     """Provenance and safety signals of a hit (§15)."""
 
-    level: Literal["trusted", "community", "untrusted"]
+    level: TrustLevel
     score: float | None = None
     injection_suspected: bool | None = None
     sanitized: bool | None = None

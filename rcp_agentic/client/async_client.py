@@ -8,7 +8,7 @@ import os
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from .core import ClientCore, ProgressCallback
+from .core import ClientCore, ProgressCallback, Step
 from .errors import ClientTimeout, RCPError, TransportError
 from .params import (
     embed_params,
@@ -22,7 +22,8 @@ from .params import (
     retrieve_params,
 )
 from .results import GraphResult, MemoryBuildResult, MemoryRecallResult
-from .retry import RetryPolicy
+from .retry import Reinitialize, RetryPolicy, Send
+from .steps import adrive
 from .sync_client import DEFAULT_TIMEOUT, default_stdio_command
 from .transport import AsyncTransport, Message
 from .vectors import decode_vectors
@@ -254,27 +255,17 @@ class AsyncRCPClient:
     async def _send(self, method: str, params: dict[str, Any], *, timeout: float | None,
                     on_progress: ProgressCallback | None, generation: int | None = None) -> Any:
         """One call with the retry policy of §12.2, all within one deadline."""
-        deadline = self._core.deadline(timeout)
-        token = self._core.watch_progress(on_progress) if on_progress is not None else None
-        state = self._core.retry_state(method, params)
-        try:
-            while True:
-                frame = self._core.frame(method, params, deadline, token)
-                response = await self._roundtrip(frame, deadline, token is not None)
-                try:
-                    return self._core.result_of(response)
-                except RCPError as err:
-                    if generation is not None and state.reinitialize(err):
-                        await self._reinitialize(generation)
-                        generation = self._core.generation
-                        continue
-                    delay = state.delay(err)
-                    if delay is None or not self._core.fits(deadline, delay):
-                        raise
-                    log.info("%s failed with %s; retrying in %.2fs", method, err.code, delay)
-                    await asyncio.sleep(delay)
-        finally:
-            self._core.unwatch_progress(token)
+        steps = self._core.exchange(method, params, timeout=timeout, on_progress=on_progress,
+                                    generation=generation)
+        return await adrive(steps, self._perform)
+
+    async def _perform(self, step: Step) -> Any:
+        if isinstance(step, Send):
+            return await self._roundtrip(step.message, step.deadline, step.progress)
+        if isinstance(step, Reinitialize):
+            return await self._reinitialize(step.generation)
+        await asyncio.sleep(step.seconds)
+        return None
 
     async def _roundtrip(self, message: Message, deadline: float | None, progress: bool) -> Any:
         """Send ``message`` and await its response within the deadline."""

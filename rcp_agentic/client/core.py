@@ -9,21 +9,24 @@ response into a result or an exception (§12).
 from __future__ import annotations
 
 import itertools
+import logging
 import math
 import secrets
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Generator, Mapping
 from typing import Any
 
 from .. import __version__
 from .errors import ClientTimeout, RCPError, TransportError, VersionMismatch, error_from_wire
 from ..protocol.methods import PROTOCOL_VERSION
 from .gating import check_method, check_options, clamp
-from .retry import RetryPolicy, RetryState, repeatable
+from .retry import Reinitialize, RetryPolicy, RetryState, Send, Wait, repeatable
 from .transport import Frame, Message, deliver, request_ids
 
 ProgressCallback = Callable[[dict[str, Any]], object]
+Step = Send | Reinitialize | Wait
+log = logging.getLogger("rcp_agentic.client")
 CLIENT_NAME = "rcp-agentic-client"
 
 
@@ -90,8 +93,33 @@ class ClientCore:
             out["strict"] = False
         return clamp(method, out, caps)
 
-    def retry_state(self, method: str, params: Mapping[str, Any]) -> RetryState:
-        return RetryState(self.retry, repeatable=repeatable(method, params))
+    def exchange(self, method: str, params: dict[str, Any], *, timeout: float | None,
+                 on_progress: ProgressCallback | None,
+                 generation: int | None) -> Generator[Step, Any, Any]:
+        """One call as its steps, retried per §12.2 within one deadline: yields :class:`Send`
+        (sent back: the response), :class:`Reinitialize` (after -32001, with ``generation``
+        the session the call was gated on) and :class:`Wait`; returns the ``result``."""
+        deadline = self.deadline(timeout)
+        token = self.watch_progress(on_progress) if on_progress is not None else None
+        state = RetryState(self.retry, repeatable=repeatable(method, params), deadline=deadline)
+        try:
+            while True:
+                response = yield Send(self.frame(method, params, deadline, token), deadline,
+                                      token is not None)
+                try:
+                    return self.result_of(response)
+                except RCPError as err:
+                    if generation is not None and state.reinitialize(err):
+                        yield Reinitialize(generation)
+                        generation = self.generation
+                        continue
+                    delay = state.delay(err)
+                    if delay is None:
+                        raise
+                    log.info("%s failed with %s; retrying in %.2fs", method, err.code, delay)
+                    yield Wait(delay, err)
+        finally:
+            self.unwatch_progress(token)
 
     def deadline(self, timeout: float | None) -> float | None:
         """Monotonic deadline of a call (``timeout`` None: the client default; inf: none)."""
@@ -109,10 +137,6 @@ class ClientCore:
         if left <= 0:
             raise ClientTimeout("the deadline elapsed before the request could be sent")
         return left
-
-    @staticmethod
-    def fits(deadline: float | None, delay: float) -> bool:
-        return deadline is None or time.monotonic() + delay < deadline
 
     def frame(self, method: str, params: Mapping[str, Any], deadline: float | None = None,
               progress_token: Any = None) -> Frame:

@@ -7,17 +7,24 @@ copies ``Retry-After`` there); -32603 (InternalError) once; -32001
 never -32016 (Conflict), -32006 (Cancelled) or -32014 (Timeout: the deadline is
 the caller's to extend). A write that is not idempotent (``index/add`` or ``memory/build`` of a
 document without an ``id``, ``feedback``) is only repeated on -32011, where the
-server refused it before doing anything.
+server refused it before doing anything. Every retry waits within the call's deadline: one
+that would end past it is not made.
+
+:class:`RetryState` decides, once per failure, whether and when to try again; the client
+core's ``exchange`` turns those decisions into the steps (:class:`Send`,
+:class:`Reinitialize`, :class:`Wait`) that the sync and asyncio clients perform.
 """
 
 from __future__ import annotations
 
 import random
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from .errors import RCPError
+from .transport import Message
 
 RATE_LIMITED = -32011
 BACKEND_UNAVAILABLE = -32010
@@ -54,11 +61,13 @@ def repeatable(method: str, params: Mapping[str, Any]) -> bool:
 
 
 class RetryState:
-    """The retry bookkeeping of one call."""
+    """The retry bookkeeping of one call that must end by ``deadline`` (monotonic; None: never)."""
 
-    def __init__(self, policy: RetryPolicy, *, repeatable: bool = True) -> None:
+    def __init__(self, policy: RetryPolicy, *, repeatable: bool = True,
+                 deadline: float | None = None) -> None:
         self.policy = policy
         self.repeatable = repeatable
+        self.deadline = deadline
         self.retries = 0
         self._internal_retried = False
         self._reinitialized = False
@@ -81,4 +90,30 @@ class RetryState:
             return None
         seconds = self.policy.backoff(self.retries, error)
         self.retries += 1
+        if self.deadline is not None and time.monotonic() + seconds >= self.deadline:
+            return None
         return seconds
+
+
+@dataclass(frozen=True)
+class Send:
+    """Step: send ``message`` and give back its response (``progress``: stream notifications)."""
+
+    message: Message
+    deadline: float | None
+    progress: bool
+
+
+@dataclass(frozen=True)
+class Reinitialize:
+    """Step: negotiate a fresh session, the one numbered ``generation`` having been lost."""
+
+    generation: int
+
+
+@dataclass(frozen=True)
+class Wait:
+    """Step: sleep ``seconds`` before retrying after ``error`` (a cancel ends the call)."""
+
+    seconds: float
+    error: RCPError

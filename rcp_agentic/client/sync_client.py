@@ -12,7 +12,7 @@ from concurrent import futures
 from typing import TYPE_CHECKING, Any
 
 from .cancel import CancelToken
-from .core import ClientCore, ProgressCallback
+from .core import ClientCore, ProgressCallback, Step
 from .errors import Cancelled, ClientTimeout, RCPError, TransportError
 from .params import (
     embed_params,
@@ -26,7 +26,8 @@ from .params import (
     retrieve_params,
 )
 from .results import GraphResult, MemoryBuildResult, MemoryRecallResult
-from .retry import RetryPolicy
+from .retry import Reinitialize, RetryPolicy, Send
+from .steps import drive
 from .transport import Message, Transport, settle
 from .vectors import decode_vectors
 
@@ -319,31 +320,20 @@ class RCPClient:
               cancel: CancelToken | None, on_progress: ProgressCallback | None,
               generation: int | None = None) -> Any:
         """One call with the retry policy of §12.2, all within one deadline."""
-        deadline = self._core.deadline(timeout)
-        token = self._core.watch_progress(on_progress) if on_progress is not None else None
-        state = self._core.retry_state(method, params)
-        try:
-            while True:
-                frame = self._core.frame(method, params, deadline, token)
-                response = self._roundtrip(frame, deadline, cancel, token is not None)
-                try:
-                    return self._core.result_of(response)
-                except RCPError as err:
-                    if generation is not None and state.reinitialize(err):
-                        self._reinitialize(generation)
-                        generation = self._core.generation
-                        continue
-                    delay = state.delay(err)
-                    if delay is None or not self._core.fits(deadline, delay):
-                        raise
-                    log.info("%s failed with %s; retrying in %.2fs", method, err.code, delay)
-                    if cancel is not None:
-                        if cancel.wait(delay):
-                            raise Cancelled(f"{method} was cancelled by the caller") from err
-                    else:
-                        time.sleep(delay)
-        finally:
-            self._core.unwatch_progress(token)
+        steps = self._core.exchange(method, params, timeout=timeout, on_progress=on_progress,
+                                    generation=generation)
+        return drive(steps, lambda step: self._perform(step, method, cancel))
+
+    def _perform(self, step: Step, method: str, cancel: CancelToken | None) -> Any:
+        if isinstance(step, Send):
+            return self._roundtrip(step.message, step.deadline, cancel, step.progress)
+        if isinstance(step, Reinitialize):
+            return self._reinitialize(step.generation)
+        if cancel is None:
+            time.sleep(step.seconds)
+        elif cancel.wait(step.seconds):
+            raise Cancelled(f"{method} was cancelled by the caller") from step.error
+        return None
 
     def _roundtrip(self, message: Message, deadline: float | None, cancel: CancelToken | None,
                    progress: bool) -> Any:

@@ -21,6 +21,7 @@ from ..models.analyzer import term_counts
 from ..models.tokenizer import count_tokens
 from ..pipeline.params import clean_text, is_unicode
 from ..store.writes import DocumentRecord, UnitRecord
+from ..vocabulary import TRUST_LEVELS
 from .chunker import chunk_text
 from .loaders import Page, SourceDocument
 
@@ -30,9 +31,6 @@ MAX_ID_LENGTH = 512
 def mint_id(text: str) -> str:
     """A stable id for a document given without one: a hash of its text."""
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:24]
-
-
-TRUST_LEVELS = ("trusted", "community", "untrusted")
 
 
 def check_document_chars(text: str, max_chars: int, field: str) -> None:

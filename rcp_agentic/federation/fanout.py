@@ -16,19 +16,23 @@ carries the hop budget and path downstream (loop detection) and each engine's
 client sends the remaining deadline as ``_meta.deadlineMs``.
 
 :class:`FanOut` is the engines, their clients, this deadline-bounded fan-out and federated
-``retrieve``; :class:`~.graphcalls.Federation` adds ``graph`` and ``memory/*`` on it.
+``retrieve``; :class:`~.graphcalls.Federation` adds ``graph`` and ``memory/*`` on it. What
+one engine is asked, and the wait for the answers, are each written once as a generator of
+steps (:mod:`..client.steps`): the sync methods perform them in daemon threads, the asyncio
+ones in tasks.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Generator, Iterable, Mapping
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from ..client import AsyncRCPClient, RCPClient
 from ..client.errors import (
@@ -43,9 +47,11 @@ from ..client.errors import (
 from ..client.gating import DEFAULT_UNITS, check_options, switch_offered
 from ..client.params import RETRIEVE_OPTIONS, wire_options
 from ..client.registry import EngineSpec, Registry, load_registry
+from ..client.steps import adrive, drive
 from ..closing import Closable
 from ..engine import Engine
 from ..options import OPTIONS, VENDOR
+from ..vocabulary import FUSIONS
 from .fusion import fuse
 
 if TYPE_CHECKING:
@@ -54,7 +60,6 @@ if TYPE_CHECKING:
     from typing_extensions import Self
 
 
-FUSIONS = ("rrf", "weighted", "convex")
 DEDUP = ("id", "uri")
 # Options meaningless across engines: cursors and snapshot tokens live in one engine's id space.
 NOT_FEDERATED = ("cursor", "indexVersion")
@@ -108,13 +113,44 @@ class Outcome:
     refusal: RCPError | None = None  # why a skipped engine could not take the call
 
 
+@dataclass(frozen=True)
+class Connect:
+    """Step: the member's client, initialized (sent back: the client)."""
+
+    member: Member
+
+
+@dataclass(frozen=True)
+class Invoke:
+    """Step: ``client.<name>(*args, **kwargs)``, awaited when the client is asynchronous."""
+
+    client: RCPClient | AsyncRCPClient
+    name: str
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Waiting:
+    """Step: wait up to ``seconds`` for the first of ``pending`` to finish (sent back: the
+    ``(done, pending)`` sets)."""
+
+    pending: set[Any]
+    seconds: float
+
+
+# What one engine is asked: Connect and Invoke steps (see ..client.steps), then its outcome.
+Ask = Generator[Connect | Invoke, Any, Outcome]
+R = TypeVar("R")
+
+
 def as_rcp(exc: BaseException) -> RCPError:
     return exc if isinstance(exc, RCPError) else InternalError(f"{type(exc).__name__}: {exc}")
 
 
-def spawn(fn: Callable[..., Outcome], *args: Any) -> Future[Outcome]:
+def spawn(fn: Callable[..., R], *args: Any) -> Future[R]:
     """Run ``fn(*args)`` in a daemon thread: an engine stuck past the deadline never blocks exit."""
-    future: Future[Outcome] = Future()
+    future: Future[R] = Future()
 
     def run() -> None:
         try:
@@ -223,11 +259,11 @@ class FanOut(Closable):
         return {id_: o.error for id_, o in (await self._ainit_all()).items() if o.error}
 
     def _init_all(self) -> dict[str, Outcome]:
-        futures = {m.id: spawn(self._ask_sync, m, None) for m in self._members.values()}
+        futures = {m.id: spawn(self._run, self._ask(m, None)) for m in self._members.values()}
         return {id_: f.result() for id_, f in futures.items()}
 
     async def _ainit_all(self) -> dict[str, Outcome]:
-        outcomes = await asyncio.gather(*(self._ask_async(m, None)
+        outcomes = await asyncio.gather(*(self._arun(self._ask(m, None))
                                           for m in self._members.values()))
         return {o.id: o for o in outcomes}
 
@@ -278,50 +314,81 @@ class FanOut(Closable):
         ``federation``/``deadlineMs`` when this federation serves an aggregator.
         """
         plan = self._plan(query, k, timeout, dedup, strict, options)
-        futures = {spawn(self._ask_sync, m, plan): m for m in plan.members}
-        return self._finish(plan, self._collect(futures, plan))
+        return self._finish(plan, self._fan_out(plan.members, plan,
+                                                lambda m: self._ask(m, plan)))
 
     async def aretrieve(self, query: Any, k: int = 10, *, timeout: float | None = None,
                         dedup: str | None = None, strict: bool | None = None,
                         **options: Any) -> dict[str, Any]:
         """The asyncio :meth:`retrieve` (``asyncio`` tasks over AsyncRCPClients)."""
         plan = self._plan(query, k, timeout, dedup, strict, options)
-        tasks = {asyncio.create_task(self._ask_async(m, plan)): m for m in plan.members}
-        return self._finish(plan, await self._acollect(tasks, plan))
+        return self._finish(plan, await self._afan_out(plan.members, plan,
+                                                       lambda m: self._ask(m, plan)))
 
-    def _collect(self, futures: dict[Future[Outcome], Member],
-                 plan: Deadlined) -> dict[str, Outcome]:
-        """Each engine's outcome by the deadline (a late one: Timeout); a required engine's
-        failure is raised."""
-        outcomes: dict[str, Outcome] = {}
-        pending = set(futures)
-        while pending and (left := plan.deadline - time.monotonic()) > 0:
-            done, pending = wait(pending, timeout=left, return_when=FIRST_COMPLETED)
-            for f in done:
-                outcomes[futures[f].id] = self._checked(futures[f], f.result())
-        for f in pending:
-            outcomes[futures[f].id] = self._checked(futures[f], self._late(futures[f], plan))
-        return outcomes
+    # --- the fan-out: each engine's steps, run in threads or tasks -------------------------
 
-    async def _acollect(self, tasks: dict[asyncio.Task[Outcome], Member],
-                        plan: Deadlined) -> dict[str, Outcome]:
-        """The asyncio :meth:`_collect`; tasks still running at the deadline are cancelled."""
-        outcomes: dict[str, Outcome] = {}
-        pending = set(tasks)
+    def _fan_out(self, members: Iterable[Member], plan: Deadlined,
+                 ask: Callable[[Member], Ask]) -> dict[str, Outcome]:
+        """``ask(m)`` of every member, each in a daemon thread; their outcomes by the deadline."""
+        futures = {spawn(self._run, ask(m)): m for m in members}
+        return drive(self._collect(futures, plan), lambda step: wait(
+            step.pending, timeout=step.seconds, return_when=FIRST_COMPLETED))
+
+    async def _afan_out(self, members: Iterable[Member], plan: Deadlined,
+                        ask: Callable[[Member], Ask]) -> dict[str, Outcome]:
+        """The asyncio :meth:`_fan_out`; tasks still running at the deadline are cancelled."""
+        tasks = {asyncio.create_task(self._arun(ask(m))): m for m in members}
         try:
-            while pending and (left := plan.deadline - time.monotonic()) > 0:
-                done, pending = await asyncio.wait(pending, timeout=left,
-                                                   return_when=asyncio.FIRST_COMPLETED)
-                for t in done:
-                    outcomes[tasks[t].id] = self._checked(tasks[t], t.result())
-            for t in pending:
-                outcomes[tasks[t].id] = self._checked(tasks[t], self._late(tasks[t], plan))
+            return await adrive(self._collect(tasks, plan), lambda step: asyncio.wait(
+                step.pending, timeout=step.seconds, return_when=asyncio.FIRST_COMPLETED))
         finally:
-            for t in pending:  # cancelling sends notifications/cancel (§7.14); don't wait for it
-                t.cancel()
-                self._tasks.add(t)
-                t.add_done_callback(self._tasks.discard)
+            for t in tasks:  # cancelling sends notifications/cancel (§7.14); don't wait for it
+                if not t.done():
+                    t.cancel()
+                    self._tasks.add(t)
+                    t.add_done_callback(self._tasks.discard)
+
+    def _collect(self, running: Mapping[Any, Member], plan: Deadlined
+                 ) -> Generator[Waiting, tuple[set[Any], set[Any]], dict[str, Outcome]]:
+        """Each engine's outcome by the deadline (a late one: Timeout), as it waits on the
+        calls still running; a required engine's failure is raised."""
+        outcomes: dict[str, Outcome] = {}
+        pending = set(running)
+        while pending and (left := plan.deadline - time.monotonic()) > 0:
+            done, pending = yield Waiting(pending, left)
+            for f in done:
+                outcomes[running[f].id] = self._checked(running[f], f.result())
+        for f in pending:
+            outcomes[running[f].id] = self._checked(running[f], self._late(running[f], plan))
         return outcomes
+
+    def _run(self, ask: Ask) -> Outcome:
+        """One engine's steps with blocking clients."""
+        return drive(ask, self._perform)
+
+    async def _arun(self, ask: Ask) -> Outcome:
+        """One engine's steps with this loop's async clients (a given sync one: in threads)."""
+        return await adrive(ask, self._aperform)
+
+    def _perform(self, step: Connect | Invoke) -> Any:
+        if isinstance(step, Connect):
+            client = self._sync_client(step.member)
+            client.initialize()
+            return client
+        return getattr(step.client, step.name)(*step.args, **step.kwargs)
+
+    async def _aperform(self, step: Connect | Invoke) -> Any:
+        if isinstance(step, Connect):
+            client = self._async_client(step.member)
+            if client is None:
+                return await asyncio.wrap_future(spawn(self._perform, step))
+            await client.initialize()
+            return client
+        call = getattr(step.client, step.name)
+        if isinstance(step.client, RCPClient):
+            return await asyncio.wrap_future(spawn(functools.partial(call, *step.args,
+                                                                     **step.kwargs)))
+        return await call(*step.args, **step.kwargs)
 
     def _plan(self, query: Any, k: int, timeout: float | None, dedup: str | None,
               strict: bool | None, options: Mapping[str, Any]) -> _Plan:
@@ -407,42 +474,21 @@ class FanOut(Closable):
             return opts, plan.strict, []
         return opts, False, [f"engine {m.id!r}: sent with strict=false ({names} not advertised)"]
 
-    def _ask_sync(self, m: Member, plan: _Plan | None) -> Outcome:
+    def _ask(self, m: Member, plan: _Plan | None) -> Ask:
         """Initialize ``m`` and (with a plan) ask it; every failure becomes the outcome."""
         t0, caps = time.monotonic(), {}
         try:
             if plan is None and isinstance(m.source, AsyncRCPClient) and m.source.server:
                 return Outcome(m.id, caps=m.source.capabilities)
-            client = self._sync_client(m)
-            client.initialize()
+            client = yield Connect(m)
             caps = client.capabilities
             call = self._gate(m, caps, plan, t0)
             if isinstance(call, Outcome):
                 return call
             assert plan is not None
             opts, strict, notes = call
-            result = client.retrieve(plan.query, plan.n, timeout=self._engine_timeout(plan),
-                                     strict=strict, **opts)
-            return _answered(m.id, result, t0, notes, caps)
-        except Exception as exc:  # noqa: BLE001 - one engine's failure is data here (§16.2)
-            return Outcome(m.id, error=as_rcp(exc), caps=caps, latency_ms=elapsed_ms(t0))
-
-    async def _ask_async(self, m: Member, plan: _Plan | None) -> Outcome:
-        """The asyncio :meth:`_ask_sync`; a given sync client runs in a daemon thread."""
-        t0, caps = time.monotonic(), {}
-        try:
-            client = self._async_client(m)
-            if client is None:
-                return await asyncio.wrap_future(spawn(self._ask_sync, m, plan))
-            await client.initialize()
-            caps = client.capabilities
-            call = self._gate(m, caps, plan, t0)
-            if isinstance(call, Outcome):
-                return call
-            assert plan is not None
-            opts, strict, notes = call
-            result = await client.retrieve(plan.query, plan.n, strict=strict,
-                                           timeout=self._engine_timeout(plan), **opts)
+            result = yield Invoke(client, "retrieve", (plan.query, plan.n),
+                                  dict(timeout=self._engine_timeout(plan), strict=strict, **opts))
             return _answered(m.id, result, t0, notes, caps)
         except Exception as exc:  # noqa: BLE001 - one engine's failure is data here (§16.2)
             return Outcome(m.id, error=as_rcp(exc), caps=caps, latency_ms=elapsed_ms(t0))

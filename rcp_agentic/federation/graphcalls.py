@@ -19,7 +19,6 @@ answering: BackendUnavailable.
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -34,9 +33,9 @@ from ..client.errors import (
     RCPError,
 )
 from ..client.params import graph_params, memory_build_params, memory_recall_params
-from ..protocol.graphwire import GRAPH_OPS, MEMORY_SCOPES
+from ..vocabulary import GRAPH_OPS, MEMORY_SCOPES
 from . import graphs
-from .fanout import FanOut, Member, Outcome, as_rcp, elapsed_ms, spawn
+from .fanout import Ask, Connect, FanOut, Invoke, Member, Outcome, as_rcp, elapsed_ms
 from .fusion import fuse
 
 
@@ -91,9 +90,7 @@ class Federation(FanOut):
         """
         req = self._graph_request(op, query, k, seed_ids, hops, level, session_id, timeout,
                                   strict, cursor, token_budget, filter)
-        futures = {spawn(self._call_sync, self._members[id_], req): self._members[id_]
-                   for id_ in req.params}
-        return self._graph_result(req, self._collect(futures, req), k, seed_ids)
+        return self._graph_result(req, self._fan_out(*self._asks(req)), k, seed_ids)
 
     async def agraph(self, op: str, query: Any = None, *, k: int | None = None,
                      seed_ids: Sequence[str] | None = None, hops: int | None = None,
@@ -104,9 +101,7 @@ class Federation(FanOut):
         """The asyncio :meth:`graph`."""
         req = self._graph_request(op, query, k, seed_ids, hops, level, session_id, timeout,
                                   strict, cursor, token_budget, filter)
-        tasks = {asyncio.create_task(self._call_async(self._members[id_], req)):
-                 self._members[id_] for id_ in req.params}
-        return self._graph_result(req, await self._acollect(tasks, req), k, seed_ids)
+        return self._graph_result(req, await self._afan_out(*self._asks(req)), k, seed_ids)
 
     def memory_build(self, documents: Iterable[Mapping[str, Any]] | None = None, *,
                      memory_id: str | None = None, scope: str | None = None,
@@ -120,9 +115,7 @@ class Federation(FanOut):
         documents into every engine (OptionUnsupported; add them to one engine instead).
         """
         req = self._build_request(documents, memory_id, scope, session_id, timeout, strict)
-        futures = {spawn(self._call_sync, self._members[id_], req): self._members[id_]
-                   for id_ in req.params}
-        return self._call_result(req, self._collect(futures, req), graphs.merge_build)
+        return self._call_result(req, self._fan_out(*self._asks(req)), graphs.merge_build)
 
     async def amemory_build(self, documents: Iterable[Mapping[str, Any]] | None = None, *,
                             memory_id: str | None = None, scope: str | None = None,
@@ -130,9 +123,7 @@ class Federation(FanOut):
                             strict: bool | None = None) -> dict[str, Any]:
         """The asyncio :meth:`memory_build`."""
         req = self._build_request(documents, memory_id, scope, session_id, timeout, strict)
-        tasks = {asyncio.create_task(self._call_async(self._members[id_], req)):
-                 self._members[id_] for id_ in req.params}
-        return self._call_result(req, await self._acollect(tasks, req), graphs.merge_build)
+        return self._call_result(req, await self._afan_out(*self._asks(req)), graphs.merge_build)
 
     def memory_recall(self, query: Any, *, memory_id: str | None = None,
                       session_id: str | None = None, n: int | None = None,
@@ -144,9 +135,7 @@ class Federation(FanOut):
         federated ``memory_id`` only the engines it names are asked. ``filter`` goes to
         every engine as given and scopes each one's clues."""
         req = self._recall_request(query, memory_id, session_id, n, timeout, filter)
-        futures = {spawn(self._call_sync, self._members[id_], req): self._members[id_]
-                   for id_ in req.params}
-        return self._recall_result(req, self._collect(futures, req), n)
+        return self._recall_result(req, self._fan_out(*self._asks(req)), n)
 
     async def amemory_recall(self, query: Any, *, memory_id: str | None = None,
                              session_id: str | None = None, n: int | None = None,
@@ -154,9 +143,7 @@ class Federation(FanOut):
                              timeout: float | None = None) -> dict[str, Any]:
         """The asyncio :meth:`memory_recall`."""
         req = self._recall_request(query, memory_id, session_id, n, timeout, filter)
-        tasks = {asyncio.create_task(self._call_async(self._members[id_], req)):
-                 self._members[id_] for id_ in req.params}
-        return self._recall_result(req, await self._acollect(tasks, req), n)
+        return self._recall_result(req, await self._afan_out(*self._asks(req)), n)
 
     def _request(self, method: str, params: dict[str, dict[str, Any]],
                  needs: Callable[[Mapping[str, Any]], RCPError | None], timeout: float | None,
@@ -275,36 +262,22 @@ class Federation(FanOut):
 
         return self._request("memory/recall", params, needs, timeout, None, skipped)
 
-    def _call_sync(self, m: Member, req: _Request) -> Outcome:
+    def _asks(self, req: _Request) -> tuple[list[Member], _Request, Callable[[Member], Ask]]:
+        """Who is asked ``req`` and how: the fan-out's arguments."""
+        return [self._members[id_] for id_ in req.params], req, lambda m: self._call(m, req)
+
+    def _call(self, m: Member, req: _Request) -> Ask:
         """Initialize ``m`` and ask it ``req`` if it advertises what it needs; failures are data."""
         t0, caps = time.monotonic(), {}
         try:
-            client = self._sync_client(m)
-            client.initialize()
+            client = yield Connect(m)
             caps = client.capabilities
             refused = self._refused(m, req, caps, t0)
             if refused is not None:
                 return refused
-            result = client.call(req.method, {**req.params[m.id], "_meta": req.meta},
-                                 timeout=self._engine_timeout(req), strict=req.strict)
-            return _replied(m.id, req.method, result, t0, caps)
-        except Exception as exc:  # noqa: BLE001 - one engine's failure is data here (§16.2)
-            return _failed(m, req, as_rcp(exc), caps, t0)
-
-    async def _call_async(self, m: Member, req: _Request) -> Outcome:
-        """The asyncio :meth:`_call_sync`; a given sync client runs in a daemon thread."""
-        t0, caps = time.monotonic(), {}
-        try:
-            client = self._async_client(m)
-            if client is None:
-                return await asyncio.wrap_future(spawn(self._call_sync, m, req))
-            await client.initialize()
-            caps = client.capabilities
-            refused = self._refused(m, req, caps, t0)
-            if refused is not None:
-                return refused
-            result = await client.call(req.method, {**req.params[m.id], "_meta": req.meta},
-                                       timeout=self._engine_timeout(req), strict=req.strict)
+            result = yield Invoke(client, "call",
+                                  (req.method, {**req.params[m.id], "_meta": req.meta}),
+                                  dict(timeout=self._engine_timeout(req), strict=req.strict))
             return _replied(m.id, req.method, result, t0, caps)
         except Exception as exc:  # noqa: BLE001 - one engine's failure is data here (§16.2)
             return _failed(m, req, as_rcp(exc), caps, t0)

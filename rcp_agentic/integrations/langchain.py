@@ -45,12 +45,11 @@ from ..client.sync_client import default_stdio_command
 from ..closing import Closable
 from ..engine import Engine
 from ..options import doc
+from ..vocabulary import Mode
 from ..wire import Unit
 from .common import RETRIEVE_OPTIONS, HitSource, hit_metadata, retrieve_options
 
 __all__ = ["RCPRetriever", "RCPRetrieverParams", "hit_to_document"]
-
-Mode = Literal["dense", "sparse", "hybrid"]
 
 # Keywords BaseRetriever.invoke leaves in the kwargs it hands to _get_relevant_documents.
 _RUNNABLE_KWARGS = ("verbose", "run_id")

@@ -25,6 +25,7 @@ from scipy.special import expit
 from scipy.stats import rankdata
 
 from ..units import calibration_family
+from ..vocabulary import RECALL_SOURCES
 from .confidence import (ABSENT_RANK, DEFAULT_FEATURES, FEATURES, GRAPH, MODES, MOMENT_FEATURES,
                          POOL_FEATURES, SIGNAL_SETS, SMALL_POOL, Calibrator, LogisticModel, Signals,
                          _design, _in_pool, _key, _moments, _pool_of, base_mode, signals)
@@ -109,7 +110,7 @@ def _sample_signals(samples: Sequence[Sample], model_features: Sequence[str],
                          "not reach it)")
     pool_needs = {FEATURES[f].needs for f in names & POOL_FEATURES}
     pooled = {}
-    for name in ("dense", "sparse", "graph"):
+    for name in RECALL_SOURCES:
         top, rank = _col(samples, f"top_{name}"), _col(samples, f"rank_{name}")
         if name in pool_needs and (np.isnan(top).any() or np.isnan(rank).any()):
             raise ValueError(f"{key}: pool features need every sample's top_{name} and "

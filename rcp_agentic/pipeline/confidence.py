@@ -103,6 +103,7 @@ from typing import Any
 import numpy as np
 
 from ..units import calibration_family
+from ..vocabulary import MODES
 
 FORMAT = "rcp-agentic-calibration/4"
 # Older files read unchanged: every feature and model key of formats 1–3 still exists
@@ -110,7 +111,6 @@ FORMAT = "rcp-agentic-calibration/4"
 # pool z-scores).
 READABLE_FORMATS = ("rcp-agentic-calibration/1", "rcp-agentic-calibration/2",
                     "rcp-agentic-calibration/3", FORMAT)
-MODES = ("dense", "sparse", "hybrid")
 # A request with graph recall (a third, fused recall list) is scored by the model of its
 # mode's graph signal set when there is one (``hybrid+graph/chunk``), else by its mode's.
 GRAPH = "+graph"

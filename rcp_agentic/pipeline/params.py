@@ -28,13 +28,9 @@ from .. import units
 from ..config import EngineConfig
 from ..errors import InvalidParams, OptionUnsupported
 from ..options import RANK_BY, TREE_SEARCHES, VENDOR
+from ..vocabulary import FUSIONS, MODES, RECALL_SOURCES
 from .filters import check_filter_size
 
-MODES = ("dense", "sparse", "hybrid")
-FUSIONS = ("rrf", "weighted", "convex")
-# The named recall lists the fusion combines: dense, sparse, and the knowledge graph's
-# personalised PageRank when ``x-rcp-agentic-graphRecall`` is on.
-RECALL_SOURCES = ("dense", "sparse", "graph")
 # What a plan is checked against when the caller passes no configuration.
 DEFAULT_CONFIG = EngineConfig.model_validate({})
 # Unknown params named one by one in usage.notes; the rest are counted.

@@ -25,6 +25,7 @@ from ..ranking import ranked as rank_scores
 from ..sessions import Candidate
 from ..store.memindex import UnitIndex, bm25_idf
 from ..wire import Hit, RetrieveResult, Usage
+from ..vocabulary import DENSE_MODES, RECALL_SOURCES, SPARSE_MODES
 from . import cursor, fusion
 from .cursor import CursorState, query_hash
 from .filters import check_filter_size, compile_filter
@@ -222,16 +223,16 @@ class Retrieval:
         lists: dict[str, list[tuple[int, float]]] = {}
         qvec = None
         term_ids: list[int] = []
-        if plan.mode in ("dense", "hybrid") or plan.tree_search == "traversal":
+        if plan.mode in DENSE_MODES or plan.tree_search == "traversal":
             qvec = self.embedder.embed_query(plan.query)
         if plan.tree_search == "traversal":
             assert qvec is not None
             allowed = self._traverse(plan, index, qvec, allowed)
-        if plan.mode in ("dense", "hybrid"):
+        if plan.mode in DENSE_MODES:
             assert qvec is not None
             lists["dense"] = self.recall.dense(index, qvec, depth=depth, allowed=allowed,
                                                native=native)
-        if plan.mode in ("sparse", "hybrid"):
+        if plan.mode in SPARSE_MODES:
             term_ids = self.query_terms(plan.query)
             lists["sparse"] = self.recall.sparse(index, term_ids, depth=depth, allowed=allowed,
                                                  native=native)
@@ -442,7 +443,7 @@ class Retrieval:
         if not any(self.calibrator.supports(plan.mode, f, graph_ran) for f in set(families)):
             return None
         stage = {name: np.array([per_stage[name][p] for p in positions])
-                 for name in ("dense", "sparse", "graph") if name in per_stage}
+                 for name in RECALL_SOURCES if name in per_stage}
         ceiling = (self.recall.sparse_ceiling(index, term_ids) if "sparse" in per_stage
                    else None)
         probs = np.full(len(positions), np.nan)
@@ -682,10 +683,10 @@ class Retrieval:
             inside = (ci.positions_of(np.array([int(k[1:]) for k in allowed], dtype=np.int64))
                       if allowed is not None else None)
             chunk_lists = {}
-            if qvec is not None and plan.mode in ("dense", "hybrid"):
+            if qvec is not None and plan.mode in DENSE_MODES:
                 chunk_lists["dense"] = self.recall.dense(ci, qvec, depth=GRAPH_PRIOR_DEPTH,
                                                          allowed=inside)
-            if plan.mode in ("sparse", "hybrid") and (inside is None or len(inside)):
+            if plan.mode in SPARSE_MODES and (inside is None or len(inside)):
                 chunk_lists["sparse"] = self.recall.sparse(ci, term_ids, depth=GRAPH_PRIOR_DEPTH,
                                                            allowed=inside)
         fused = fusion.rrf({n: r for n, r in chunk_lists.items() if r},
@@ -854,9 +855,9 @@ class Retrieval:
             plan.notes.append(f"the query names no entity of the graph: no {plan.unit} to "
                               "compose")
             return result([])
-        qvec = (self.embedder.embed_query(plan.query) if plan.mode in ("dense", "hybrid")
+        qvec = (self.embedder.embed_query(plan.query) if plan.mode in DENSE_MODES
                 else None)
-        term_ids = self.query_terms(plan.query) if plan.mode in ("sparse", "hybrid") else []
+        term_ids = self.query_terms(plan.query) if plan.mode in SPARSE_MODES else []
         prior = self._chunk_prior(plan, served, None, {}, qvec, term_ids, allowed_keys)
         ctl.check()
         composed = list(composer(view, links, prior, k=plan.k, token_budget=plan.token_budget))

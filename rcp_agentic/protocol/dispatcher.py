@@ -24,6 +24,7 @@ from typing import Any
 
 from .. import __version__
 from ..control import Progress, RequestControl
+from ..capabilities import TransportLimits, build as build_capabilities
 from ..engine import Engine
 from ..errors import (
     CapabilityMissing,
@@ -40,7 +41,7 @@ from ..errors import (
 from ..pipeline.params import is_unicode, lone_surrogate_at
 from .. import jsonio
 from .caller import TRUSTED, Caller, bind_sessions, read_only, refuse_write, unbind_result
-from .graphwire import graph_call, graph_limits, memory_build_call, memory_recall_call
+from .graphwire import graph_call, memory_build_call, memory_recall_call
 from .methods import PROTOCOL_VERSION, RCP_METHODS
 
 log = logging.getLogger(__name__)
@@ -268,32 +269,9 @@ class Dispatcher:
         return self._capabilities[writes]
 
     def _all_capabilities(self) -> dict[str, Any]:
-        """The engine's capabilities with the protocol layer's own and its limits."""
-        caps = self.engine.capabilities()
-        caps["index"] = {"writable": True, "chunking": True}
-        caps["streaming"] = {}
-        caps["feedback"] = {}
-        # Limits RCP has no key for, under our vendor prefix (§6.2).
-        config = self.engine.config
-        limits = {"maxBatch": self.max_batch,
-                  "requestTimeoutMs": int(self.request_timeout * 1000),
-                  "maxQueryChars": config.max_query_chars,
-                  "maxSessionIdChars": config.max_session_id_chars,
-                  "sessionMaxBytes": config.session_max_bytes,
-                  "maxTokenBudget": config.max_token_budget,
-                  "maxFilterDepth": config.max_filter_depth,
-                  "maxFilterNodes": config.max_filter_nodes,
-                  "maxFilterFields": config.max_filter_fields,
-                  "maxMetaKeys": config.max_meta_keys,
-                  "maxMetaDepth": config.max_meta_depth,
-                  "maxDocumentChars": config.max_document_chars,
-                  "maxHitChars": config.max_hit_chars,
-                  "maxEmbedChars": config.max_embed_chars}
-        if self.max_body_bytes is not None:
-            limits["maxBodyBytes"] = self.max_body_bytes
-        limits.update(graph_limits(caps))  # graph/memory: the engine offers them or not
-        caps.setdefault("x-rcp-agentic", {})["limits"] = limits
-        return caps
+        """The engine's capabilities as this session serves them, with its transport's limits."""
+        return build_capabilities(self.engine.offer(), TransportLimits(
+            self.max_batch, self.request_timeout, self.max_body_bytes))
 
     def _peer(self, caps: dict[str, Any]) -> dict[str, Any]:
         return {"protocolVersion": PROTOCOL_VERSION,

@@ -3,8 +3,8 @@
 them.
 
 The engine advertises ``graph``, ``memory`` and ``x-rcp-agentic.graphRecall`` while it holds a
-graph (``Engine.capabilities``); :func:`graph_limits` adds the graph's bounds to the session's
-``x-rcp-agentic.limits``. The ``*_call`` functions turn wire params into the keyword
+graph, and a session the graph's bounds under ``x-rcp-agentic.limits`` (:mod:`..capabilities`).
+The ``*_call`` functions turn wire params into the keyword
 arguments of ``Engine.graph`` / ``memory_build`` / ``memory_recall``, against the session's
 advertised capabilities: a malformed value is InvalidParams naming ``data.field``; an op or
 scope RCP defines but the session did not advertise is OptionUnsupported (``data.option``); a
@@ -24,15 +24,9 @@ from typing import Any
 
 from ..errors import InvalidParams, OptionUnsupported
 from ..pipeline.params import lone_surrogate_at, unknown_params
-
 # Every op and scope RCP/1 defines (§7.9, §7.17); what an engine offers is a subset.
-GRAPH_OPS = ("local", "global", "drift", "communities", "neighbors")
-MEMORY_SCOPES = ("global", "session")
-# The limits advertised under x-rcp-agentic.limits, with the graph module's constant for each.
-LIMIT_NAMES = {"maxGraphHops": "MAX_HOPS", "maxGraphNodes": "MAX_NODES",
-               "maxSeedIds": "MAX_SEEDS", "maxClues": "MAX_CLUES",
-               "maxMemoryDocuments": "MAX_MEMORY_DOCS", "maxCommunities": "MAX_COMMUNITIES",
-               "maxSummaryTokens": "MAX_TOKEN_BUDGET"}
+from ..vocabulary import GRAPH_OPS, MEMORY_SCOPES
+
 COMMUNITY_LISTS = ("global", "communities")  # k counts communities (maxCommunities)
 MAX_CURSOR_CHARS = 4096
 # Every param each method reads: the spec's, the vendor extras above, `_meta` and `strict`.
@@ -59,16 +53,6 @@ def _checked_params(params: Mapping[str, Any], names: tuple[str, ...], method: s
     if strict is not None and not isinstance(strict, bool):
         raise InvalidParams("strict must be a boolean", field="strict")
     return unknown_params(params, names, method=method)
-
-
-def graph_limits(caps: Mapping[str, Any]) -> dict[str, int]:
-    """The graph limits to advertise under ``x-rcp-agentic.limits`` when ``caps`` (the
-    engine's) offer ``graph``; ``{}`` otherwise."""
-    if "graph" not in caps:
-        return {}
-    from ..graph import ops as graph_ops  # the engine core does not import the graph
-
-    return {name: int(getattr(graph_ops, const)) for name, const in LIMIT_NAMES.items()}
 
 
 def _obj(caps: Mapping[str, Any], key: str) -> Mapping[str, Any]:
