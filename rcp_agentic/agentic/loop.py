@@ -4,11 +4,12 @@ Each step retrieves, the evaluator judges the hits (correct / ambiguous /
 incorrect), and the next action is chosen from what was found. The first step's hits
 all join the evidence unless it is judged incorrect: the loop starts from what one
 retrieve returns and only adds to it (``refine_first=True`` drops its hits below the
-lower threshold too, as CRAG's refinement does; held out on the multi-hop sets that lost
-supporting passages the calibration scored below 0.05 — ``bench/corrective.py``). A
-follow-up step's hits join when they reach the lower threshold:
+lower threshold too, as CRAG's refinement does; held out on the multi-hop sets, that
+drop lost supporting passages the calibration scored below 0.05 —
+``bench/corrective.py``). A follow-up step's hits join when they reach the lower
+threshold:
 
-* **correct** — keep the refined hits and stop;
+* **correct** — keep the hits and stop;
 * **ambiguous** — recall through the knowledge graph when the engine offers it (the
   same query and unit with ``x-rcp-agentic-graphRecall``: a multi-hop question's second
   passage shares no words with it); then re-query: the LLM's rewrite or decomposition
@@ -30,8 +31,9 @@ on for the rest of that engine's trajectory; ``graph=False`` keeps the loop off 
 
 One ``session_id`` threads every call, so each step only sees evidence the
 trajectory has not seen yet (§7.7.3). Steps and evidence tokens are bounded. The
-result is the evidence set (see :class:`CorrectiveResult` for its order) and a trace of every step with
-the reason it was taken. The same planner drives the sync and the async loop.
+result is the evidence set (:class:`CorrectiveResult` gives its order) and a trace of
+every step with the reason it was taken. The same planner drives the sync and the async
+loop.
 """
 
 from __future__ import annotations
