@@ -21,6 +21,13 @@ from rcp_agentic.models.embedder import SentenceTransformerEmbedder
 from rcp_agentic.protocol.dispatcher import Dispatcher
 
 REPO = Path(__file__).resolve().parents[1]
+# The suite runs in two pytest-xdist workers (pyproject's addopts). Each worker, and every
+# server or CLI process a test starts, runs torch on one thread: two workers with torch's
+# default two threads each would oversubscribe two cores (measured on two cores: 495 s for
+# the whole suite against 416 s with one thread each; 743 s in one process).
+XDIST_WORKER = os.environ.get("PYTEST_XDIST_WORKER")
+if XDIST_WORKER:
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
 CHROMA_URL_ENV = "RCP_AGENTIC_TEST_CHROMA_URL"
 DERIVED_UPDATES_ENV = "RCP_AGENTIC_DERIVED_UPDATES"
 
@@ -75,8 +82,8 @@ def inline_derived(request: pytest.FixtureRequest) -> Iterator[None]:
 
 @pytest.fixture(scope="session")
 def embedder() -> SentenceTransformerEmbedder:
-    """The real default model, loaded once for the whole run."""
-    return SentenceTransformerEmbedder()
+    """The real default model, loaded once per test process (one torch thread in a worker)."""
+    return SentenceTransformerEmbedder(torch_threads=1 if XDIST_WORKER else None)
 
 
 @pytest.fixture()
