@@ -3,7 +3,7 @@
     python bench/composed_confidence.py [--sets hotpotqa 2wikimultihopqa] [--k 5] [--limit N]
 
 A composed hit's confidence is its best leaf chunk's calibrated confidence in the engine's
-own graph-recall chunk retrieve for the same query (``Retrieval._retrieve_composed``). For
+own graph-recall chunk retrieve for the same query (``Retriever._retrieve_composed``). For
 every question of ``../shared/data/multihop/<set>/questions.jsonl`` this retrieves the top
 ``k`` path and subgraph hits (hybrid, the default mode) from the set's graph engine
 (``bench/.cache/corrective-graph-engine-<set>``, only read), labels a hit relevant when a

@@ -323,7 +323,7 @@ class CommunityOps:
         at ``version`` lags the documents: the same words in every community op."""
         if version is None:
             return []
-        note = self.engine._derived_lag([(kind, 0) for kind in kinds], version)
+        note = self.engine.catalog.derived_lag([(kind, 0) for kind in kinds], version)
         return [note] if note else []
 
     def _query(self, query: Any, op: str) -> str:
@@ -352,13 +352,13 @@ class CommunityOps:
 
     def _rowids(self, store: CommunityStore) -> dict[str, int]:
         """Community id -> its row, for the communities of ``store`` (one version)."""
-        index = self.engine._index(_community_kinds(store), store.version)
+        index = self.engine.catalog.index(_community_kinds(store), store.version)
         return {str(u): int(r) for u, r in zip(index.uids, index.rowids)}
 
     def _passing(self, store: CommunityStore, filter_: Mapping[str, Any]) -> set[str]:
         """Ids of the communities of ``store`` that pass ``filter_``: every chunk a community
         covers passes (as retrieve judges a derived unit)."""
-        rows = self.engine.passing_rowids(filter_, _community_kinds(store), store.version)
+        rows = self.engine.catalog.passing_rowids(filter_, _community_kinds(store), store.version)
         by_row = {r: u for u, r in self._rowids(store).items()}
         return {by_row[int(r)] for r in rows if int(r) in by_row}
 
@@ -391,12 +391,12 @@ class CommunityOps:
                 raise InvalidParams("cursor is not one this engine returned", field="cursor")
             state = cursors.decode(cursor, self.engine._secret, qhash)
             try:
-                version = self.engine._served_version(f"v{state.version}")
+                version = self.engine.catalog.served_version(f"v{state.version}")
             except BackendUnavailable:
                 raise InvalidParams("cursor pages a snapshot this engine no longer keeps: "
                                     "start the listing again", field="cursor") from None
             start = state.start
-        version = version if version is not None else self.engine._served_version(None)
+        version = version if version is not None else self.engine.catalog.served_version(None)
         store = self._store("communities", version)
         level_ = level_param(level, store)
         lvl = store.top_level if level_ is None else level_

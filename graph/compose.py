@@ -116,11 +116,11 @@ def request_view(engine: Engine, filter_: Mapping[str, Any] | None,
                  version: int | None = None) -> tuple[GraphView | None, int]:
     """The graph a request with ``filter_`` may see at ``version`` (default: the current
     one), and that version; the view is None when the version holds no graph."""
-    v = engine._served_version(None) if version is None else version
+    v = engine.catalog.served_version(None) if version is None else version
     view = engine.graph_view(v)
     if view is None:
         return None, v
-    return scoped_view(view, engine.chunk_scope(filter_, v)), v
+    return scoped_view(view, engine.catalog.chunk_scope(filter_, v)), v
 
 
 # --- PageRank ---------------------------------------------------------------------------------

@@ -214,7 +214,7 @@ class GraphOps:
         that carry the query's PageRank, most relevant first (at most 8)."""
         if not rel:
             return hit
-        index = self.engine._index([("chunk", 0)], version)
+        index = self.engine.catalog.index([("chunk", 0)], version)
         pos = index.positions_of_uids([hit.id])
         if not len(pos):
             return hit
@@ -335,7 +335,7 @@ class GraphOps:
         version = self.engine.store.index_version()
         tokens = 0
         for kind in ("node", "triplet"):
-            tokens += int(self.engine._index([(kind, 0)], version).tokens.sum())
+            tokens += int(self.engine.catalog.index([(kind, 0)], version).tokens.sum())
         return MemoryBuildResult(memory_id=f"graph@v{version}", tokens=tokens)
 
     def _documents(self, documents: Any) -> list[dict[str, Any]]:
@@ -366,13 +366,13 @@ class GraphOps:
             return None
         shown = memory_id if len(memory_id) <= 40 else memory_id[:40] + "…"
         match = _MEMORY_ID.fullmatch(memory_id)
-        current = self.engine._served_version(None)
+        current = self.engine.catalog.served_version(None)
         if match is None or int(match[1]) > current:
             raise NotFound(f"memoryId {shown!r} is not a memory of this engine (graph@v<version> "
                            "as memory/build returned it, or session:<sessionId>)",
                            field="memoryId")
         try:
-            return self.engine._served_version(f"v{match[1]}")
+            return self.engine.catalog.served_version(f"v{match[1]}")
         except BackendUnavailable as exc:
             raise BackendUnavailable(f"memoryId {shown!r} pins a snapshot this engine no longer "
                                      f"keeps: {exc.message}", field="memoryId",
@@ -488,7 +488,7 @@ class GraphOps:
         res = self.engine.retrieve_params(raw, control)
         if not res.hits:
             return {}
-        index = self.engine._index([("chunk", 0)], version)
+        index = self.engine.catalog.index([("chunk", 0)], version)
         wanted = {f"r{int(index.rowids[p])}" for p in index.positions_of_uids(
             [h.id for h in res.hits])}
         out: dict[str, float] = {}

@@ -21,7 +21,7 @@ died between a write's commit and its builders, or an inline write whose builder
   keep committing meanwhile (see ``Engine.update_derived`` for the builder that loses every
   race to them).
 * **Errors.** A builder that raises ends the pass (the builders after it may build on its
-  kind); the error is kept per kind (``errors``), shown by ``derived_status`` and retrieve's
+  kind); the error is kept per builder (``failures``), shown by ``derived_status`` and retrieve's
   lag note, re-raised by :meth:`wait`, and cleared when that builder next succeeds. The
   next wake-up retries.
 * **Close.** :meth:`stop` asks the thread to stop and joins it: the builder running
@@ -34,11 +34,16 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+from .catalog import BuildFailures
 from .derived import DerivedReport
+
+if TYPE_CHECKING:
+    from .derived_updates import BuilderSet
 
 try:
     import fcntl
@@ -52,22 +57,22 @@ POLL_SECONDS = 0.2  # how often a waiting worker tries the lock (and checks for 
 
 
 class CatchUp:
-    """The derived-unit worker of one engine: on each :meth:`wake`, the builders
-    ``lagging()`` names (builder units, in run order) are brought up to date by
-    ``update(unit)``, one pass for every wake-up received before the pass began."""
+    """The derived-unit worker of one engine: on each :meth:`wake`, the builders that lag
+    (``builders.lagging()``, in run order) are brought up to date, one pass for every
+    wake-up received before the pass began. A builder's failure is recorded in
+    ``failures`` (the catalog reports it) until it next succeeds."""
 
-    def __init__(self, directory: Path, lagging: Callable[[], list[str]],
-                 update: Callable[[str], list[DerivedReport]]) -> None:
+    def __init__(self, directory: Path, builders: BuilderSet, *,
+                 failures: BuildFailures) -> None:
         self._lock_path = directory / LOCK_FILE
-        self._lagging = lagging
-        self._update = update
+        self._builders = builders
         self._cond = threading.Condition()
         self._wanted = False   # a wake-up not yet taken by a pass
         self._busy = False     # a pass is running
         self._stopping = False
         self.passes = 0        # passes run (each may run several builders)
         self.reports: list[DerivedReport] = []  # what the builders did, in order
-        self.errors: dict[str, BaseException] = {}  # builder unit -> its last failure
+        self.failures = failures
         self.error: BaseException | None = None  # the last failure of any builder
         self._thread = threading.Thread(target=self._run, name="rcp-agentic-derived",
                                         daemon=True)
@@ -111,8 +116,9 @@ class CatchUp:
         with self._cond:
             while True:
                 if not self._busy and not self._wanted:
-                    lagging = self._lagging()
-                    failed = [self.errors[u] for u in lagging if u in self.errors]
+                    lagging = self._builders.lagging()
+                    failed = [exc for exc in map(self.failures.of_builder, lagging)
+                              if exc is not None]
                     if failed:
                         raise failed[0]
                     if not lagging:
@@ -157,15 +163,15 @@ class CatchUp:
             with self._directory_lock() as held:
                 if not held:
                     return  # stopped while another worker held the directory
-                for unit in self._lagging():  # again: another process may have caught up
+                for unit in self._builders.lagging():  # again: another process may have caught up
                     if self._stopping:
                         return
-                    self.reports.extend(self._update(unit))
-                    self.errors.pop(unit, None)
+                    self.reports.extend(self._builders.update(only=unit))
+                    self.failures.clear(unit)
         except Exception as exc:  # noqa: BLE001 - a thread has no caller to raise to
             self.error = exc
             if unit:
-                self.errors[unit] = exc
+                self.failures.record(unit, self._builders.kinds(unit), exc)
             log.warning("derived units did not catch up (the next write retries): %s", exc)
 
     @contextmanager

@@ -146,6 +146,10 @@ class Conflict(RCPError):
     code = -32016
 
 
+class EmbeddingMismatch(Conflict):
+    """The engine directory was built with another embedding model than the one given."""
+
+
 ERRORS_BY_CODE: dict[int, type[RCPError]] = {
     cls.code: cls for cls in (ParseError, InvalidRequest, NotInitialized, VersionMismatch,
                               CapabilityMissing, UnknownMethod, OptionUnsupported, Cancelled,

@@ -128,8 +128,8 @@ def main(argv: list[str]) -> None:
                 _die()
             return original_update(**_kw)
 
-        original_update = engine.update_derived
-        engine.update_derived = die_instead
+        original_update = engine.derived.builders.update
+        engine.derived.builders.update = die_instead  # type: ignore[method-assign]
     elif die_point:
         raise SystemExit(f"unknown die point {die_point!r}")
 

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from rcp_agentic import Engine
+from rcp_agentic.pipeline.evidence import packing_containment
 from rcp_agentic.models.analyzer import analyze
 from rcp_agentic.pipeline.packing import pack
 
@@ -96,7 +97,7 @@ def tree_engine(tmp_path_factory: pytest.TempPathFactory, embedder: Any) -> Any:
 def _pool(eng: Engine) -> Any:
     kinds = [("chunk", 0)] + [("tree-node", lv) for lv in sorted(
         {int(r["level"]) for r in eng.store.live_derived("tree-node")})]
-    return eng._index(kinds)
+    return eng.catalog.index(kinds)
 
 
 def test_keeps_asks_for_the_chunks_best_matching_sentence(tree_engine: Engine) -> None:
@@ -115,7 +116,7 @@ def test_keeps_asks_for_the_chunks_best_matching_sentence(tree_engine: Engine) -
     ranked = [(index.position[int(row["rowid"])], 1.0), (chunk_pos, 0.5)]
     for query, expected in ((left_out[0], False), (held[0], True)):
         assert analyze(query)
-        _leaves, keeps = eng._containment(index, ranked, query)
+        _leaves, keeps = packing_containment(eng.store, index, ranked, query)
         assert keeps(0, 1) is expected, query
 
 

@@ -72,7 +72,7 @@ report is an extract far narrower than those documents, so its event is what a r
 report gets — its text holds a sentence of a relevant (supporting) passage
 (``bench/confidence.py --community``; fitted on HotpotQA and 2Wiki). Composed units
 (``path``, ``subgraph``) have no model of their own: a composed hit carries its best leaf
-chunk's confidence (``Retrieval._retrieve_composed``).
+chunk's confidence (``Retriever._retrieve_composed``).
 
 The shipped parameters (``rcp_agentic/data/calibration.json``) were fitted on
 SciFact's training split and the HotpotQA and 2WikiMultiHopQA dev sets together, each

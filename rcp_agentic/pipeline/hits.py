@@ -8,11 +8,16 @@ caller's usage notes say so; the full text stays in the store.
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from .. import units
 from ..wire import Hit
+
+if TYPE_CHECKING:
+    from ..store.docstore import Docstore
+    from .candidates import Candidates, Query
 
 
 def static_fields(row: dict[str, Any]) -> dict[str, Any]:
@@ -132,3 +137,46 @@ def build_composed_hit(unit: Any, *, score: float, scores: dict[str, float],
                        "edges": [{"src": a, "dst": b, "weight": w} for a, b, w in unit.edges],
                        "leaves": list(unit.leaf_uids)},
         "trust": unit.trust or None})
+
+
+def stored_hits(store: Docstore, query: Query, cands: Candidates, top: list[tuple[int, float]],
+                confidence: list[float | None] | None) -> list[Hit]:
+    """Hits for ``top`` (positions and scores of the query's index, best first), hydrated
+    from the store; ``scores`` keeps every recall source's score, the ``fused`` score
+    before any rerank and the ``rerank`` score; ``confidence[i]`` is the i-th hit's. A unit
+    deleted after the query's snapshot was taken is left out."""
+    plan, index = query.plan, query.index
+    positions = [p for p, _s in top]
+    per_stage = cands.per_stage(positions)
+    rowids = [int(index.rowids[p]) for p in positions]
+    rows = store.hydrate(rowids)
+    vectors = store.vectors(rowids) if plan.include_vectors else {}
+    kind = units.get(plan.unit)
+    spans_level = plan.level if kind.spans_levels else None
+    if kind.spans_levels:  # a community names its parent itself
+        parents = {row["uid"]: [row["umeta"]["parent"]] for row in rows.values()
+                   if (row.get("umeta") or {}).get("parent")}
+    elif kind.levelled:
+        parents = store.parents(plan.stored_unit, [index.uids[p] for p in positions],
+                                query.snapshot.version)
+    else:
+        parents = {}
+    hits = []
+    for i, ((pos, score), rowid) in enumerate(zip(top, rowids)):
+        row = rows.get(rowid)
+        if row is None:  # deleted after this query's snapshot was taken
+            continue
+        scores = {name: per_stage[name][pos] for name in cands.lists}
+        if pos in cands.fused:
+            scores["fused"] = float(cands.fused[pos])
+        if pos in cands.rerank:
+            scores["rerank"] = float(cands.rerank[pos])
+        if spans_level is not None:  # a community stands for every level of its range
+            row = {**row, "level": spans_level}
+        hits.append(build_hit(row, unit=plan.unit if kind.alias_of == row["unit"] else row["unit"],
+                              score=float(score), scores=scores,
+                              include_text=plan.include_text, vector=vectors.get(rowid),
+                              max_chars=plan.max_hit_chars, notes=plan.notes,
+                              confidence=None if confidence is None else confidence[i],
+                              parents=parents.get(row["uid"])))
+    return hits

@@ -7,6 +7,7 @@ import sqlite3
 from collections.abc import Mapping
 
 from ..errors import InvalidParams
+from ..pipeline.filters import BUILTIN_FIELDS
 from .connection import Connection
 
 
@@ -19,6 +20,12 @@ class FilterFields:
     def fields(self) -> dict[str, tuple[str, str]]:
         """Filterable fields: name → (type, origin) where origin is 'declared' or 'inferred'."""
         return {n: (t, o) for n, t, o in self._conn.query("SELECT name, type, origin FROM fields")}
+
+    def filterable(self) -> dict[str, str]:
+        """Every filterable field and its type: built-ins, declared and inferred fields."""
+        out = {name: ftype for name, (ftype, _col) in BUILTIN_FIELDS.items()}
+        out.update({n: t for n, (t, _o) in self.fields().items()})
+        return out
 
     @staticmethod
     def set_fields(db: sqlite3.Connection, fields: Mapping[str, str], origin: str) -> None:

@@ -57,6 +57,7 @@ from ..ranking import ranked
 from ..units import derived_kinds
 from .docstore import Docstore
 from .memindex import UnitIndex
+from .outage import OutageWindow
 from ..pipeline.filters import compile_filter
 from .milvus_filter import INEXACT_ROWS, add_columns, column_values, compile_milvus_filter
 
@@ -149,14 +150,13 @@ class MilvusRecall:
     scores_in_memory = False
 
     def __init__(self, store: Docstore, *, uri: str, token: str | None, prefix: str, dim: int,
-                 fields: Callable[[], Mapping[str, str]], k1: float, b: float,
+                 k1: float, b: float,
                  timeout: float, dense_index: str = "AUTOINDEX") -> None:
         self.store = store
         self.uri = uri
         self._token = token
         self.prefix = _NAME.sub("_", prefix)
         self.dim = dim
-        self._fields = fields
         self.k1, self.b = k1, b
         self.timeout = timeout
         self.dense_index = dense_index
@@ -173,8 +173,7 @@ class MilvusRecall:
         self._loaded: set[str] = set()
         if uri.endswith(".db"):
             _hold_lite(uri)
-        self._retry_at = 0.0
-        self._error = ""
+        self._outage = OutageWindow()
         self.truncated = 0  # units whose analysed text exceeded a VARCHAR (BM25 on the head)
 
     # --- connection and errors -----------------------------------------------------------
@@ -184,19 +183,19 @@ class MilvusRecall:
         return f"Milvus Lite at {self.uri}" if self.uri.endswith(".db") else f"Milvus at {self.uri}"
 
     def _down(self) -> BackendUnavailable:
-        wait_ms = max(1, int((self._retry_at - time.monotonic()) * 1000))
+        wait_ms = self._outage.wait_ms()
         return BackendUnavailable(
-            f"{self.where} is unavailable: {self._error}. Every write is committed in SQLite "
+            f"{self.where} is unavailable: {self._outage.error}. Every write is committed in SQLite "
             "(the source of truth) and is copied to Milvus as soon as it answers",
             retryable=True, retryAfterMs=max(wait_ms, RETRY_AFTER_MS))
 
     def _failed(self, exc: Exception, started: float) -> BackendUnavailable:
-        self._error = f"{type(exc).__name__}: {str(exc)[:300]}"
+        error = f"{type(exc).__name__}: {str(exc)[:300]}"
         if self.uri.endswith(".db") and "Open local milvus failed" in str(exc):
-            self._error += (" (Milvus Lite opens a .db in one process only; for several "
-                            f"processes run `milvus-lite server --data-dir {self.uri}` and "
-                            "use --milvus-uri http://127.0.0.1:19530)")
-        self._retry_at = time.monotonic() + 1.0 + (time.monotonic() - started)
+            error += (" (Milvus Lite opens a .db in one process only; for several "
+                      f"processes run `milvus-lite server --data-dir {self.uri}` and "
+                      "use --milvus-uri http://127.0.0.1:19530)")
+        self._outage.failed(error, started)
         self._synced.clear()  # re-read every collection's state once it answers
         self._columns.clear()
         self._targets.clear()
@@ -207,12 +206,12 @@ class MilvusRecall:
             except Exception:  # noqa: BLE001 - a broken connection may fail to close too
                 pass
             self._client = None
-        log.warning("%s failed: %s", self.where, self._error)
+        log.warning("%s failed: %s", self.where, self._outage.error)
         return self._down()
 
     def _call(self, fn: Callable[[Any], Any]) -> Any:
         """Run ``fn(client)``; any failure becomes BackendUnavailable and a retry window."""
-        if time.monotonic() < self._retry_at:
+        if self._outage.open():
             raise self._down()
         started = time.monotonic()
         try:
@@ -223,7 +222,7 @@ class MilvusRecall:
             raise
         except Exception as exc:  # noqa: BLE001 - pymilvus, grpc and socket errors alike
             raise self._failed(exc, started) from exc
-        self._retry_at = 0.0
+        self._outage.close()
         return out
 
     # --- collections -------------------------------------------------------------------
@@ -316,11 +315,11 @@ class MilvusRecall:
         target = current
         if rebuild:
             target = f"{alias}_g{uuid.uuid4().hex[:8]}"
-            self._create(client, target, self._fields())
+            self._create(client, target, self.store.filter_fields.filterable())
             self._describe(client, unit, level, target)
             held = -1
         assert target is not None
-        fields = dict(self._fields())
+        fields = dict(self.store.filter_fields.filterable())
         columns = self._columns[(unit, level)]
         last = 0
         while rows := self.store.feed.added_rows(unit, level, held, upto, last, _BATCH):
@@ -361,8 +360,8 @@ class MilvusRecall:
             columns = self._columns_of(client, name)
         else:
             name = prefix + uuid.uuid4().hex[:8]
-            self._create(client, name, self._fields())
-            fields = dict(self._fields())
+            self._create(client, name, self.store.filter_fields.filterable())
+            fields = dict(self.store.filter_fields.filterable())
             columns = self._columns_of(client, name)
             last = 0
             while rows := self.store.feed.rows_at(unit, level, version, last, _BATCH):

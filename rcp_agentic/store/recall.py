@@ -18,12 +18,16 @@ served version), so a result is always one snapshot.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
+from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
 
 from ..ranking import ranked
+from .chroma import ChromaVectors
+from .chroma_sync import ChromaSync
+from .docstore import Docstore
 from .memindex import Ranked, UnitIndex
 
 Ranking = list[tuple[int, float]]
@@ -80,24 +84,18 @@ class EmbeddedRecall:
     """Recall in this process: numpy and precomputed BM25 impacts, Chroma's HNSW for kinds
     whose vectors are not held in memory (more than ``dense_exact_max``).
 
-    ``chroma_query(unit, level, vector, n, rowids)`` is the engine's Chroma call, which
-    syncs Chroma from the outbox first; ``stored_count(unit, level)`` counts a kind's rows
-    in every retained version (Chroma holds those too); ``after_commit`` syncs Chroma, best
-    effort, and ``sync`` replays its outbox and repairs it from SQLite.
+    Owns the engine's Chroma (``chroma``: embedded in ``path``, or the server at ``url``)
+    and keeps it in step with the docstore (``chroma_sync``, :mod:`.chroma_sync`).
     """
 
     name = "embedded"
     scores_in_memory = True
 
-    def __init__(self, *, chroma_query: Callable[[str, int, np.ndarray, int, list[int] | None],
-                                                 tuple[list[int], list[float]]],
-                 stored_count: Callable[[str, int], int], after_commit: Callable[[], None],
-                 sync: Callable[[], None], status: Callable[[], dict[str, Any]]) -> None:
-        self._chroma_query = chroma_query
-        self._stored_count = stored_count
-        self._after_commit = after_commit
-        self._sync = sync
-        self._status = status
+    def __init__(self, store: Docstore, *, path: Path | None, url: str | None, prefix: str,
+                 timeout: float) -> None:
+        self.store = store
+        self.chroma = ChromaVectors(path=path, url=url, prefix=prefix, timeout=timeout)
+        self.chroma_sync = ChromaSync(store, self.chroma, timeout=timeout)
 
     def compile_filter(self, node: Any, fields: Mapping[str, str], index: UnitIndex) -> None:
         return None  # filters run in SQLite, which this backend shares
@@ -119,11 +117,11 @@ class EmbeddedRecall:
             # Chroma also holds rows of retained older versions (and derived rows no longer
             # valid); ask for enough to cover them.
             hidden = 0 if rowids is not None else max(
-                0, self._stored_count(unit, level) - len(in_kind))
+                0, self.store.stored_count(unit, level) - len(in_kind))
             n = min(depth, len(in_kind)) + hidden
             if n == 0:
                 continue
-            got, sims = self._chroma_query(unit, level, qvec, n, rowids)
+            got, sims = self.chroma_sync.query(unit, level, qvec, n, rowids)
             out.extend((index.position[r], s) for r, s in zip(got, sims) if r in index.position)
         return ranked(out)[:depth]
 
@@ -139,14 +137,13 @@ class EmbeddedRecall:
         return index.sparse_ceiling(term_ids)
 
     def after_commit(self) -> None:
-        self._after_commit()
+        self.chroma_sync.after_commit()
 
     def sync(self) -> None:
-        self._sync()
+        self.chroma_sync.sync_now()
 
     def status(self) -> dict[str, Any]:
-        return {"backend": self.name, **self._status()}
+        return {"backend": self.name, "chroma": self.chroma.url or "embedded"}
 
     def close(self) -> None:
-        pass  # the engine closes Chroma with the rest of its embedded stack
-
+        self.chroma.close()

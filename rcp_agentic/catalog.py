@@ -1,0 +1,384 @@
+"""The catalog: which index version a read serves, and what that version holds.
+
+Every read starts here. :meth:`Catalog.snapshot` catches up with other processes' commits,
+resolves the version a request reads (the current one, or a pinned ``indexVersion`` still
+retained) and returns a :class:`Snapshot` of it: the unit kinds it offers with their
+levels, its filterable fields, its scoring indexes (:class:`~.store.memindex.UnitIndex`,
+built from the docstore and cached per version), its knowledge graph and PageRank view,
+its communities, and whether a derived kind lags the documents it was built from.
+
+A committed version never changes, so everything cached per version stays valid; a write
+drops the index cache (:meth:`Catalog.invalidate`) only to bound memory.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from . import units
+from .config import EngineConfig
+from .errors import BackendUnavailable
+from .models.analyzer import analyze
+from .options import TREE_SEARCHES
+from .pipeline.filters import check_filter_size, compile_filter
+from .store.docstore import Docstore
+from .store.memindex import UnitIndex
+
+if TYPE_CHECKING:
+    from .graph.community_index import CommunityStore
+    from .graph.model import GraphData
+    from .graph.ppr import GraphView
+
+Kinds = list[tuple[str, int]]
+
+# Scoring indexes kept in memory: the current version of a few unit kinds, plus pinned ones.
+INDEX_CACHE = 6
+# Graphs (and their PageRank views, and communities) kept in memory: the current version plus
+# a pinned one.
+GRAPH_CACHE = 2
+# An index version token as this engine hands it out: "v" and the version, no leading zero.
+_VERSION_TOKEN = re.compile(r"v(0|[1-9][0-9]{0,17})")
+
+
+class BuildFailures:
+    """The last failure of each derived builder still failing, by the kinds it writes: the
+    background worker records them, the catalog reports them (``derived_status``, lag notes)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._by_unit: dict[str, tuple[tuple[str, ...], BaseException]] = {}
+
+    def record(self, unit: str, kinds: tuple[str, ...], exc: BaseException) -> None:
+        with self._lock:
+            self._by_unit[unit] = (kinds, exc)
+
+    def clear(self, unit: str) -> None:
+        with self._lock:
+            self._by_unit.pop(unit, None)
+
+    def of_builder(self, unit: str) -> BaseException | None:
+        """The last failure of the builder of ``unit`` (None: it has none)."""
+        with self._lock:
+            got = self._by_unit.get(unit)
+        return None if got is None else got[1]
+
+    def of_kind(self, kind: str) -> str:
+        """The last failure of the builder that writes ``kind``, as text ("" when none)."""
+        with self._lock:
+            found = [exc for kinds, exc in self._by_unit.values() if kind in kinds]
+        return (str(found[0]) or type(found[0]).__name__) if found else ""
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """One served index version and what it holds; everything is loaded on first use and
+    cached by the catalog per version."""
+
+    version: int
+    catalog: Catalog = field(repr=False)
+
+    @property
+    def token(self) -> str:
+        """The opaque ``indexVersion`` of this snapshot."""
+        return f"v{self.version}"
+
+    @cached_property
+    def fields(self) -> dict[str, str]:
+        """Every filterable field and its type (built-ins, declared and inferred fields)."""
+        return self.catalog.filter_fields()
+
+    def index(self, kinds: Kinds) -> UnitIndex:
+        """The scoring index of a pool of (unit, level) kinds at this version."""
+        return self.catalog.index(kinds, self.version)
+
+    def lag(self, kinds: Kinds) -> str | None:
+        """A usage note when a derived kind in ``kinds`` lags this version's documents."""
+        return self.catalog.derived_lag(kinds, self.version)
+
+    def graph_view(self) -> GraphView | None:
+        """The PageRank view of this version's graph (None: it holds none)."""
+        return self.catalog.graph_view(self.version)
+
+    def communities(self) -> CommunityStore | None:
+        """This version's communities (None: it holds none)."""
+        return self.catalog.communities(self.version)
+
+    def passing_rowids(self, filter_: Mapping[str, Any], kinds: Kinds) -> np.ndarray:
+        """Rowids of the units of ``kinds`` here that pass ``filter_`` (see
+        :meth:`Catalog.passing_rowids`)."""
+        return self.catalog.passing_rowids(filter_, kinds, self.version, self.fields)
+
+    def chunk_scope(self, filter_: Mapping[str, Any] | None) -> frozenset[str] | None:
+        """The chunk keys here that pass ``filter_`` (see :meth:`Catalog.chunk_scope`)."""
+        return self.catalog.chunk_scope(filter_, self.version, self.fields)
+
+
+class Catalog:
+    """The served versions of one engine's docstore and what each holds (module doc).
+
+    ``scores_in_memory``: whether the recall backend scores in this process (indexes then
+    keep BM25 postings and, up to ``dense_exact_max``, vectors). ``composers``: the
+    engine's composers of the composed kinds, by name (a composed kind is offered while its
+    composer is set and the version holds a graph). ``failures``: the derived builders'.
+    """
+
+    def __init__(self, store: Docstore, config: EngineConfig, *, scores_in_memory: bool,
+                 composers: Mapping[str, Callable[..., Any]],
+                 failures: BuildFailures) -> None:
+        self.store = store
+        self.config = config
+        self.failures = failures
+        self._in_memory = scores_in_memory
+        self._composers = composers
+        self._index_lock = threading.Lock()
+        self._indexes: dict[tuple[tuple[tuple[str, int], ...], int], UnitIndex] = {}
+        self._offered: tuple[tuple[int, tuple[str, ...]], dict[str, tuple[int, ...]]] | None = None
+        self._graph_lock = threading.Lock()
+        self._per_version: dict[str, OrderedDict[int, Any]] = {
+            "graph": OrderedDict(), "view": OrderedDict(), "communities": OrderedDict()}
+
+    # --- versions ---------------------------------------------------------------------
+
+    def current_version(self) -> int:
+        """The last committed version, after catching up with other processes' commits."""
+        current = self.store.index_version()
+        # After reading the version, so the vocabulary covers every term it uses.
+        if self.store.refresh():
+            self.invalidate()
+        return current
+
+    def served_version(self, pinned: str | None) -> int:
+        """The version a read serves: the current one, or a pinned one still retained.
+
+        A pinned token that cannot be served is BackendUnavailable (-32010, §7.7.1),
+        whatever its form: the token is opaque to the client. It is not retryable: a
+        collected version never returns, and one this engine never handed out (a bad
+        form, or beyond the last commit) is not a snapshot of it.
+        """
+        current = self.current_version()
+        if pinned is None:
+            return current
+        match = _VERSION_TOKEN.fullmatch(pinned)
+        wanted = int(match[1]) if match else None
+        oldest = self.store.oldest_retained(current)
+        if wanted is not None and oldest <= wanted <= current:
+            return wanted
+        why = ("is no longer retained" if wanted is not None and wanted < oldest
+               else "is not a version this engine has served")
+        shown = pinned if len(pinned) <= 40 else pinned[:40] + "…"
+        raise BackendUnavailable(f"indexVersion {shown!r} {why} (this engine keeps "
+                                 f"v{oldest}..v{current})", field="indexVersion",
+                                 retryable=False)
+
+    def snapshot(self, pinned: str | None = None) -> Snapshot:
+        """The snapshot a read serves (:meth:`served_version`)."""
+        return Snapshot(self.served_version(pinned), self)
+
+    def at(self, version: int) -> Snapshot:
+        """The snapshot of a version already resolved."""
+        return Snapshot(version, self)
+
+    # --- unit indexes -----------------------------------------------------------------
+
+    def invalidate(self) -> None:
+        """Drop the cached scoring indexes (after a write: they only bound memory)."""
+        with self._index_lock:
+            self._indexes.clear()
+
+    def index(self, kinds: Kinds, version: int | None = None) -> UnitIndex:
+        """The scoring index of a pool of (unit, level) kinds as of ``version`` (default:
+        the current one), cached."""
+        v = self.current_version() if version is None else version
+        key = (tuple(kinds), v)
+        index = self._indexes.get(key)
+        if index is not None:
+            return index
+        with self._index_lock:
+            index = self._indexes.get(key)
+            if index is None:
+                index = self._build_index(kinds, v)
+                while len(self._indexes) >= INDEX_CACHE:
+                    self._indexes.pop(next(iter(self._indexes)))
+                self._indexes[key] = index
+        return index
+
+    def _build_index(self, kinds: Kinds, version: int) -> UnitIndex:
+        count = sum(n for u, lv, n in self.store.unit_kinds(version) if (u, lv) in kinds)
+        arrays = self.store.unit_arrays(
+            kinds, version,
+            with_vectors=self._in_memory and count <= self.config.dense_exact_max)
+        return UnitIndex("+".join(f"{u}/{lv}" for u, lv in kinds), arrays,
+                         self.store.vocab_size(), k1=self.config.bm25_k1, b=self.config.bm25_b,
+                         postings=self._in_memory, kinds=tuple(kinds), version=version)
+
+    def query_terms(self, query: str) -> list[int]:
+        """Vocabulary ids of the analysed query terms (unknown terms dropped)."""
+        return sorted({t for t in (self.store.term_id(w) for w in analyze(query))
+                       if t is not None})
+
+    # --- what a version offers --------------------------------------------------------
+
+    def filter_fields(self) -> dict[str, str]:
+        """Every filterable field and its type: built-ins, declared and inferred fields."""
+        return self.store.filter_fields.filterable()
+
+    def offered(self, version: int | None = None) -> dict[str, tuple[int, ...]]:
+        """Stored kinds offered at ``version`` (default: the current one) → their levels: the
+        per-document kinds always (flat), each built derived kind with the levels it holds,
+        and while a graph is there the composed kinds whose composer is set."""
+        v = self.current_version() if version is None else version
+        composers = tuple(sorted(self._composers))
+        cached = self._offered
+        if cached is not None and cached[0] == (v, composers):
+            return cached[1]
+        offered: dict[str, tuple[int, ...]] = {
+            units.get(n).stored: (0,) for n in units.per_document_kinds()}
+        levels: dict[str, set[int]] = {}
+        for unit, level, _n in self.store.unit_kinds(v):
+            if unit in units.known() and units.get(unit).derived:
+                levels.setdefault(unit, set()).add(level)
+        offered.update({u: tuple(sorted(lv)) for u, lv in levels.items()})
+        if "node" in offered:
+            offered.update({n: (0,) for n in units.composed_kinds() if n in composers})
+        self._offered = ((v, composers), offered)
+        return offered
+
+    def derived_status(self) -> dict[str, dict[str, Any]]:
+        """Per built derived kind: its levels, unit counts, the index version it reflects and
+        whether writes since then are still to be folded in (``current``)."""
+        out: dict[str, dict[str, Any]] = {}
+        counts = self.store.unit_kinds()
+        data_version = self._data_version()
+        for name in units.known():
+            levels = {lv: n for u, lv, n in counts if u == name and units.get(name).derived}
+            if not levels:
+                continue
+            reflects = self.reflects(name)
+            entry: dict[str, Any] = {"levels": sorted(levels), "counts": {
+                str(lv): n for lv, n in sorted(levels.items())},
+                "reflects": f"v{reflects}", "current": reflects >= data_version}
+            if name == "tree-node":
+                entry["treeSearch"] = list(TREE_SEARCHES)
+            error = self.failures.of_kind(name)
+            if error:
+                entry["error"] = error
+            out[name] = entry
+        if "node" in out:  # composed from the graph: they reflect what the nodes reflect
+            for name in units.composed_kinds():
+                if name in self._composers:
+                    out[name] = {"composed": True, "reflects": out["node"]["reflects"],
+                                 "current": out["node"]["current"]}
+        return out
+
+    def reflects(self, kind: str) -> int:
+        """The index version the units of a derived ``kind`` reflect (0: never built)."""
+        return int(self.store.info(f"derived.{kind}.version") or 0)
+
+    def _data_version(self) -> int:
+        """The version of the last document write."""
+        return int(self.store.info("data_version") or 0)
+
+    def lagging(self, kinds: tuple[str, ...]) -> bool:
+        """Whether any of the derived ``kinds`` does not reflect the last document write."""
+        data_version = self._data_version()
+        return any(self.reflects(kind) < data_version for kind in kinds)
+
+    def derived_lag(self, kinds: Kinds, served: int) -> str | None:
+        """A usage note when a derived kind in ``kinds`` does not yet reflect the served version."""
+        derived = sorted({u for u, _lv in kinds if units.get(u).derived})
+        data_version = self._data_version() if derived else 0
+        for unit in derived:
+            reflects = self.reflects(unit)
+            if served >= data_version > reflects:
+                error = self.failures.of_kind(unit)
+                return (f"{unit} units reflect index version v{reflects}; documents written "
+                        f"since (up to v{data_version}) are not folded in yet, and units "
+                        "covering changed chunks are left out until the update"
+                        + (f" (its last background update failed: {error}; the next write "
+                           "retries)" if error else ""))
+        return None
+
+    # --- filters ------------------------------------------------------------------------
+
+    def passing_rowids(self, filter_: Mapping[str, Any], kinds: Kinds, version: int,
+                       fields: Mapping[str, str] | None = None) -> np.ndarray:
+        """Rowids of the units of ``kinds`` visible at ``version`` that pass ``filter_`` (a
+        derived unit only when every chunk it covers passes); the filter is bounded and
+        validated first (InvalidParams / OptionUnsupported naming it)."""
+        check_filter_size(filter_, max_depth=self.config.max_filter_depth,
+                          max_nodes=self.config.max_filter_nodes)
+        compiled = compile_filter(dict(filter_), dict(fields or self.filter_fields()))
+        return self.store.filtered_rowids(kinds, version, compiled.sql, compiled.params)
+
+    def chunk_scope(self, filter_: Mapping[str, Any] | None, version: int,
+                    fields: Mapping[str, str] | None = None) -> frozenset[str] | None:
+        """The chunk keys (``r<rowid>``) visible at ``version`` that pass ``filter_`` (None
+        without a filter: every chunk). Every graph surface — graph recall, the composed
+        units, each ``graph`` op and ``memory/recall`` — derives only from these chunks.
+        A malformed or oversized filter is InvalidParams (``data.field``), as for retrieve."""
+        if filter_ is None:
+            return None
+        return frozenset(f"r{int(r)}" for r in self.passing_rowids(
+            filter_, [("chunk", 0)], version, fields))
+
+    # --- the knowledge graph, per version ---------------------------------------------
+
+    def _cached(self, name: str, version: int | None, load: Callable[[int], Any]) -> Any:
+        """``load(v)`` for ``version`` (default: the current one), kept for the last few
+        versions (a committed version never changes)."""
+        v = self.current_version() if version is None else version
+        cache = self._per_version[name]
+        with self._graph_lock:
+            if v in cache:
+                cache.move_to_end(v)
+                return cache[v]
+        value = load(v)
+        with self._graph_lock:
+            cache[v] = value
+            while len(cache) > GRAPH_CACHE:
+                cache.popitem(last=False)
+        return value
+
+    def graph_data(self, version: int | None = None) -> GraphData | None:
+        """The knowledge graph as stored and visible at ``version`` (default: the current
+        one), or None when that version holds no graph."""
+        from .graph.index import load_graph
+
+        return self._cached("graph", version,  # type: ignore[no-any-return]
+                            lambda v: load_graph(self.store, v))
+
+    def graph_view(self, version: int | None = None) -> GraphView | None:
+        """The PageRank view of the graph at ``version`` (default: the current one), or None
+        without a graph."""
+        return self._cached("view", version, self._make_graph_view)  # type: ignore[no-any-return]
+
+    def _make_graph_view(self, v: int) -> GraphView | None:
+        graph = self.graph_data(v)
+        if graph is None:
+            return None
+        from .graph.ppr import GraphView
+
+        chunks = self.index([("chunk", 0)], v)
+
+        def word_df(name: str) -> int:
+            # Passages holding the name's rarest word (an upper bound of the name's own count).
+            return min((chunks.doc_freq(self.store.term_id(w)) for w in analyze(name)),
+                       default=0)
+
+        return GraphView(graph, word_df=word_df)
+
+    def communities(self, version: int | None = None) -> CommunityStore | None:
+        """The Leiden communities stored and visible at ``version`` (default: the current
+        one), or None when there are none."""
+        from .graph.community_index import load_communities
+
+        return self._cached("communities", version,  # type: ignore[no-any-return]
+                            lambda v: load_communities(self.store, v))

@@ -1,0 +1,106 @@
+"""One request, its query and its candidates: the values every retrieve stage reads and updates.
+
+:class:`Request` is a validated ``retrieve``: its plan, the snapshot it reads, the cursor
+it continues and its control. :class:`Query` is what the stages of a stored-unit retrieve
+know once it is planned: the scoring index of its pool, the query vector and analysed
+terms, and the units its filter allows. :class:`Candidates` holds what recall found — each recall
+source's ranked list (:class:`RecallList`, which can score any other position exactly) —
+and what the stages made of it: the ranking they reorder, the fused, rerank and learned
+scores, and each source's exact score of a position, filled once and kept.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ..control import RequestControl
+from ..store.memindex import UnitIndex
+from .cursor import CursorState
+from .params import Plan
+
+if TYPE_CHECKING:
+    from ..catalog import Snapshot
+
+Ranking = list[tuple[int, float]]
+
+
+@dataclass
+class Request:
+    """A validated ``retrieve``: its plan, whether options it cannot honour are errors
+    (``strict``), the cursor state it continues (None: the first page), the snapshot it
+    reads, the hash its cursors are bound to, when it started and its control."""
+
+    plan: Plan
+    strict: bool
+    cursor: CursorState | None
+    snapshot: Snapshot
+    qhash: str
+    started: float
+    ctl: RequestControl
+
+
+@dataclass
+class Query:
+    """A planned retrieve over stored units: its request, the pool's scoring index, the query
+    vector (dense modes, tree traversal), the analysed query terms (sparse modes), and the
+    positions its filter or level allows (``allowed``; None: all) or the recall backend's
+    own filter (``native``)."""
+
+    request: Request
+    index: UnitIndex
+    qvec: np.ndarray | None = None
+    term_ids: list[int] = field(default_factory=list)
+    allowed: np.ndarray | None = None
+    native: Any = None
+
+    @property
+    def plan(self) -> Plan:
+        return self.request.plan
+
+    @property
+    def snapshot(self) -> Snapshot:
+        return self.request.snapshot
+
+
+class RecallList(list[tuple[int, float]], ABC):
+    """One recall source's ranked list (positions of the query's index, best first) that can
+    score positions it did not return (:meth:`scores_at`)."""
+
+    @abstractmethod
+    def scores_at(self, positions: list[int]) -> dict[int, float]:
+        """This source's exact score of each position (0 where it gives none)."""
+
+
+class Candidates:
+    """What recall found for a query and what the stages made of it (module doc)."""
+
+    def __init__(self, lists: Mapping[str, RecallList]) -> None:
+        self.lists = dict(lists)
+        self.ranked: Ranking = []
+        self.fused: dict[int, float] = {}
+        self.rerank: dict[int, float] = {}
+        self.learned: dict[int, float] | None = None
+        self._filled: dict[str, dict[int, float]] = {name: {} for name in self.lists}
+
+    def stage_scores(self, name: str, positions: Iterable[int]) -> dict[int, float]:
+        """Source ``name``'s score of each of ``positions``, filled once per position."""
+        filled = self._filled[name]
+        wanted = list(positions)
+        missing = [p for p in dict.fromkeys(wanted) if p not in filled]
+        if missing:
+            filled.update(self.lists[name].scores_at(missing))
+        return {p: filled[p] for p in wanted}
+
+    def per_stage(self, positions: list[int]) -> dict[str, dict[int, float]]:
+        """Every source's score of ``positions``, by source."""
+        return {name: self.stage_scores(name, positions) for name in self.lists}
+
+    @property
+    def count(self) -> int:
+        """Distinct units recalled by any source."""
+        return len({p for ranked in self.lists.values() for p, _s in ranked})

@@ -1,0 +1,280 @@
+"""The retrieve pipeline of an engine: one request through its stages, in order.
+
+Validate and plan (:mod:`.params`) → snapshot (:mod:`..catalog`) → recall from each source
+the plan wants (dense, sparse, graph: :mod:`.sources`, :mod:`.graph_recall`; ``candidate_k``
+deep, deeper by what the session has seen) → fuse → session dedup → rerank → rank by
+confidence → recency → ``minScore`` → MMR (:mod:`.stages`, :mod:`.scoring`) → pack to ``k``
+and ``tokenBudget`` from the cursor's place (:mod:`.paging`) → hits with citations, trust
+and calibrated confidence (:mod:`.hits`). Composed kinds (path, subgraph) take their units
+from a composer instead of recall and share the rest (:mod:`.composed`).
+
+A :class:`Retriever` is built by the engine from its parts and never calls back into it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+
+from .. import units
+from ..catalog import Catalog
+from ..config import EngineConfig
+from ..control import RequestControl, checked
+from ..errors import InvalidParams, OptionUnsupported
+from ..models.embedder import TimedEmbedder
+from ..models.reranker import Reranker
+from ..sessions import SessionStore
+from ..store.recall import RecallBackend
+from ..vocabulary import DENSE_MODES, SPARSE_MODES
+from ..wire import Hit, RetrieveResult
+from . import composed, cursor, paging, stages
+from .candidates import Candidates, Query, Request
+from .composed import ComposedRecall
+from .confidence import Calibrator
+from .cursor import query_hash
+from .evidence import packing_containment
+from .filters import compile_filter
+from .graph_recall import GraphSource
+from .hits import stored_hits
+from .params import PARAM_NAMES, make_plan, parse_params
+from .scoring import Scorer
+from .session_units import composed_candidate, stored_candidates
+from .sources import DenseSource, RecallSource, SparseSource
+from .traversal import traverse
+
+
+class Retriever:
+    """``retrieve`` over one engine's catalog and recall backend (module doc).
+
+    ``composers`` maps each composed kind the engine serves to its composer; ``secret``
+    signs cursors.
+    """
+
+    def __init__(self, *, catalog: Catalog, recall: RecallBackend, embedder: TimedEmbedder,
+                 reranker: Reranker | None, calibrator: Calibrator | None,
+                 sessions: SessionStore, config: EngineConfig,
+                 composers: Mapping[str, Callable[..., Any]], secret: bytes) -> None:
+        self.catalog = catalog
+        self.store = catalog.store
+        self.recall = recall
+        self.embedder = embedder
+        self.reranker = reranker
+        self.sessions = sessions
+        self.config = config
+        self.composers = composers
+        self.secret = secret
+        self._graph = GraphSource(recall, calibrator)
+        self.sources: list[RecallSource] = [DenseSource(recall, self.store),
+                                            SparseSource(recall), self._graph]
+        self.composed = ComposedRecall(recall, embedder, sessions, reranker,
+                                       catalog.query_terms)
+        self.calibrator = calibrator
+
+    @property
+    def calibrator(self) -> Calibrator | None:
+        """The confidence calibration (None: hits carry no confidence)."""
+        return self._calibrator
+
+    @calibrator.setter
+    def calibrator(self, calibrator: Calibrator | None) -> None:
+        self._calibrator = calibrator
+        self._graph.calibrator = calibrator
+        self.scorer = (Scorer(calibrator, self.recall, self.store) if calibrator is not None
+                       else None)
+
+    def retrieve(self, query: Any, k: int = 10, **options: Any) -> RetrieveResult:
+        """Ranked hits for ``query``; options are the RCP/1 retrieve params (§7.7) in
+        snake_case (unknown ones are InvalidParams)."""
+        unknown = [name for name in options if name not in PARAM_NAMES]
+        if unknown:
+            raise InvalidParams(f"unknown retrieve option(s): {', '.join(sorted(unknown))}",
+                                field=unknown[0])
+        return self.retrieve_params({"query": query, "k": k, **options})
+
+    def retrieve_params(self, raw: dict[str, Any],
+                        control: RequestControl | None = None) -> RetrieveResult:
+        """``retrieve`` from a raw params object (wire camelCase or snake_case). ``control``
+        stops the work between stages on cancel or deadline and receives progress, with the
+        fused top ``k`` as partial hits after recall."""
+        request = self._request(raw, checked(control))
+        if units.get(request.plan.unit).composed:
+            return self._retrieve_composed(request)
+        query = self._query(request)
+        cands = self._recall(query)
+        self._rank(query, cands)
+        return self._page(query, cands)
+
+    # --- the stored-unit path, stage by stage ---------------------------------------------
+
+    def _request(self, raw: dict[str, Any], ctl: RequestControl) -> Request:
+        """Validate, plan against what the engine offers, and pin the snapshot (the cursor's,
+        else the pinned or current version)."""
+        started = time.perf_counter()
+        params = parse_params(raw)
+        plan = make_plan(params, self.config,
+                         rerank_method=self.reranker.method if self.reranker else None,
+                         can_rank_by_confidence=self.calibrator is not None,
+                         offered=self.catalog.offered())
+        qhash = query_hash(params.model_dump(
+            mode="json", exclude={"cursor", "meta", "index_version", "strict"}))
+        state = (cursor.decode(plan.cursor, self.secret, qhash) if plan.cursor is not None
+                 else None)
+        if state is not None and plan.index_version not in (None, f"v{state.version}"):
+            raise InvalidParams("indexVersion differs from the snapshot the cursor pages",
+                                field="indexVersion")
+        snapshot = self.catalog.snapshot(f"v{state.version}" if state else plan.index_version)
+        if plan.recency_field and snapshot.fields.get(plan.recency_field) != "date":
+            raise InvalidParams(f"recency.field {plan.recency_field!r} is not a declared date "
+                                "field", field="recency.field")
+        return Request(plan, params.strict, state, snapshot, qhash, started, ctl)
+
+    def _query(self, request: Request) -> Query:
+        """The pool's index, the units the filter and level allow, the query's vector and
+        terms (and the tree traversal's choice of units)."""
+        plan, snapshot = request.plan, request.snapshot
+        query = Query(request, snapshot.index(plan.kinds))
+        lag = snapshot.lag(plan.kinds)
+        if lag:
+            plan.notes.append(lag)
+        self._scope(query)
+        if plan.mode in DENSE_MODES or plan.tree_search == "traversal":
+            query.qvec = self.embedder.embed_query(plan.query)
+        if plan.tree_search == "traversal":
+            assert query.qvec is not None
+            query.allowed = traverse(self.store, plan, query.index, query.qvec, query.allowed)
+        if plan.mode in SPARSE_MODES:
+            query.term_ids = self.catalog.query_terms(plan.query)
+        return query
+
+    def _scope(self, query: Query) -> None:
+        """What the filter allows: the backend's own filter where it has one, else the allowed
+        positions from SQLite (graph recall and tree traversal walk those themselves); a
+        community level keeps only the communities whose range reaches it."""
+        plan, snapshot, index = query.plan, query.snapshot, query.index
+        if plan.filter is not None:
+            compiled = compile_filter(plan.filter, snapshot.fields)
+            query.native = self.recall.compile_filter(plan.filter, snapshot.fields, index)
+            if query.native is None or plan.graph_recall or plan.tree_search == "traversal":
+                rows = self.store.filtered_rowids(plan.kinds, snapshot.version, compiled.sql,
+                                                  compiled.params)
+                query.allowed = index.positions_of(rows)
+        if units.get(plan.unit).spans_levels and plan.level is not None:
+            spanning = index.positions_of(
+                self.store.spanning_rowids(plan.stored_unit, plan.level, snapshot.version))
+            query.allowed = (spanning if query.allowed is None
+                             else np.intersect1d(query.allowed, spanning))
+
+    def _recall(self, query: Query) -> Candidates:
+        """Each wanted source's list, deeper by what the session already holds (so ``k`` new
+        hits remain after dedup)."""
+        plan = query.plan
+        seen = self.sessions.seen_count(plan.session_id) if plan.session_id else 0
+        depth = plan.candidate_k + seen
+        lists: dict[str, Any] = {}
+        for source in self.sources:
+            if source.wanted(plan):
+                got = source.recall(query, lists, depth)
+                if got is not None:
+                    lists[source.name] = got
+        query.request.ctl.check()
+        return Candidates(lists)
+
+    def _rank(self, query: Query, cands: Candidates) -> None:
+        """Fuse, dedup against the session, report the fused head as progress, rerank, rank
+        by confidence, decay by recency, cut at ``minScore``, diversify (MMR). Dedup runs
+        before rerank so the reranker spends its budget on units the trajectory has not
+        seen yet."""
+        plan, ctl = query.plan, query.request.ctl
+        stages.fuse(query, cands)
+        if plan.session_id:
+            new = self.sessions.filter_new(plan.session_id, stored_candidates(
+                self.store, query.index, [p for p, _s in cands.ranked]))
+            cands.ranked = [ps for ps, ok in zip(cands.ranked, new) if ok]
+        stages.keep_fused(query, cands)
+        if ctl.wants_progress:
+            first = cands.ranked[:plan.k]
+            partial = self._hits(query, cands, first, list(range(len(first))))
+            ctl.report(0.5, "fuse", f"recalled {len(cands.ranked)} candidate(s)",
+                       [h.to_wire() for h in partial])
+        ctl.check()
+        if plan.rerank_top_n is not None:
+            assert self.reranker is not None
+            stages.rerank(query, cands, self.reranker, self.store, ctl)
+            ctl.report(0.8, "rerank", f"reranked {len(cands.rerank)} candidate(s)")
+            ctl.check()
+        if plan.rank_by_confidence:
+            assert self.scorer is not None
+            self.scorer.rank(query, cands)
+        if plan.recency_field:
+            stages.recency(query, cands, self.store)
+        if plan.min_score is not None:
+            stages.min_score(query, cands)
+        if plan.mmr_lambda is not None:
+            stages.mmr(query, cands, self.store)
+
+    def _page(self, query: Query, cands: Candidates) -> RetrieveResult:
+        """Pack one page (in a pool of summaries and their leaves, never a unit with one it
+        contains), mint its cursor, build the hits, record the session."""
+        request, plan, index = query.request, query.plan, query.index
+        # Containment matters in a pool of summaries and their leaves (a collapsed tree); a
+        # pool of communities of several levels holds no unit's text in another's.
+        leaves, keeps = (packing_containment(self.store, index, cands.ranked, plan.query)
+                         if plan.pooled and units.get(plan.stored_unit).contains_leaves
+                         else (None, None))
+        packed = paging.page(request, [int(index.tokens[p]) for p, _s in cands.ranked],
+                             leaves=leaves, keeps=keeps)
+        top = [cands.ranked[i] for i in packed.taken]
+        request.ctl.check()
+        next_cursor = paging.next_cursor(request, packed, self.secret)
+        hits = self._hits(query, cands, top, packed.taken)
+        paging.record(self.sessions, request,
+                      stored_candidates(self.store, index, [p for p, _s in top]))
+        request.ctl.report(1.0, "pack", f"packed {len(hits)} hit(s)")
+        return paging.result(request, hits, candidates=cands.count, reranked=len(cands.rerank),
+                             tokens=packed.tokens, next_cursor=next_cursor)
+
+    def _hits(self, query: Query, cands: Candidates, top: list[tuple[int, float]],
+              ranks: list[int]) -> list[Hit]:
+        """Hits for ``top``, their confidence learned (ranked by confidence) or calibrated at
+        their ``ranks``."""
+        positions = [p for p, _s in top]
+        if cands.learned is not None:
+            confidence: list[float | None] | None = [cands.learned[p] for p in positions]
+        elif self.scorer is not None:
+            confidence = self.scorer.confidence(query, cands, positions, ranks)
+        else:
+            confidence = None
+        return stored_hits(self.store, query, cands, top, confidence)
+
+    # --- composed kinds -------------------------------------------------------------------
+
+    def _retrieve_composed(self, request: Request) -> RetrieveResult:
+        """A composed kind: composed from the graph the request may see, then dedup, rerank,
+        ``minScore``, paging and cursors as for stored units (:mod:`.composed`)."""
+        plan = request.plan
+        composed.check_options(request)
+        composer = self.composers.get(plan.unit)
+        if composer is None:
+            raise OptionUnsupported(f"unit {plan.unit!r} is not offered by this engine",
+                                    option="unit")
+        found = self.composed.compose(request, composer)
+        if found is None:
+            return paging.result(request, [])
+        packed = paging.page(request, [c.tokens for c in found.ranked])
+        top = [found.ranked[i] for i in packed.taken]
+        next_cursor = paging.next_cursor(request, packed, self.secret)
+        leaf_conf = None
+        if self.calibrator is not None and top:
+            chunk_hits = self.retrieve_params(
+                composed.leaf_confidence_params(request, self.config.max_k)).hits
+            leaf_conf = composed.leaf_confidences(chunk_hits)
+            request.ctl.check()
+        hits = composed.composed_hits(request, top, found, leaf_conf)
+        # Recorded by id only: a path shows a sentence or two of its chunks, not the chunks
+        # (the kind does not contain its leaves), so they stay retrievable.
+        paging.record(self.sessions, request, [composed_candidate(c) for c in top])
+        return paging.result(request, hits, candidates=len(found.made), tokens=packed.tokens,
+                             next_cursor=next_cursor, reranked=len(found.rerank))
