@@ -38,12 +38,12 @@ import json
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
-from ..derived import DerivedReport, run_attempts
-from ..models.analyzer import term_counts
+from ..config import CommunitySection
+from ..derived import BuildContext, DerivedBuilder, DerivedReport, Diff, Run, diff_units
 from ..models.tokenizer import count_tokens
 from ..store.docstore import Docstore
 from ..store.writes import UnitRecord
@@ -54,9 +54,6 @@ from .index import live_chunks, load_graph, node_uid, triplet_uids
 from .model import ChunkText, GraphData
 from .reports import (CommunityReport, ExtractiveReporter, Finding, LLMReporter, ReportInput,
                       report_key)
-
-if TYPE_CHECKING:
-    from ..engine import Engine
 
 UNIT = "community"
 _KEY = f"derived.{UNIT}"
@@ -153,65 +150,90 @@ def hierarchy_of(rows: Sequence[Mapping[str, Any]], identity: str) -> CommunityH
     return CommunityHierarchy(comms, identity=identity)
 
 
-class CommunityIndex:
+@dataclass
+class _Clustering:
+    """The hierarchy one run clustered: how (``mode``), why, and what it counted."""
+
+    hierarchy: CommunityHierarchy
+    edges: Edges
+    mode: str
+    reason: str
+    counts: dict[str, int]
+    seconds: float
+
+
+class CommunityIndex(DerivedBuilder[CommunitySection]):
     """Builds and updates the engine's Leiden communities (``community`` units)."""
 
     unit = UNIT
+    kinds = (UNIT,)
+    what = "the communities"
+    rebuild_command = "rcp-agentic graph rebuild"
 
-    def __init__(self, engine: Engine, *, llm: Any = None) -> None:
-        self.engine = engine
-        c = engine.config
-        self.config = CommunityConfig(max_community_size=c.community_max_size)
+    def __init__(self, ctx: BuildContext, settings: CommunitySection) -> None:
+        super().__init__(ctx, settings)
+        self.config = CommunityConfig(max_community_size=settings.max_size)
         screen = self._suspected
         self.reporter: ExtractiveReporter | LLMReporter = (
-            LLMReporter(llm, count_tokens, screen=screen) if llm is not None
+            LLMReporter(ctx.llm, count_tokens, screen=screen) if ctx.llm is not None
             else ExtractiveReporter(count_tokens, screen=screen))
         # The graph and edges of this process's last run: the next update diffs against them.
         self._last: tuple[int, GraphData, Edges] | None = None
 
     def _suspected(self, text: str) -> bool:
-        return bool(self.engine.screen.screen(text).suspected)
+        return bool(self.ctx.screen.screen(text).suspected)
 
     @property
     def identity(self) -> str:
         """What the reports and their vectors depend on (the clustering has its own)."""
-        c = self.engine.config
-        return (f"{self.reporter.identity};tokens={c.community_report_tokens};"
-                f"vectors={c.community_vectors}")
+        c = self.settings
+        return f"{self.reporter.identity};tokens={c.report_tokens};vectors={c.vectors}"
 
-    def update(self, *, full: bool = False) -> DerivedReport:
-        """One run, committed as one new index version (or nothing)."""
-        return run_attempts(UNIT, lambda: self._attempt(full), "the communities",
-                            "rcp-agentic graph rebuild")
-
-    def _attempt(self, full: bool) -> DerivedReport | None:
-        store = self.engine.store
-        started = time.perf_counter()
-        store.refresh()
-        base = store.index_version()
+    def build(self, run: Run, full: bool) -> DerivedReport | None:
+        """One attempt: the hierarchy (built, or updated where the graph changed), the reports
+        that changed, their units, one commit."""
+        store = self.store
         graph_version = store.info("derived.node.version") or "0"
         stored = store.live_derived(UNIT)
         same_reports = store.info(f"{_KEY}.identity") == self.identity
         same = same_reports and store.info(f"{_KEY}.clusters") == self.config.identity
         built_on = store.info(f"{_KEY}.graph")
         if not full and same and stored and built_on == graph_version:
-            if store.info(f"{_KEY}.version") != str(base):
-                store.set_info_if(f"{_KEY}.version", str(base), base_version=base)
+            self.mark_current(run, UNIT)
             return DerivedReport(UNIT, "none", kept=len(stored), levels=max(
                 (r["umeta"]["levels"][1] for r in stored), default=0),
-                seconds=time.perf_counter() - started, reason="up to date")
-        graph = load_graph(store, base)
+                seconds=run.seconds(), reason="up to date")
+        graph = load_graph(store, run.base)
         if graph is None:
-            if not stored:
-                return DerivedReport(UNIT, "none", reason="no knowledge graph yet")
-            version = store.write_derived(UNIT, [], [r["uid"] for r in stored],
-                                          base_version=base, info={f"{_KEY}.version": str(base + 1)})
-            if version is None:
-                return None
-            return DerivedReport(UNIT, "full", retired=len(stored), version=version,
-                                 seconds=time.perf_counter() - started, reason="the graph is empty")
-        t_cluster = time.perf_counter()
-        seconds = self.engine.config.community_build_seconds
+            return self._no_graph(run, stored)
+        clustering = self._cluster(run, graph, stored, built_on, full=full, same=same,
+                                   same_reports=same_reports)
+        if isinstance(clustering, DerivedReport):
+            return clustering
+        return self._write(run, graph, stored, clustering, graph_version,
+                           rewrite=not same_reports)
+
+    def _no_graph(self, run: Run, stored: list[dict[str, Any]]) -> DerivedReport | None:
+        """Without a graph: nothing to build, or every stored community retires."""
+        if not stored:
+            return DerivedReport(UNIT, "none", reason="no knowledge graph yet")
+        version = self.store.write_derived(UNIT, [], [r["uid"] for r in stored],
+                                           base_version=run.base,
+                                           info={f"{_KEY}.version": str(run.base + 1)})
+        if version is None:
+            return None
+        return DerivedReport(UNIT, "full", retired=len(stored), version=version,
+                             seconds=run.seconds(), reason="the graph is empty")
+
+    def _cluster(self, run: Run, graph: GraphData, stored: list[dict[str, Any]],
+                 built_on: str | None, *, full: bool, same: bool,
+                 same_reports: bool) -> _Clustering | DerivedReport:
+        """The hierarchy of ``graph``, built afresh or updated from the stored one, under the
+        time budget; a report of nothing committed when the budget stopped it before its
+        top level."""
+        store = self.store
+        started = time.perf_counter()
+        seconds = self.settings.build_seconds
         budget = Budget(seconds)
         edges = entity_edges(graph, self.config)
         old = self._old_graph(store, built_on)
@@ -231,14 +253,13 @@ class CommunityIndex:
                 hier, upd = update_communities(hierarchy_of(stored, self.config.identity),
                                                old[0], graph, self.config, old_edges=old[1],
                                                new_edges=edges, budget=budget)
-                mode = upd.mode
-                reason = upd.reason
+                mode, reason = upd.mode, upd.reason
                 counts.update(ids_kept=upd.kept, entities_reclustered=upd.entities_reclustered,
                               entities_touched=upd.entities_touched)
         except CommunityBudgetExceeded as exc:
             return DerivedReport(
-                UNIT, "none", kept=len(stored), seconds=time.perf_counter() - started,
-                seconds_clustering=time.perf_counter() - t_cluster,
+                UNIT, "none", kept=len(stored), seconds=run.seconds(),
+                seconds_clustering=time.perf_counter() - started,
                 reason=f"{exc} (community_build_seconds={seconds:g}): nothing was committed "
                 "and the communities still lag; raise it (None: no limit) and run "
                 "`rcp-agentic graph rebuild`")
@@ -247,37 +268,53 @@ class CommunityIndex:
             reason = f"{reason}; {stats.reason}" if reason else stats.reason
         counts.update(depths=stats.depths, leiden_calls=stats.leiden_calls,
                       leiden_nodes=stats.leiden_nodes, budget_stopped=int(not stats.complete))
-        seconds_clustering = time.perf_counter() - t_cluster
+        return _Clustering(hier, edges, mode, reason, counts, time.perf_counter() - started)
+
+    def _write(self, run: Run, graph: GraphData, stored: list[dict[str, Any]],
+               clustering: _Clustering, graph_version: str, *,
+               rewrite: bool) -> DerivedReport | None:
+        """The reports, units and vectors of ``clustering``, committed on ``run.base``."""
+        store, hier, edges = self.store, clustering.hierarchy, clustering.edges
         chunks = {c.key: c for c in live_chunks(store)}
         t_report = time.perf_counter()
-        reports, remade = self._reports(hier, graph, chunks, edges, stored,
-                                        rewrite=not same_reports)
+        reports, remade = self._reports(hier, graph, chunks, edges, stored, rewrite=rewrite)
         seconds_summarising = time.perf_counter() - t_report
-        new = self._units(hier, graph, reports)
-        add, reuse, retire = _changes(stored, new)
-        timer_start = time.perf_counter()
-        vectors = store.vectors([row["rowid"] for row in reuse.values()])
-        fresh = self._vectors([u for u in add if u["uid"] not in reuse], graph)
-        seconds_embedding = time.perf_counter() - timer_start
-        records = []
-        for u in add:
-            row = reuse.get(u["uid"])
-            vector = vectors.get(row["rowid"]) if row is not None else None
-            records.append(self._record(u, fresh[u["uid"]] if vector is None else vector))
+        diff = diff_units(stored, self._units(hier, graph, reports), uid=lambda u: u["uid"],
+                          text=lambda u: u["text"], same=_unchanged)
+        t_embed = time.perf_counter()
+        records = self._records(diff, graph)
+        seconds_embedding = time.perf_counter() - t_embed
         info = {f"{_KEY}.identity": self.identity, f"{_KEY}.clusters": self.config.identity,
-                f"{_KEY}.version": str(base + 1), f"{_KEY}.graph": graph_version,
-                f"{_KEY}.complete": "1" if stats.complete else "0"}
-        version = store.write_derived(UNIT, records, retire, base_version=base, info=info)
+                f"{_KEY}.version": str(run.base + 1), f"{_KEY}.graph": graph_version,
+                f"{_KEY}.complete": "1" if hier.stats.complete else "0"}
+        version = store.write_derived(UNIT, records, diff.retire, base_version=run.base,
+                                      info=info)
         if version is None:
             return None
         self._last = (int(graph_version), graph, edges)
-        counts.update(communities=len(hier.communities), entities=len(graph.entities),
-                      reports_written=remade, fallbacks=int(getattr(self.reporter, "fallbacks", 0)))
+        counts = {**clustering.counts, "communities": len(hier.communities),
+                  "entities": len(graph.entities), "reports_written": remade,
+                  "fallbacks": int(getattr(self.reporter, "fallbacks", 0))}
         return DerivedReport(
-            UNIT, mode, added=len(records), retired=len(retire), kept=len(stored) - len(retire),
-            levels=hier.top_level, seconds=time.perf_counter() - started,
-            seconds_clustering=seconds_clustering, seconds_summarising=seconds_summarising,
-            seconds_embedding=seconds_embedding, version=version, reason=reason, counts=counts)
+            UNIT, clustering.mode, added=len(records), retired=len(diff.retire),
+            kept=len(stored) - len(diff.retire), levels=hier.top_level,
+            seconds=run.seconds(), seconds_clustering=clustering.seconds,
+            seconds_summarising=seconds_summarising, seconds_embedding=seconds_embedding,
+            version=version, reason=clustering.reason, counts=counts)
+
+    def _records(self, diff: Diff[dict[str, Any]], graph: GraphData) -> list[UnitRecord]:
+        """The rows of the units to write: a reused row's vector, else a new one."""
+        vectors = self.store.vectors([row["rowid"] for row in diff.reuse.values()])
+        fresh = self._vectors([u for u in diff.add if u["uid"] not in diff.reuse], graph)
+        records = []
+        for u in diff.add:
+            row = diff.reuse.get(u["uid"])
+            vector = vectors.get(row["rowid"]) if row is not None else None
+            records.append(self.record(uid=u["uid"], unit=UNIT, level=u["level"],
+                                       text=u["text"],
+                                       vector=fresh[u["uid"]] if vector is None else vector,
+                                       meta=u["meta"], covers=u["covers"]))
+        return records
 
     def _old_graph(self, store: Docstore, built_on: str | None
                    ) -> tuple[GraphData, Edges] | None:
@@ -299,7 +336,7 @@ class CommunityIndex:
         """The report fields of every community (text, title, summary, findings, rating,
         entities, relations, spans, sanitized, report), children first. A stored report is
         kept while its key and the reporter are unchanged (``rewrite``: none is kept)."""
-        budget = self.engine.config.community_report_tokens
+        budget = self.settings.report_tokens
         identity = self.reporter.identity
         tuids = triplet_uids(graph)
         old = {} if rewrite else {r["uid"]: r for r in stored}
@@ -359,12 +396,11 @@ class CommunityIndex:
         """Vectors of new unit texts, by ``community_vectors`` (see EngineConfig)."""
         if not todo:
             return {}
-        engine = self.engine
-        if engine.config.community_vectors == "sources":
+        if self.settings.vectors == "sources":
             rows_of = {u["uid"]: sorted({int(k[1:]) for m in u["central"]
                                          for k in graph.entities[m].mentions})
                        for u in todo}
-            chunk_vectors = engine.store.vectors(sorted({r for rs in rows_of.values() for r in rs}))
+            chunk_vectors = self.store.vectors(sorted({r for rs in rows_of.values() for r in rs}))
             out = {}
             for u in todo:
                 present = [chunk_vectors[r] for r in rows_of[u["uid"]] if r in chunk_vectors]
@@ -380,19 +416,9 @@ class CommunityIndex:
         if not todo:
             return {}
         texts = list(dict.fromkeys(u["text"] for u in todo))
-        made = np.asarray(self.engine.embedder.embed_documents(texts), dtype=np.float32)
+        made = np.asarray(self.ctx.embedder.embed_documents(texts), dtype=np.float32)
         by_text = dict(zip(texts, made))
         return {u["uid"]: by_text[u["text"]] for u in todo}
-
-    def _record(self, u: Mapping[str, Any], vector: np.ndarray) -> UnitRecord:
-        counts, n = term_counts(u["text"])
-        screening = self.engine.screen.screen(u["text"])
-        return UnitRecord(
-            uid=u["uid"], unit=UNIT, level=u["level"], idx=0, start=None, end=None,
-            page_start=None, page_end=None, tokens=count_tokens(u["text"]), text=u["text"],
-            vector=np.asarray(vector, dtype=np.float32), terms=dict(counts), nterms=n,
-            injection_suspected=screening.suspected, injection_score=screening.score,
-            meta=dict(u["meta"]), covers=list(u["covers"]))
 
 
 def _kept_report(fields: Mapping[str, Any], identity: str) -> CommunityReport:
@@ -412,23 +438,10 @@ def _central(meta: Mapping[str, Any]) -> list[str]:
     return [key_of[u] for u in (meta.get("entities") or ())[:_SOURCE_ENTITIES] if u in key_of]
 
 
-def _changes(stored: list[dict[str, Any]], new: list[dict[str, Any]]
-             ) -> tuple[list[dict[str, Any]], dict[str, dict[str, Any]], list[str]]:
-    """The units to write, the live rows whose vector a rewrite reuses (same text), and the
-    live uids to retire (gone, or rewritten under the same id)."""
-    live = {row["uid"]: row for row in stored}
-    add, reuse = [], {}
-    for u in new:
-        row = live.get(u["uid"])
-        if (row is not None and row["text"] == u["text"] and row["covers"] == u["covers"]
-                and row["level"] == u["level"] and row["umeta"] == _json_round(u["meta"])):
-            continue
-        add.append(u)
-        if row is not None and row["text"] == u["text"]:
-            reuse[u["uid"]] = row
-    gone = set(live) - {u["uid"] for u in new}
-    rewritten = {u["uid"] for u in add if u["uid"] in live}
-    return add, reuse, sorted(gone | rewritten)
+def _unchanged(row: Mapping[str, Any], u: Mapping[str, Any]) -> bool:
+    """Whether a live community row already stores the unit as it is."""
+    return (row["text"] == u["text"] and row["covers"] == u["covers"]
+            and row["level"] == u["level"] and row["umeta"] == _json_round(u["meta"]))
 
 
 def _json_round(meta: Mapping[str, Any]) -> Any:

@@ -9,7 +9,7 @@ stored community units (:mod:`.community_index`; GraphRAG's global and DRIFT sea
   ranked community's report is cut into points (sentences of its summary and findings),
   scored by the embedder's cosine to the query; the best points across communities,
   near-duplicates dropped, are packed into ``summary`` within ``tokenBudget``. With
-  ``engine.llm``: GraphRAG's map (per community, JSON points with 0-100 importance) and
+  the engine's LLM: GraphRAG's map (per community, JSON points with 0-100 importance) and
   reduce (an answer from the top points), the reports and points delimited as data.
 * ``drift`` — a primer (the ``PRIMER_K`` best communities: by the PageRank mass, from the
   entities the question names, their members hold; then retrieve's ranking), follow-up queries from it (offline: the
@@ -61,7 +61,7 @@ from .reports import KEY_RELATIONS
 from .sources import SourceTrust
 
 if TYPE_CHECKING:
-    from ..engine import Engine
+    from .context import GraphContext
     from .community_index import CommunityStore, StoredCommunity
     from .ppr import GraphView
 
@@ -289,13 +289,13 @@ class CommunityOps:
     ``node_keys``: node unit id -> entity key for a graph view (``GraphOps._keys_of``).
     """
 
-    def __init__(self, engine: Engine, node_keys: Callable[[GraphView], Mapping[str, str]]
+    def __init__(self, ctx: GraphContext, node_keys: Callable[[GraphView], Mapping[str, str]]
                  ) -> None:
-        self.engine = engine
+        self.ctx = ctx
         self.node_keys = node_keys
-        self.frontiers = Frontiers(max_sessions=engine.config.max_sessions,
-                                   ttl_seconds=engine.config.session_ttl_seconds,
-                                   budget=engine.session_budget)
+        self.frontiers = Frontiers(max_sessions=ctx.config.max_sessions,
+                                   ttl_seconds=ctx.config.session_ttl_seconds,
+                                   budget=ctx.session_budget)
         self._vectors: OrderedDict[str, np.ndarray] = OrderedDict()  # point text -> vector
         self._cache_lock = threading.Lock()
 
@@ -303,7 +303,7 @@ class CommunityOps:
 
     def store(self, version: int | None = None) -> CommunityStore | None:
         """The community store of ``version`` (default: the served one), or None."""
-        return self.engine.communities(version)
+        return self.ctx.catalog.communities(version)
 
     def offered(self) -> bool:
         """Whether the served version holds community units."""
@@ -323,13 +323,13 @@ class CommunityOps:
         at ``version`` lags the documents: the same words in every community op."""
         if version is None:
             return []
-        note = self.engine.catalog.derived_lag([(kind, 0) for kind in kinds], version)
+        note = self.ctx.catalog.derived_lag([(kind, 0) for kind in kinds], version)
         return [note] if note else []
 
     def _query(self, query: Any, op: str) -> str:
         if query is None:
             raise InvalidParams(f"op {op!r} needs a query", field="query")
-        return query_text(query, max_chars=self.engine.config.max_query_chars)
+        return query_text(query, max_chars=self.ctx.config.max_query_chars)
 
     def _ranked(self, text: str, level: int, k: int, filter_: Mapping[str, Any] | None,
                 control: RequestControl, skip: Sequence[str] = ()
@@ -337,10 +337,10 @@ class CommunityOps:
         """The level's communities ranked for ``text`` by retrieve (``skip``: ids left out),
         with the store of the version retrieve served."""
         raw: dict[str, Any] = {"query": text, "unit": "community", "level": level,
-                               "k": min(self.engine.config.max_k, k + len(skip))}
+                               "k": min(self.ctx.config.max_k, k + len(skip))}
         if filter_ is not None:
             raw["filter"] = dict(filter_)
-        res = self.engine.retrieve_params(raw, control)
+        res = self.ctx.retriever.retrieve_params(raw, control)
         version = version_of(res.index_version)
         store = self._store("global", version)
         out = []
@@ -352,13 +352,13 @@ class CommunityOps:
 
     def _rowids(self, store: CommunityStore) -> dict[str, int]:
         """Community id -> its row, for the communities of ``store`` (one version)."""
-        index = self.engine.catalog.index(_community_kinds(store), store.version)
+        index = self.ctx.catalog.index(_community_kinds(store), store.version)
         return {str(u): int(r) for u, r in zip(index.uids, index.rowids)}
 
     def _passing(self, store: CommunityStore, filter_: Mapping[str, Any]) -> set[str]:
         """Ids of the communities of ``store`` that pass ``filter_``: every chunk a community
         covers passes (as retrieve judges a derived unit)."""
-        rows = self.engine.catalog.passing_rowids(filter_, _community_kinds(store), store.version)
+        rows = self.ctx.catalog.passing_rowids(filter_, _community_kinds(store), store.version)
         by_row = {r: u for u, r in self._rowids(store).items()}
         return {by_row[int(r)] for r in rows if int(r) in by_row}
 
@@ -366,7 +366,7 @@ class CommunityOps:
         """The trust each community's report carries, as its retrieve hit does: the lowest of
         the documents it covers, suspected when the report screened as an injection."""
         rowids = self._rowids(store)
-        rows = self.engine.store.hydrate([rowids[i] for i in ids if i in rowids])
+        rows = self.ctx.store.hydrate([rowids[i] for i in ids if i in rowids])
         out: dict[str, Trust] = {}
         for row in rows.values():
             out[row["uid"]] = Trust(level=row["trust"],
@@ -389,14 +389,14 @@ class CommunityOps:
         if cursor is not None:
             if not isinstance(cursor, str) or not cursor or len(cursor) > MAX_CURSOR_CHARS:
                 raise InvalidParams("cursor is not one this engine returned", field="cursor")
-            state = cursors.decode(cursor, self.engine._secret, qhash)
+            state = cursors.decode(cursor, self.ctx.secret, qhash)
             try:
-                version = self.engine.catalog.served_version(f"v{state.version}")
+                version = self.ctx.catalog.served_version(f"v{state.version}")
             except BackendUnavailable:
                 raise InvalidParams("cursor pages a snapshot this engine no longer keeps: "
                                     "start the listing again", field="cursor") from None
             start = state.start
-        version = version if version is not None else self.engine.catalog.served_version(None)
+        version = version if version is not None else self.ctx.catalog.served_version(None)
         store = self._store("communities", version)
         level_ = level_param(level, store)
         lvl = store.top_level if level_ is None else level_
@@ -414,7 +414,7 @@ class CommunityOps:
                    for c in page]
         after = start + len(page)
         nxt = (cursors.encode(cursors.CursorState(version, after, frozenset(), qhash),
-                              self.engine._secret) if after < len(part) else None)
+                              self.ctx.secret) if after < len(part) else None)
         notes = [f"level {lvl} of 0..{store.top_level}: communities "
                  f"{start + 1}-{after} of {len(part)}"] if page else []
         notes += self._lag(version, ("community",))
@@ -445,7 +445,7 @@ class CommunityOps:
             return GraphResult(summary="", communities=[], index_version=version,
                                usage=Usage(notes=notes + ["no community matches the query"]))
         ctl.check()
-        llm = getattr(self.engine, "llm", None)
+        llm = self.ctx.llm
         if llm is not None:
             summary, n_points = self._llm_global(text, ranked, budget, llm, notes, ctl)
         else:
@@ -457,7 +457,7 @@ class CommunityOps:
                                   trust=hit.trust)
                    for hit, c in ranked]
         screened = Trust(level="trusted",
-                         injection_suspected=self.engine.screen.screen(summary).suspected)
+                         injection_suspected=self.ctx.screen.screen(summary).suspected)
         trust = SourceTrust.combine([*(hit.trust for hit, _c in ranked), screened])
         tokens = count_tokens(summary)
         notes.append(f"summary: {tokens} of {budget} tokens from {n_points} points of "
@@ -498,7 +498,7 @@ class CommunityOps:
         if not raw:
             return []
         vectors = self._point_vectors([p for _r, p in raw], control)
-        q = normalize_rows(self.engine.embedder.embed_query(text))[0]
+        q = normalize_rows(self.ctx.embedder.embed_query(text))[0]
         sims = vectors @ q
         return [_Point(p, float(s), rank, v) for (rank, p), s, v in zip(raw, sims, vectors)]
 
@@ -511,7 +511,7 @@ class CommunityOps:
         for at in range(0, len(todo), EMBED_SLICE):
             control.check()
             part = todo[at:at + EMBED_SLICE]
-            fresh = normalize_rows(self.engine.embedder.embed_documents(part))
+            fresh = normalize_rows(self.ctx.embedder.embed_documents(part))
             with self._cache_lock:
                 for t, v in zip(part, fresh):
                     self._vectors[t] = v
@@ -522,7 +522,7 @@ class CommunityOps:
         missing = [t for t, v in zip(texts, got) if v is None]  # evicted meanwhile
         if missing:
             again = dict(zip(missing, normalize_rows(
-                self.engine.embedder.embed_documents(missing))))
+                self.ctx.embedder.embed_documents(missing))))
             got = [v if v is not None else again[t] for t, v in zip(texts, got)]
         return np.stack([np.asarray(v) for v in got])
 
@@ -578,7 +578,7 @@ class CommunityOps:
         store = self._store("drift")
         lvl = level_param(level, store)
         lvl = default_level(store) if lvl is None else lvl
-        k = count_param(k, "k", 10, 1, self.engine.config.max_k)
+        k = count_param(k, "k", 10, 1, self.ctx.config.max_k)
         filter_ = filter_param(filter)
         filter_key = _filter_key(filter_)
         state = self.frontiers.get(session_id) if session_id else None
@@ -623,7 +623,7 @@ class CommunityOps:
             return []
         control.check()
         done = {q.casefold() for q in [*state.asked, *state.pending, text]}
-        llm = getattr(self.engine, "llm", None)
+        llm = self.ctx.llm
         found: list[tuple[str, Trust | None]] = []
         if llm is not None:
             # Written from the primer reports: each carries the reports' trust.
@@ -637,7 +637,7 @@ class CommunityOps:
             found = self._offline_followups(text, primer, view)
         out: list[str] = []
         kept: list[Trust | None] = [state.trust]
-        screen = self.engine.screen
+        screen = self.ctx.screen
         for q, trust in found:
             if q.casefold() not in done and len(out) < MAX_FOLLOWUPS:
                 done.add(q.casefold())
@@ -656,7 +656,7 @@ class CommunityOps:
         members hold, then retrieve's ranking; only communities that pass the filter. Also
         the filtered graph and the store of the version served."""
         ranked, store, token = self._ranked(text, level, PRIMER_K, filter_, control, skip=used)
-        view, _v = request_view(self.engine, filter_, store.version)
+        view, _v = request_view(self.ctx.catalog, filter_, store.version)
         control.check()
         first: list[StoredCommunity] = []
         links = view.link(text) if view is not None else {}
@@ -714,7 +714,7 @@ class CommunityOps:
             for phrase, chunks in [*own, *facts]:
                 sources.setdefault(phrase, chunks)
             lists.append([phrase for phrase, _c in [*own, *facts]])
-        trust = SourceTrust(self.engine.store.reader, self.engine.screen)
+        trust = SourceTrust(self.ctx.store.reader, self.ctx.screen)
         trust.prefetch(c for chunks in sources.values() for c in chunks)
         return [(q, trust.of(sources[q])) for q in _round_robin(lists)]
 
@@ -775,7 +775,7 @@ class CommunityOps:
             shares = [k // len(run) + (1 if i < k % len(run) else 0) for i in range(len(run))]
         else:
             shares = [k] * len(run)
-        recall = self.engine.graph_view() is not None
+        recall = self.ctx.catalog.graph_view() is not None
         lists: dict[str, list[tuple[str, float]]] = {}
         first: dict[str, tuple[Hit, str, int]] = {}
         version = None
@@ -787,7 +787,7 @@ class CommunityOps:
                 raw["sessionId"] = session_id
             if filter_ is not None:
                 raw["filter"] = dict(filter_)
-            res = self.engine.retrieve_params(raw, control)
+            res = self.ctx.retriever.retrieve_params(raw, control)
             version = version or res.index_version
             lists[str(step)] = [(hit.id, hit.score) for hit in res.hits]
             for hit in res.hits:

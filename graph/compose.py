@@ -12,8 +12,8 @@ Everything here reads a :class:`~.ppr.GraphView` of one index version:
   same reset :meth:`GraphView.recall` builds, kept whole so entity masses score ``node``
   and ``triplet`` units too).
 * :class:`Composer` — the ``path`` and ``subgraph`` units (RCP §7.7.2), composed at
-  query time; registered in ``engine.composers`` by :func:`install`, which is what
-  makes the engine offer them. Composition is deterministic for a snapshot, so cursors
+  query time; the engine holds them (:func:`composers`) in ``engine.composers``, which is
+  what makes it offer them. Composition is deterministic for a snapshot, so cursors
   page it like any ranked list.
 
 Scores: a path scores the mean PageRank mass of its entities (no extra model call; a
@@ -41,7 +41,8 @@ from .model import Entity, GraphData, Relation
 from .ppr import GraphView
 
 if TYPE_CHECKING:
-    from ..engine import Engine
+    from ..catalog import Catalog
+    from ..store.docstore import Docstore
 
 # Endpoints of candidate paths: the strongest linked entities, then the entities PageRank
 # ranks highest (so one linked entity still gets paths to where its mass flows).
@@ -112,15 +113,15 @@ def scoped_view(view: GraphView, allowed: frozenset[str] | None) -> GraphView:
     return scoped
 
 
-def request_view(engine: Engine, filter_: Mapping[str, Any] | None,
+def request_view(catalog: Catalog, filter_: Mapping[str, Any] | None,
                  version: int | None = None) -> tuple[GraphView | None, int]:
     """The graph a request with ``filter_`` may see at ``version`` (default: the current
     one), and that version; the view is None when the version holds no graph."""
-    v = engine.catalog.served_version(None) if version is None else version
-    view = engine.graph_view(v)
+    v = catalog.served_version(None) if version is None else version
+    view = catalog.graph_view(v)
     if view is None:
         return None, v
-    return scoped_view(view, engine.catalog.chunk_scope(filter_, v)), v
+    return scoped_view(view, catalog.chunk_scope(filter_, v)), v
 
 
 # --- PageRank ---------------------------------------------------------------------------------
@@ -250,15 +251,15 @@ def _row(key: str) -> int:
 class _Evidence:
     """Which allowed chunk shows a relation's evidence sentence (hydrated rows, cached)."""
 
-    def __init__(self, engine: Engine, graph: GraphData) -> None:
-        self.engine = engine
+    def __init__(self, store: Docstore, graph: GraphData) -> None:
+        self.store = store
         self.graph = graph
         self.rows: dict[int, dict[str, Any]] = {}
 
     def fetch(self, rowids: Iterable[int]) -> None:
         todo = [r for r in dict.fromkeys(rowids) if r not in self.rows]
         if todo:
-            self.rows.update(self.engine.store.hydrate(todo))
+            self.rows.update(self.store.hydrate(todo))
 
     def chunk_of(self, r: Relation) -> int | None:
         """The allowed chunk holding ``r``'s evidence sentence (None: none visible)."""
@@ -424,30 +425,28 @@ def reading_order(r: Relation, subject: Entity, obj: Entity) -> tuple[str, str]:
 
 class Composer:
     """Composes one kind (``path`` or ``subgraph``) for a retrieve; set in
-    ``engine.composers`` by :func:`install`. Called with the request's scoped view, its
+    ``engine.composers`` (:func:`composers`). Called with the request's scoped view, its
     linked entities, the passage prior, ``k`` and ``token_budget``; returns the ranked
     candidates (the pipeline then applies sessions, ``minScore``, packing and cursors)."""
 
-    def __init__(self, engine: Engine, unit: str) -> None:
+    def __init__(self, store: Docstore, unit: str) -> None:
         if unit not in ("path", "subgraph"):
             raise ValueError(f"cannot compose {unit!r}")
-        self.engine = engine
+        self.store = store
         self.unit = unit
 
     def __call__(self, view: GraphView, links: Mapping[str, float],
                  prior: Mapping[str, float] | None, *, k: int,
                  token_budget: int | None) -> list[Composed]:
         scores = view.mass(links, prior)
-        ev = _Evidence(self.engine, view.graph)
+        ev = _Evidence(self.store, view.graph)
         if self.unit == "path":
             return compose_paths(view, links, scores, ev)
         share = max(1, token_budget // max(1, k)) if token_budget else SUBGRAPH_TOKENS
         return compose_subgraphs(view, links, scores, ev, share=share)
 
 
-def install(engine: Engine) -> None:
-    """Register the path and subgraph composers: the engine then offers both units while
-    the served version holds a graph."""
-    for unit in ("path", "subgraph"):
-        if not isinstance(engine.composers.get(unit), Composer):
-            engine.composers[unit] = Composer(engine, unit)
+def composers(store: Docstore) -> dict[str, Composer]:
+    """The path and subgraph composers over ``store``: an engine that holds them offers both
+    units while the served version holds a graph."""
+    return {unit: Composer(store, unit) for unit in ("path", "subgraph")}

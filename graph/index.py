@@ -40,22 +40,19 @@ import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
-from ..derived import DerivedReport, run_attempts
+from ..config import GraphSection
+from ..derived import (BuildContext, DerivedBuilder, DerivedReport, Diff, EmbedTimer, Run,
+                       diff_units)
 from ..errors import InvalidParams
-from ..models.analyzer import term_counts
-from ..models.tokenizer import count_tokens
 from ..store.docstore import Docstore
 from ..store.writes import UnitRecord
 from .build import GraphCache, GraphConfig, build_graph
 from .extract import BuiltinExtractor, ChunkExtraction, Extractor
 from .model import ChunkText, Entity, GraphData, Relation, Span, Synonym
-
-if TYPE_CHECKING:
-    from ..engine import Engine
 
 _loads: Callable[[str], Any] = json.loads
 try:  # chromadb, a dependency, brings orjson: ~3x faster on the many small umeta documents
@@ -353,15 +350,16 @@ def make_extractor(spec: str, llm: Any = None) -> Extractor | None:
     raise InvalidParams(f"unknown graph_extractor {spec!r}", field="graph_extractor")
 
 
-class GraphIndex:
+class GraphIndex(DerivedBuilder[GraphSection]):
     """Builds and updates the engine's knowledge graph (``node`` and ``triplet`` units)."""
 
     unit = NODE
     kinds = KINDS
+    what = "the graph"
+    rebuild_command = "rcp-agentic graph rebuild"
 
-    def __init__(self, engine: Engine, *, llm: Any = None) -> None:
-        self.engine = engine
-        self.llm = llm
+    def __init__(self, ctx: BuildContext, settings: GraphSection) -> None:
+        super().__init__(ctx, settings)
         self._extractor: Extractor | None = None
         self._made = False
         self._cache: GraphCache | None = None  # per-chunk results of this process's last build
@@ -371,17 +369,17 @@ class GraphIndex:
     def extractor(self) -> Extractor | None:
         """The configured extractor, made on first use (a spaCy pipeline loads slowly)."""
         if not self._made:
-            self._extractor = make_extractor(self.engine.config.graph_extractor, self.llm)
+            self._extractor = make_extractor(self.settings.extractor, self.ctx.llm)
             self._made = True
         return self._extractor
 
     @property
     def graph_config(self) -> GraphConfig:
         """The build settings, from the engine's ``graph_*`` configuration."""
-        c = self.engine.config
-        return GraphConfig(description_tokens=c.graph_description_tokens,
-                           max_relations_per_entity=c.graph_relations_per_entity,
-                           synonym_threshold=c.graph_synonym_threshold)
+        c = self.settings
+        return GraphConfig(description_tokens=c.description_tokens,
+                           max_relations_per_entity=c.relations_per_entity,
+                           synonym_threshold=c.synonym_threshold)
 
     @property
     def identity(self) -> str:
@@ -395,29 +393,21 @@ class GraphIndex:
         """How node and triplet vectors are made, as the graph's identity records it: a
         graph stored under another rule (such as plain ``sources``, before node vectors
         carried their names) is rewritten whole by the next update."""
-        c = self.engine.config
-        if c.graph_unit_vectors == "sources":
-            return f"sources+name{c.graph_node_name_weight:g}"
-        return c.graph_unit_vectors
+        c = self.settings
+        if c.unit_vectors == "sources":
+            return f"sources+name{c.node_name_weight:g}"
+        return c.unit_vectors
 
-    def load(self, version: int) -> GraphData | None:
-        """The graph as stored and visible at ``version`` (None: none there)."""
-        return load_graph(self.engine.store, version)
-
-    def update(self, *, full: bool = False) -> DerivedReport:
-        """One run, committed as one new index version (or nothing)."""
+    def blocked(self) -> DerivedReport | None:
         if self.extractor is None:
             return DerivedReport(NODE, "none", reason="graph_extractor is 'llm' but the engine "
                                  "was opened without an LLM: the graph is served as it is and "
                                  "updated once an LLM is given")
-        return run_attempts(NODE, lambda: self._attempt(full), "the graph",
-                            "rcp-agentic graph rebuild")
+        return None
 
-    def _attempt(self, full: bool) -> DerivedReport | None:
-        engine, store = self.engine, self.engine.store
-        started = time.perf_counter()
-        store.refresh()
-        base = store.index_version()
+    def build(self, run: Run, full: bool) -> DerivedReport | None:
+        """One attempt, committed as one new index version (or nothing)."""
+        store = self.store
         data_version = int(store.info("data_version") or 0)
         identity = self.identity
         same = store.info(f"{_KEY}.identity") == identity
@@ -425,52 +415,64 @@ class GraphIndex:
         has_graph = store.info(f"{_KEY}.identity") is not None
         if not full and same and has_graph and reflects >= data_version:
             return DerivedReport(NODE, "none", kept=sum(
-                n for u, _lv, n in store.unit_kinds(base) if u in KINDS),
-                seconds=time.perf_counter() - started, reason="up to date")
+                n for u, _lv, n in store.unit_kinds(run.base) if u in KINDS),
+                seconds=run.seconds(), reason="up to date")
         reason = ("requested" if full else "no graph yet" if not has_graph else
                   "the extractor or graph settings changed" if not same else "")
-        rebuild = bool(reason)
-        chunks = self._chunks(store)
-        timer = _Timer(engine)
+        chunks = live_chunks(store)
+        timer = EmbedTimer(self.ctx)
         assert self.extractor is not None
         # An extraction is a function of the chunk's text and the extractor alone: even a full
         # build reads it from the leaf cache (entries of another extractor are never read).
         extractor = _StoredExtractions(self.extractor, store)
-        graph = canonical(self._build(chunks, extractor, timer, fresh=rebuild))
-        new = graph_units(graph, chunks)
+        graph = canonical(self._build(chunks, extractor, timer, fresh=bool(reason)))
         stored = store.live_derived(NODE) + store.live_derived(TRIPLET)
-        tolerance = 0.0 if rebuild else engine.config.graph_weight_tolerance
-        if same or not has_graph:
-            add, reuse, retire = _changes(stored, new, tolerance)
-        else:  # every unit again: its vector may have been made another way
-            add, reuse, retire = new, {}, sorted(row["uid"] for row in stored)
-        vectors = store.vectors([row["rowid"] for row in reuse.values()])
-        todo = [u for u in add if u.uid not in reuse]
-        fresh = self._vectors(todo, timer)
-        records = []
-        for u in add:
-            old = reuse.get(u.uid)
-            vector = vectors.get(old["rowid"]) if old is not None else None
-            records.append(self._record(u, fresh[u.uid] if vector is None else vector))
-        info = {f"{_KEY}.identity": identity, f"{_KEY}.version": str(base + 1),
-                f"derived.{TRIPLET}.version": str(base + 1),
+        diff = self._diff(stored, graph_units(graph, chunks), same or not has_graph,
+                          tolerance=0.0 if reason else self.settings.weight_tolerance)
+        records = self._records(diff, timer)
+        info = {f"{_KEY}.identity": identity, f"{_KEY}.version": str(run.base + 1),
+                f"derived.{TRIPLET}.version": str(run.base + 1),
                 f"{_KEY}.chunks": str(len(chunks))}
-        version = store.write_derived(KINDS, records, retire, base_version=base, info=info)
+        version = store.write_derived(KINDS, records, diff.retire, base_version=run.base,
+                                      info=info)
         if version is None:
             return None
         counts = {"nodes": len(graph.entities), "triplets": len(graph.relations),
                   "synonyms": len(graph.synonyms), "chunks": len(chunks),
                   "extracted": extractor.extracted, "embedded": timer.texts}
         return DerivedReport(
-            NODE, "full" if rebuild else "incremental", added=len(records), retired=len(retire),
-            kept=len(stored) - len(retire), seconds=time.perf_counter() - started,
-            seconds_embedding=timer.embedding, seconds_extracting=extractor.seconds,
-            version=version, reason=reason, counts=counts)
+            NODE, "full" if reason else "incremental", added=len(records),
+            retired=len(diff.retire), kept=len(stored) - len(diff.retire),
+            seconds=run.seconds(), seconds_embedding=timer.embedding,
+            seconds_extracting=extractor.seconds, version=version, reason=reason,
+            counts=counts)
 
-    def _chunks(self, store: Docstore) -> list[ChunkText]:
-        return live_chunks(store)
+    @staticmethod
+    def _diff(stored: list[dict[str, Any]], new: list[_Unit], comparable: bool, *,
+              tolerance: float) -> Diff[_Unit]:
+        """The units to write, reuse and retire; when the stored graph was made under another
+        identity, every unit again (its vector may have been made another way)."""
+        if not comparable:
+            return Diff(new, {}, sorted(row["uid"] for row in stored))
+        return diff_units(stored, new, uid=lambda u: u.uid, text=lambda u: u.text,
+                          same=lambda row, u: (row["text"] == u.text
+                                               and row["covers"] == u.covers
+                                               and _close(row["umeta"], u.meta, tolerance)))
 
-    def _build(self, chunks: list[ChunkText], extractor: _StoredExtractions, timer: _Timer,
+    def _records(self, diff: Diff[_Unit], timer: EmbedTimer) -> list[UnitRecord]:
+        """The rows of the units to write: a reused row's vector, else a new one."""
+        vectors = self.store.vectors([row["rowid"] for row in diff.reuse.values()])
+        fresh = self._vectors([u for u in diff.add if u.uid not in diff.reuse], timer)
+        records = []
+        for u in diff.add:
+            old = diff.reuse.get(u.uid)
+            vector = vectors.get(old["rowid"]) if old is not None else None
+            records.append(self.record(uid=u.uid, unit=u.unit, level=0, text=u.text,
+                                       vector=fresh[u.uid] if vector is None else vector,
+                                       meta=u.meta, covers=u.covers))
+        return records
+
+    def _build(self, chunks: list[ChunkText], extractor: _StoredExtractions, timer: EmbedTimer,
                fresh: bool) -> GraphData:
         """The graph of ``chunks``; this process's :class:`GraphCache` keeps every chunk's
         extraction, title hits and name vectors between runs, so only what changed is redone
@@ -480,7 +482,7 @@ class GraphIndex:
         return build_graph(chunks, extractor, embed=timer.embed, config=self.graph_config,
                            cache=self._cache)
 
-    def _vectors(self, todo: list[_Unit], timer: _Timer) -> dict[str, np.ndarray]:
+    def _vectors(self, todo: list[_Unit], timer: EmbedTimer) -> dict[str, np.ndarray]:
         """The vectors of new unit texts, by ``graph_unit_vectors``:
 
         * ``text`` — a node embeds its text; a triplet its evidence sentence (one vector
@@ -492,7 +494,7 @@ class GraphIndex:
         """
         if not todo:
             return {}
-        if self.engine.config.graph_unit_vectors == "sources":
+        if self.settings.unit_vectors == "sources":
             out = self._source_means(todo, timer)
             out.update(self._node_vectors([u for u in todo if u.unit == NODE], out, timer))
             return out
@@ -501,10 +503,10 @@ class GraphIndex:
         by_text = dict(zip(texts, timer.embed(texts)))
         return {uid: by_text[text] for uid, text in key.items()}
 
-    def _source_means(self, todo: list[_Unit], timer: _Timer) -> dict[str, np.ndarray]:
+    def _source_means(self, todo: list[_Unit], timer: EmbedTimer) -> dict[str, np.ndarray]:
         """Each unit's mean of its chunks' vectors, normalised (a node's weighted by its
         mentions); a unit none of whose chunks has a vector embeds its text."""
-        chunk_vectors = self.engine.store.vectors(sorted({r for u in todo for r in u.covers}))
+        chunk_vectors = self.store.vectors(sorted({r for u in todo for r in u.covers}))
         out = {}
         for u in todo:
             weights = ({int(r): float(w) for r, w in u.meta["mentions"].items()}
@@ -518,14 +520,14 @@ class GraphIndex:
         return out
 
     def _node_vectors(self, nodes: list[_Unit], means: Mapping[str, np.ndarray],
-                      timer: _Timer) -> dict[str, np.ndarray]:
+                      timer: EmbedTimer) -> dict[str, np.ndarray]:
         """Each node's vector: ``graph_node_name_weight`` of its entity vector (the mean of
         its name's and aliases' embeddings) plus the rest of its sources' mean, normalised.
 
         Nodes that share their sources (a date, a place and the band they are all written
         about) would otherwise share one vector, and a query naming one of them could rank
         another first; the name part ranks the entity the query names above the rest."""
-        w = self.engine.config.graph_node_name_weight
+        w = self.settings.node_name_weight
         if not nodes or w == 0:
             return {}
         names = self._name_vectors([n for u in nodes for n in (u.meta["name"], *u.meta["aliases"])],
@@ -537,7 +539,7 @@ class GraphIndex:
             out[u.uid] = _unit(w * entity + (1.0 - w) * means[u.uid])
         return out
 
-    def _name_vectors(self, names: list[str], timer: _Timer) -> dict[str, np.ndarray]:
+    def _name_vectors(self, names: list[str], timer: EmbedTimer) -> dict[str, np.ndarray]:
         """Normalised embeddings of ``names``: the resolver's (``GraphCache.name_vectors``)
         or this process's earlier ones where they exist, the rest embedded in one batch."""
         resolved = self._cache.name_vectors if self._cache is not None else {}
@@ -551,37 +553,6 @@ class GraphIndex:
         # never beyond the names of the last run.
         self._names = {n: self._names[n] for n in wanted if n in self._names}
         return out
-
-    def _record(self, u: _Unit, vector: np.ndarray) -> UnitRecord:
-        """The unit row of a node or triplet: text, vector, terms, screening, umeta, covers."""
-        counts, n = term_counts(u.text)
-        screening = self.engine.screen.screen(u.text)
-        return UnitRecord(
-            uid=u.uid, unit=u.unit, level=0, idx=0, start=None, end=None, page_start=None,
-            page_end=None, tokens=count_tokens(u.text), text=u.text,
-            vector=np.asarray(vector, dtype=np.float32), terms=dict(counts), nterms=n,
-            injection_suspected=screening.suspected, injection_score=screening.score,
-            meta=u.meta, covers=u.covers)
-
-
-def _changes(stored: list[dict[str, Any]], new: list[_Unit], tolerance: float
-             ) -> tuple[list[_Unit], dict[str, dict[str, Any]], list[str]]:
-    """The units to write, the live rows whose vector a rewrite reuses (same text), and the
-    live uids to retire (gone, or rewritten under the same id)."""
-    live = {row["uid"]: row for row in stored}
-    add: list[_Unit] = []
-    reuse: dict[str, dict[str, Any]] = {}
-    for u in new:
-        row = live.get(u.uid)
-        if row is not None and row["text"] == u.text and row["covers"] == u.covers \
-                and _close(row["umeta"], u.meta, tolerance):
-            continue
-        add.append(u)
-        if row is not None and row["text"] == u.text:
-            reuse[u.uid] = row
-    gone = set(live) - {u.uid for u in new}
-    rewritten = {u.uid for u in add if u.uid in live}
-    return add, reuse, sorted(gone | rewritten)
 
 
 def _close(old: Any, new: Any, tolerance: float) -> bool:
@@ -633,22 +604,3 @@ class _StoredExtractions:
         self.seconds += time.perf_counter() - started
         return [made[r] if r in made else ChunkExtraction.from_json(_loads(cached[r]))
                 for r in rows]
-
-
-class _Timer:
-    """The engine's embedder, timed (node and triplet texts; entity names for synonyms)."""
-
-    def __init__(self, engine: Engine) -> None:
-        self.engine = engine
-        self.embedding = 0.0
-        self.texts = 0
-
-    def embed(self, texts: list[str]) -> np.ndarray:
-        started = time.perf_counter()
-        self.texts += len(texts)
-        try:
-            if not texts:
-                return np.zeros((0, self.engine.dimension), dtype=np.float32)
-            return np.asarray(self.engine.embedder.embed_documents(texts), dtype=np.float32)
-        finally:
-            self.embedding += time.perf_counter() - started

@@ -1,9 +1,8 @@
 """The ``graph`` method (RCP §7.9) and ``memory/build`` / ``memory/recall`` (§7.17) over the
 engine's knowledge graph.
 
-:class:`GraphOps` wraps an Engine (composition: the engine delegates its ``graph``,
-``memory_build`` and ``memory_recall`` methods here) and registers the ``path`` and
-``subgraph`` composers (:func:`.compose.install`).
+:class:`GraphOps` serves an engine's ``graph``, ``memory_build`` and ``memory_recall``
+methods over the parts it is handed (:class:`.context.GraphContext`), never the engine.
 
 * ``graph(op="local")`` — the query's entities, PageRank-expanded: chunk hits ranked by
   graph-aware recall (the PageRank list fused with dense and sparse, as retrieve does with
@@ -51,14 +50,15 @@ from ..wire import (GraphEdge, GraphNode, GraphResult, Hit, MemoryBuildResult, M
                     MemoryRecallResult, Usage)
 from .community_ops import (MAX_PAGE, MAX_SUMMARY_TOKENS, CommunityOps,
                             count_param, filter_param, version_of)
-from .compose import reading_order, install, relevance, request_view
+from .compose import reading_order, relevance, request_view
+from .context import GraphContext
 from .index import node_uid
 from .memory import SessionMemory
 from .ppr import GraphView
 from .sources import SourceTrust
 
 if TYPE_CHECKING:
-    from ..engine import Engine
+    from ..config import EngineConfig
 
 MAX_COMMUNITIES = MAX_PAGE  # a communities page / the communities global ranks
 MAX_TOKEN_BUDGET = MAX_SUMMARY_TOKENS  # tokens of a global summary
@@ -75,32 +75,37 @@ NO_GRAPH = ("this engine has no knowledge graph (open it with build_graph=True, 
 _MEMORY_ID = re.compile(r"graph@v(0|[1-9][0-9]{0,17})")
 
 
-def _session(value: Any, engine: Engine) -> str | None:
+def _session(value: Any, config: EngineConfig) -> str | None:
     if value is None:
         return None
     if not isinstance(value, str) or not value:
         raise InvalidParams("sessionId must be a non-empty string", field="sessionId")
-    if len(value) > engine.config.max_session_id_chars:
-        raise InvalidParams(f"sessionId has more than {engine.config.max_session_id_chars} "
+    if len(value) > config.max_session_id_chars:
+        raise InvalidParams(f"sessionId has more than {config.max_session_id_chars} "
                             "characters", field="sessionId")
     return value
 
 
-class GraphOps:
-    """``graph``, ``memory_build`` and ``memory_recall`` of one Engine."""
+def _untrusted(_doc: Any) -> bool:
+    """``memory/build`` documents come over the protocol: the operator grants them no trust."""
+    return False
 
-    def __init__(self, engine: Engine) -> None:
-        self.engine = engine
-        install(engine)
-        self.memory = SessionMemory(max_sessions=engine.config.max_sessions,
-                                    ttl_seconds=engine.config.session_ttl_seconds,
-                                    budget=engine.session_budget)
-        self.community = CommunityOps(engine, self._keys_of)
+
+class GraphOps:
+    """``graph``, ``memory_build`` and ``memory_recall`` of one engine, over its
+    :class:`~.context.GraphContext`."""
+
+    def __init__(self, ctx: GraphContext) -> None:
+        self.ctx = ctx
+        self.memory = SessionMemory(max_sessions=ctx.config.max_sessions,
+                                    ttl_seconds=ctx.config.session_ttl_seconds,
+                                    budget=ctx.session_budget)
+        self.community = CommunityOps(ctx, self._keys_of)
 
     # --- helpers ----------------------------------------------------------------------------
 
     def _view(self, version: int | None = None) -> GraphView:
-        view = self.engine.graph_view(version)
+        view = self.ctx.catalog.graph_view(version)
         if view is None:
             raise CapabilityMissing(NO_GRAPH)
         return view
@@ -109,18 +114,18 @@ class GraphOps:
               version: int | None = None) -> tuple[GraphView, int]:
         """The graph a request with ``filter_`` may see at ``version`` (default: the current
         one): restricted to the chunks that pass the filter; and that version."""
-        view, v = request_view(self.engine, filter_, version)
+        view, v = request_view(self.ctx.catalog, filter_, version)
         if view is None:
             raise CapabilityMissing(NO_GRAPH)
         return view, v
 
     def _sources(self) -> SourceTrust:
-        return SourceTrust(self.engine.store.reader, self.engine.screen)
+        return SourceTrust(self.ctx.store.reader, self.ctx.screen)
 
     def ops(self) -> list[str]:
         """The ``graph`` ops that work now (``graph.ops`` of the capabilities): none without
         a graph; ``global``, ``drift`` and ``communities`` while communities are stored."""
-        if self.engine.graph_view() is None:
+        if self.ctx.catalog.graph_view() is None:
             return []
         return [*ENTITY_OPS, *COMMUNITY_OPS] if self.community.offered() else list(ENTITY_OPS)
 
@@ -143,7 +148,7 @@ class GraphOps:
         if op not in ENTITY_OPS + COMMUNITY_OPS:
             raise InvalidParams(f"op must be one of {', '.join(ENTITY_OPS + COMMUNITY_OPS)}",
                                 field="op")
-        session = _session(session_id, self.engine)
+        session = _session(session_id, self.ctx.config)
         takes = {"communities": ("cursor",), "global": ("tokenBudget",)}.get(op, ())
         for name, value in (("cursor", cursor), ("tokenBudget", token_budget)):
             if value is not None and name not in takes:
@@ -167,7 +172,7 @@ class GraphOps:
         if op == "local":
             if query is None:
                 raise InvalidParams("op 'local' needs a query", field="query")
-            return self.local(query, k=count_param(k, "k", 10, 1, self.engine.config.max_k),
+            return self.local(query, k=count_param(k, "k", 10, 1, self.ctx.config.max_k),
                               session_id=session, filter=filter_, control=ctl)
         if seed_ids is None:
             raise InvalidParams("op 'neighbors' needs seedIds", field="seedIds")
@@ -199,9 +204,9 @@ class GraphOps:
             raw["sessionId"] = session_id
         if filter is not None:
             raw["filter"] = dict(filter)
-        res = self.engine.retrieve_params(raw, ctl)
+        res = self.ctx.retriever.retrieve_params(raw, ctl)
         view, version = self.scope(filter, version_of(res.index_version))
-        text = query_text(query, max_chars=self.engine.config.max_query_chars)
+        text = query_text(query, max_chars=self.ctx.config.max_query_chars)
         links = view.link(text)
         rel = relevance(view, view.mass(links)) if links else {}
         ctl.check()
@@ -214,7 +219,7 @@ class GraphOps:
         that carry the query's PageRank, most relevant first (at most 8)."""
         if not rel:
             return hit
-        index = self.engine.catalog.index([("chunk", 0)], version)
+        index = self.ctx.catalog.index([("chunk", 0)], version)
         pos = index.positions_of_uids([hit.id])
         if not len(pos):
             return hit
@@ -298,7 +303,7 @@ class GraphOps:
         OptionUnsupported with ``scope="global"``)."""
         if scope not in ("global", "session"):
             raise InvalidParams("scope must be 'global' or 'session'", field="scope")
-        if "node" not in self.engine.builders:
+        if "node" not in self.ctx.builders.builders:
             raise CapabilityMissing("memory is the knowledge graph, which this engine does not "
                                     "build (open it with build_graph=True)")
         filter_ = filter_param(filter)
@@ -310,7 +315,7 @@ class GraphOps:
             self._memory_version(memory_id)
         docs = self._documents(documents)
         if scope == "session":
-            session = _session(session_id, self.engine)
+            session = _session(session_id, self.ctx.config)
             if session is None:
                 raise InvalidParams("scope 'session' needs a sessionId", field="sessionId")
             view, _v = self.scope(filter_)
@@ -328,14 +333,14 @@ class GraphOps:
             return MemoryBuildResult(memory_id=f"session:{session}",
                                      tokens=count_tokens(" ".join(names)) if held else 0)
         if docs:
-            self.engine.add_documents(docs, control=ctl)  # the normal add path
-        if not docs or self.engine.config.derived_updates != "inline":
+            self.ctx.ingest.add(docs, _untrusted, None, ctl)  # the normal add path
+        if not docs or self.ctx.config.derived_updates != "inline":
             # The memory answers with its graph built: not left to the background worker.
-            self.engine.update_derived(only="node")
-        version = self.engine.store.index_version()
+            self.ctx.builders.update(only="node")
+        version = self.ctx.store.index_version()
         tokens = 0
         for kind in ("node", "triplet"):
-            tokens += int(self.engine.catalog.index([(kind, 0)], version).tokens.sum())
+            tokens += int(self.ctx.catalog.index([(kind, 0)], version).tokens.sum())
         return MemoryBuildResult(memory_id=f"graph@v{version}", tokens=tokens)
 
     def _documents(self, documents: Any) -> list[dict[str, Any]]:
@@ -366,13 +371,13 @@ class GraphOps:
             return None
         shown = memory_id if len(memory_id) <= 40 else memory_id[:40] + "…"
         match = _MEMORY_ID.fullmatch(memory_id)
-        current = self.engine.catalog.served_version(None)
+        current = self.ctx.catalog.served_version(None)
         if match is None or int(match[1]) > current:
             raise NotFound(f"memoryId {shown!r} is not a memory of this engine (graph@v<version> "
                            "as memory/build returned it, or session:<sessionId>)",
                            field="memoryId")
         try:
-            return self.engine.catalog.served_version(f"v{match[1]}")
+            return self.ctx.catalog.served_version(f"v{match[1]}")
         except BackendUnavailable as exc:
             raise BackendUnavailable(f"memoryId {shown!r} pins a snapshot this engine no longer "
                                      f"keeps: {exc.message}", field="memoryId",
@@ -391,13 +396,13 @@ class GraphOps:
         Everything comes from the graph ``filter`` allows; a ``memoryId`` of a session that
         holds no memory is NotFound."""
         n = count_param(n, "n", 5, 1, MAX_CLUES)
-        session = _session(session_id, self.engine)
-        text = query_text(query, max_chars=self.engine.config.max_query_chars)
+        session = _session(session_id, self.ctx.config)
+        text = query_text(query, max_chars=self.ctx.config.max_query_chars)
         filter_ = filter_param(filter)
         ctl = checked(control)
         version = self._memory_version(memory_id) if memory_id is not None else None
         if memory_id is not None and memory_id.startswith("session:"):
-            named = _session(memory_id[len("session:"):], self.engine)
+            named = _session(memory_id[len("session:"):], self.ctx.config)
             if named is None or named not in self.memory:
                 raise NotFound("memoryId names no session memory of this engine (build it with "
                                "memory/build scope 'session'; it expires unused)",
@@ -440,7 +445,7 @@ class GraphOps:
                                           **{k: 0.5 for c in clues[1:] for k in
                                              self._keys_from(view, c.seed_ids or [])}})
         draft = None
-        if hits and clues and version == self.engine.store.index_version():
+        if hits and clues and version == self.ctx.store.index_version():
             draft = self.local(text, k=n, session_id=None, filter=filter_, control=ctl).hits
         return MemoryRecallResult(clues=clues[:n], hits=draft, usage=Usage(notes=notes or None))
 
@@ -485,10 +490,10 @@ class GraphOps:
                                "indexVersion": f"v{version}"}
         if filter_ is not None:
             raw["filter"] = dict(filter_)
-        res = self.engine.retrieve_params(raw, control)
+        res = self.ctx.retriever.retrieve_params(raw, control)
         if not res.hits:
             return {}
-        index = self.engine.catalog.index([("chunk", 0)], version)
+        index = self.ctx.catalog.index([("chunk", 0)], version)
         wanted = {f"r{int(index.rowids[p])}" for p in index.positions_of_uids(
             [h.id for h in res.hits])}
         out: dict[str, float] = {}

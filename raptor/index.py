@@ -16,20 +16,17 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
-from ..derived import DerivedReport, run_attempts
-from ..models.analyzer import term_counts
+from ..config import TreeSection
+from ..derived import BuildContext, DerivedBuilder, DerivedReport, EmbedTimer, Run
 from ..models.tokenizer import count_tokens
 from ..store.writes import UnitRecord
 from .summarize import (ExtractiveSummarizer, LLMSummarizer, Passage, Sentence, Span, Summary,
                         split_sentences)
 from .tree import Leaf, Node, TreeConfig, build_tree, update_tree
-
-if TYPE_CHECKING:
-    from ..engine import Engine
 
 UNIT = "tree-node"
 _KEY = f"derived.{UNIT}"
@@ -56,20 +53,36 @@ class _LeafPassages(Mapping[str, Passage]):
         return len(self._leaves)
 
 
-class TreeIndex:
+class _Leaves:
+    """The live chunks as the tree knows them: by row (``r<rowid>``), not public id — a
+    replaced document keeps its chunk ids but gets new rows, and its old rows must leave."""
+
+    def __init__(self, rows: list[tuple[Any, ...]]) -> None:
+        self.uid_of = {_key(r): uid for r, uid, _d, _s, _t, _x in rows}
+        self.passages = _LeafPassages({_key(r): (text, doc_id, int(start or 0))
+                                       for r, _u, doc_id, start, _t, text in rows})
+        self.tokens = {_key(r): int(t) for r, _u, _d, _s, t, _x in rows}
+
+    def leaf(self, key: str, vectors: Mapping[str, np.ndarray]) -> Leaf:
+        return Leaf(key, vectors[key], self.passages[key], self.tokens[key])
+
+
+class TreeIndex(DerivedBuilder[TreeSection]):
     """Builds and updates the engine's RAPTOR tree (``tree-node`` units, levels >= 1)."""
 
     unit = UNIT
+    kinds = (UNIT,)
+    what = "the tree"
+    rebuild_command = "rcp-agentic tree rebuild"
 
-    def __init__(self, engine: Engine, *, llm: Any = None) -> None:
-        self.engine = engine
+    def __init__(self, ctx: BuildContext, settings: TreeSection) -> None:
+        super().__init__(ctx, settings)
         self.summarizer: ExtractiveSummarizer | LLMSummarizer = (
-            LLMSummarizer(llm, count_tokens) if llm is not None
+            LLMSummarizer(ctx.llm, count_tokens) if ctx.llm is not None
             else ExtractiveSummarizer(count_tokens))
-        c = engine.config
-        self.config = TreeConfig(seed=c.tree_seed, summary_tokens=c.tree_summary_tokens,
-                                 cluster_tokens=c.tree_cluster_tokens, top_size=c.tree_top_size,
-                                 max_levels=c.tree_max_levels)
+        self.config = TreeConfig(seed=settings.seed, summary_tokens=settings.summary_tokens,
+                                 cluster_tokens=settings.cluster_tokens,
+                                 top_size=settings.top_size, max_levels=settings.max_levels)
 
     @property
     def identity(self) -> str:
@@ -78,79 +91,69 @@ class TreeIndex:
         return (f"{self.summarizer.identity};seed={c.seed};summary={c.summary_tokens};"
                 f"cluster={c.cluster_tokens};top={c.top_size};levels={c.max_levels}")
 
-    def update(self, *, full: bool = False) -> DerivedReport:
-        """One run: full or incremental, committed as one new index version (or nothing)."""
-        return run_attempts(UNIT, lambda: self._attempt(full), "the tree",
-                            "rcp-agentic tree rebuild")
-
-    def _attempt(self, full: bool) -> DerivedReport | None:
-        store = self.engine.store
-        started = time.perf_counter()
-        store.refresh()
-        base = store.index_version()
-        leaf_rows = store.live_leaves("chunk")
-        # The tree knows a leaf by its row (``r<rowid>``), not its public id: a replaced
-        # document keeps its chunk ids but gets new rows, and its old rows must leave.
-        uid_of = {_key(r): uid for r, uid, _d, _s, _t, _x in leaf_rows}
-        texts = {_key(r): (text, doc_id, int(start or 0))
-                 for r, _u, doc_id, start, _t, text in leaf_rows}
-        tokens = {_key(r): int(t) for r, _u, _d, _s, t, _x in leaf_rows}
+    def build(self, run: Run, full: bool) -> DerivedReport | None:
+        """One attempt: full or incremental (see the module doc)."""
+        store = self.store
+        leaves = _Leaves(store.live_leaves("chunk"))
         stored = store.live_derived(UNIT)
         covered = {_key(leaf) for n in stored if n["level"] == 1 for leaf in n["covers"]}
-        added_keys = sorted(set(uid_of) - covered, key=_rowid)
-        removed_keys = covered - set(uid_of)
+        added_keys = sorted(set(leaves.uid_of) - covered, key=_rowid)
+        removed_keys = covered - set(leaves.uid_of)
         churn = int(store.info(f"{_KEY}.churn") or 0) + len(added_keys) + len(removed_keys)
-        built_on = int(store.info(f"{_KEY}.built_leaves") or 0)
-        reason = ("requested" if full else "no tree yet" if not stored else
-                  "the summariser or tree settings changed"
-                  if store.info(f"{_KEY}.identity") != self.identity else
-                  f"drift {churn}/{built_on} leaves passed {self.engine.config.tree_rebuild_drift:g}"
-                  if churn > self.engine.config.tree_rebuild_drift * max(built_on, 1) else "")
-        rebuild = bool(reason)
-        if not rebuild and not added_keys and not removed_keys:
-            if store.info(f"{_KEY}.version") != str(base):
-                store.set_info_if(f"{_KEY}.version", str(base), base_version=base)
+        reason = self._rebuild_reason(full, stored, churn)
+        if not reason and not added_keys and not removed_keys:
+            self.mark_current(run, UNIT)
             return DerivedReport(UNIT, "none", kept=len(stored),
                                  levels=max((n["level"] for n in stored), default=0),
-                                 seconds=time.perf_counter() - started, reason="up to date")
-        timer = _Timer(self.engine)
-        passages = _LeafPassages(texts)
-        vectors = store.vectors([_rowid(k) for k in uid_of])
-        leaf_vectors = {k: vectors[_rowid(k)] for k in uid_of if _rowid(k) in vectors}
-
-        def leaf(key: str) -> Leaf:
-            return Leaf(key, leaf_vectors[key], passages[key], tokens[key])
-
+                                 seconds=run.seconds(), reason="up to date")
+        timer = _Timer(self.ctx)
+        vectors = store.vectors([_rowid(k) for k in leaves.uid_of])
+        leaf_vectors = {k: vectors[_rowid(k)] for k in leaves.uid_of if _rowid(k) in vectors}
         summarizer = timer.summarizer(self.summarizer)
-        if rebuild:
-            nodes = build_tree([leaf(key) for key in sorted(uid_of, key=_rowid)],
+        if reason:
+            nodes = build_tree([leaves.leaf(key, leaf_vectors) for key in sorted(leaves.uid_of,
+                                                                                 key=_rowid)],
                                embed=timer.embed, summarizer=summarizer, config=self.config,
                                count_tokens=count_tokens)
-            add, retire = _changes(stored, nodes, {n["uid"] for n in stored} - {n.uid for n in nodes})
-            info = {f"{_KEY}.built_leaves": str(len(uid_of)), f"{_KEY}.churn": "0",
+            add, retire = _changes(stored, nodes,
+                                   {n["uid"] for n in stored} - {n.uid for n in nodes})
+            info = {f"{_KEY}.built_leaves": str(len(leaves.uid_of)), f"{_KEY}.churn": "0",
                     f"{_KEY}.identity": self.identity}
         else:
             node_vectors = store.vectors([n["rowid"] for n in stored])
             current = [self._node(n, node_vectors.get(n["rowid"])) for n in stored]
-            delta = update_tree(current, leaf_vectors, [leaf(k) for k in added_keys], removed_keys,
-                                embed=timer.embed, summarizer=summarizer, config=self.config,
-                                count_tokens=count_tokens, passages=passages)
+            delta = update_tree(current, leaf_vectors,
+                                [leaves.leaf(k, leaf_vectors) for k in added_keys],
+                                removed_keys, embed=timer.embed, summarizer=summarizer,
+                                config=self.config, count_tokens=count_tokens,
+                                passages=leaves.passages)
             add, retire = _changes(stored, delta.added, set(delta.retired))
             info = {f"{_KEY}.churn": str(churn)}
-        records = [self._record(n, uid_of) for n in add]
-        info[f"{_KEY}.version"] = str(base + 1)
-        version = store.write_derived(UNIT, records, retire, base_version=base, info=info)
+        records = [self._record(n, leaves.uid_of) for n in add]
+        info[f"{_KEY}.version"] = str(run.base + 1)
+        version = store.write_derived(UNIT, records, retire, base_version=run.base, info=info)
         if version is None:
             return None
         levels = {n["level"] for n in stored if n["uid"] not in set(retire)} | {
             n.level for n in add}
         return DerivedReport(
-            UNIT, "full" if rebuild else "incremental", added=len(records), retired=len(retire),
+            UNIT, "full" if reason else "incremental", added=len(records), retired=len(retire),
             kept=len(stored) - len(retire), levels=max(levels, default=0),
-            seconds=time.perf_counter() - started, seconds_clustering=max(
-                0.0, time.perf_counter() - started - timer.embedding - timer.summarising),
+            seconds=run.seconds(), seconds_clustering=max(
+                0.0, run.seconds() - timer.embedding - timer.summarising),
             seconds_summarising=timer.summarising, seconds_embedding=timer.embedding,
             version=version, reason=reason)
+
+    def _rebuild_reason(self, full: bool, stored: list[dict[str, Any]], churn: int) -> str:
+        """Why the whole tree is built again ("" when an incremental update does)."""
+        store = self.store
+        built_on = int(store.info(f"{_KEY}.built_leaves") or 0)
+        drift = self.settings.rebuild_drift
+        return ("requested" if full else "no tree yet" if not stored else
+                "the summariser or tree settings changed"
+                if store.info(f"{_KEY}.identity") != self.identity else
+                f"drift {churn}/{built_on} leaves passed {drift:g}"
+                if churn > drift * max(built_on, 1) else "")
 
     @staticmethod
     def _node(row: dict[str, Any], vector: np.ndarray | None) -> Node:
@@ -183,13 +186,8 @@ class TreeIndex:
                              end=sentence.span.end)
             spans.append(entry)
             at = end
-        counts, n = term_counts(text)
-        screening = self.engine.screen.screen(text)
-        return UnitRecord(
-            uid=node.uid, unit=UNIT, level=node.level, idx=0, start=None, end=None,
-            page_start=None, page_end=None, tokens=count_tokens(text), text=text,
-            vector=np.asarray(node.vector, dtype=np.float32), terms=dict(counts), nterms=n,
-            injection_suspected=screening.suspected, injection_score=screening.score,
+        return self.record(
+            uid=node.uid, unit=UNIT, level=node.level, text=text, vector=node.vector,
             meta={"children": [uid_of.get(c, c) for c in node.children], "spans": spans},
             covers=sorted(_rowid(k) for k in node.leaves if k in uid_of))
 
@@ -218,22 +216,12 @@ def _rowid(key: str) -> int:
     return int(key[1:])
 
 
-class _Timer:
+class _Timer(EmbedTimer):
     """Times the embedding and summarising a build spends (clustering is the rest)."""
 
-    def __init__(self, engine: Engine) -> None:
-        self.engine = engine
-        self.embedding = 0.0
+    def __init__(self, ctx: BuildContext) -> None:
+        super().__init__(ctx)
         self.summarising = 0.0
-
-    def embed(self, texts: list[str]) -> np.ndarray:
-        started = time.perf_counter()
-        try:
-            if not texts:
-                return np.zeros((0, self.engine.dimension), dtype=np.float32)
-            return self.engine.embedder.embed_documents(texts)
-        finally:
-            self.embedding += time.perf_counter() - started
 
     def summarizer(self, inner: Any) -> Any:
         timer = self

@@ -1,5 +1,10 @@
 """EngineConfig: every knob of an engine, resolved defaults → file → environment → arguments.
 
+The fields are flat (one name per knob in the file, the environment and ``Engine(**kw)``),
+grouped by a prefix per part: ``tree_*``, ``graph_*``, ``community_*``. Each builder reads
+its own group as a section (:class:`TreeSection`, :class:`GraphSection`,
+:class:`CommunitySection`), not the whole configuration.
+
 The file is ``<engine dir>/config.json``, written when an engine is created so a
 reopened engine chunks and scores the way it was built. Environment variables
 are ``RCP_AGENTIC_<FIELD>`` (e.g. ``RCP_AGENTIC_CHROMA_URL``); values are JSON
@@ -10,8 +15,9 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -21,6 +27,44 @@ from .vocabulary import Mode
 FieldType = Literal["keyword", "text", "int", "float", "bool", "date"]
 CONFIG_FILE = "config.json"
 ENV_PREFIX = "RCP_AGENTIC_"
+
+
+@dataclass(frozen=True)
+class TreeSection:
+    """The RAPTOR tree's settings (the ``tree_*`` fields)."""
+
+    summary_tokens: int
+    cluster_tokens: int
+    top_size: int
+    max_levels: int
+    seed: int
+    rebuild_drift: float
+
+
+@dataclass(frozen=True)
+class GraphSection:
+    """The knowledge graph's settings (the ``graph_*`` fields)."""
+
+    extractor: str
+    description_tokens: int
+    relations_per_entity: int
+    synonym_threshold: float
+    unit_vectors: str
+    node_name_weight: float
+    weight_tolerance: float
+
+
+@dataclass(frozen=True)
+class CommunitySection:
+    """The Leiden communities' settings (the ``community_*`` fields)."""
+
+    max_size: int
+    report_tokens: int
+    vectors: str
+    build_seconds: float | None
+
+
+S = TypeVar("S")
 
 
 class EngineConfig(BaseModel):
@@ -175,6 +219,26 @@ class EngineConfig(BaseModel):
     torch_threads: int | None = Field(None, ge=1, description="None = torch's default")
     blas_threads: int | None = Field(
         1, ge=1, description="numpy BLAS threads for query-time math (None = leave as is)")
+
+    def _section(self, section: type[S], prefix: str) -> S:
+        """The fields named ``prefix`` + a field of ``section``, as that section."""
+        return section(**{f.name: getattr(self, prefix + f.name)  # type: ignore[call-arg]
+                          for f in fields(section)})  # type: ignore[arg-type]
+
+    @property
+    def tree_section(self) -> TreeSection:
+        """The settings of the RAPTOR tree builder."""
+        return self._section(TreeSection, "tree_")
+
+    @property
+    def graph_section(self) -> GraphSection:
+        """The settings of the knowledge-graph builder."""
+        return self._section(GraphSection, "graph_")
+
+    @property
+    def community_section(self) -> CommunitySection:
+        """The settings of the community builder."""
+        return self._section(CommunitySection, "community_")
 
     @field_validator("chunk_overlap")
     @classmethod

@@ -1,29 +1,47 @@
-"""The contract between the engine and a builder of derived units (the RAPTOR tree, the graph).
+"""The contract between the engine and a builder of derived units (the RAPTOR tree, the graph,
+its communities), and the base every builder shares.
 
-A builder reads the committed chunks from the store, decides what changed since
-its units were last written, and writes its units in one commit through
-``Docstore.write_derived`` (each new unit with the leaf chunks it covers; a builder
-of several kinds, the graph's nodes and triplets, writes them all in that commit).
-It records ``derived.<kind>.version`` (the index version its units reflect) for
-each kind it writes. Until
-it has run, units covering a replaced or deleted chunk are invisible (see
-``Docstore.unit_arrays``) and retrieve notes the lag; a pinned ``indexVersion``
-sees the derived units of its own snapshot.
+A builder reads the committed chunks from the store, decides what changed since its
+units were last written, and writes its units in one commit through
+``Docstore.write_derived`` (each new unit with the leaf chunks it covers; a builder of
+several kinds, the graph's nodes and triplets, writes them all in that commit). It
+records ``derived.<kind>.version`` (the index version its units reflect) for each kind it
+writes. Until it has run, units covering a replaced or deleted chunk are invisible (see
+``Docstore.unit_arrays``) and retrieve notes the lag; a pinned ``indexVersion`` sees the
+derived units of its own snapshot.
 
-A builder runs off the write path (``rcp_agentic/catchup.py``), under the engine's build
-lock: writes commit while it computes, which is why its commit is conditional on the
-version it read and recomputed when that moved (:func:`run_attempts`).
+Builders run off the write path (``rcp_agentic/catchup.py``), under the engine's build
+lock: writes commit while one computes, which is why its commit is conditional on the
+version it read and recomputed when that moved. :class:`DerivedBuilder` holds that
+skeleton — refresh, read the base version, build, commit on it, retry — and the steps every
+builder shares (a unit record with its terms and injection screening, diffing new units
+against the live ones, timed embedding); a builder supplies :meth:`DerivedBuilder.build`.
+It receives a :class:`BuildContext` (the store, the embedder, the injection screen, the
+LLM) and its own configuration section, never the engine.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Generic, TypeVar
+
+import numpy as np
+
+from .models.analyzer import term_counts
+from .models.embedder import TimedEmbedder
+from .models.tokenizer import count_tokens
+from .pipeline.trust import InjectionScreen
+from .store.docstore import Docstore
+from .store.writes import UnitRecord
 
 # A builder's run that lost the race with another write (base version moved) is recomputed
 # this often before it gives up until the next write.
 ATTEMPTS = 3
+
+U = TypeVar("U")
 
 
 @dataclass
@@ -44,41 +62,162 @@ class DerivedReport:
     seconds_extracting: float = 0.0  # the graph: entity extraction of chunks not seen before
     version: int | None = None  # the index version committed (None: nothing written)
     reason: str = ""
-    # Other writes kept committing through every attempt (:func:`run_attempts`); the engine
-    # then runs the builder once more under its write lock, and that report says so too.
+    # Other writes kept committing through every attempt; the engine then runs the builder
+    # once more under its write lock, and that report says so too.
     contended: bool = False
     # What the build holds, by name (the graph: nodes, triplets, synonyms, chunks read,
     # chunks extracted this run, unit texts embedded this run).
     counts: dict[str, int] = field(default_factory=dict)
 
 
-class DerivedBuilder(Protocol):
-    """Builds and updates the stored units of one derived kind (``unit``). A builder of
-    several kinds written in one commit names them all in a ``kinds`` attribute too (the
-    graph: node and triplet); see :func:`builder_kinds`."""
+@dataclass
+class BuildContext:
+    """What a builder needs of its engine: the store it reads and writes, the embedder, the
+    injection screen every unit text passes, and the LLM (None: offline)."""
+
+    store: Docstore
+    embedder: TimedEmbedder
+    screen: InjectionScreen
+    llm: Any = None
+
+    def dimension(self) -> int:
+        """The embedding dimension (the index's when it has one; else the model's)."""
+        stored = self.store.info("embedding.dimension")
+        return int(stored) if stored else self.embedder.dimension
+
+
+@dataclass(frozen=True)
+class Run:
+    """One attempt of a builder: the index version it read and when it started."""
+
+    base: int
+    started: float
+
+    def seconds(self) -> float:
+        return time.perf_counter() - self.started
+
+
+class EmbedTimer:
+    """The context's embedder, timed: the seconds a build spends embedding and the texts."""
+
+    def __init__(self, ctx: BuildContext) -> None:
+        self._ctx = ctx
+        self.embedding = 0.0
+        self.texts = 0
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        started = time.perf_counter()
+        self.texts += len(texts)
+        try:
+            if not texts:
+                return np.zeros((0, self._ctx.dimension()), dtype=np.float32)
+            return np.asarray(self._ctx.embedder.embed_documents(texts), dtype=np.float32)
+        finally:
+            self.embedding += time.perf_counter() - started
+
+
+@dataclass
+class Diff(Generic[U]):
+    """New units against the live rows of their kinds: what to write (``add``), the live rows
+    whose vector a rewrite can reuse (same text: ``reuse``, by uid), and the live uids that
+    leave (gone, or rewritten under the same id: ``retire``)."""
+
+    add: list[U]
+    reuse: dict[str, dict[str, Any]]
+    retire: list[str]
+
+
+def diff_units(stored: list[dict[str, Any]], new: Iterable[U], *, uid: Callable[[U], str],
+               text: Callable[[U], str],
+               same: Callable[[dict[str, Any], U], bool]) -> Diff[U]:
+    """What ``new`` changes among the live ``stored`` rows; ``same(row, unit)`` says whether a
+    live row already stores the unit as it is (then it is left alone)."""
+    live = {row["uid"]: row for row in stored}
+    add: list[U] = []
+    reuse: dict[str, dict[str, Any]] = {}
+    seen: set[str] = set()
+    for u in new:
+        key = uid(u)
+        seen.add(key)
+        row = live.get(key)
+        if row is not None and same(row, u):
+            continue
+        add.append(u)
+        if row is not None and row["text"] == text(u):
+            reuse[key] = row
+    rewritten = {uid(u) for u in add if uid(u) in live}
+    return Diff(add, reuse, sorted((set(live) - seen) | rewritten))
+
+
+S = TypeVar("S")
+
+
+class DerivedBuilder(ABC, Generic[S]):
+    """Builds and updates the stored units of one derived kind (``unit``; a builder of several
+    kinds written in one commit names them all in ``kinds``) from a :class:`BuildContext` and
+    its configuration section ``settings`` (module doc). ``what`` names the units in a
+    report; ``rebuild_command`` is the command that forces a full build."""
 
     unit: str
+    kinds: tuple[str, ...]
+    what: str
+    rebuild_command: str
+
+    def __init__(self, ctx: BuildContext, settings: S) -> None:
+        self.ctx = ctx
+        self.settings = settings
+
+    @property
+    def store(self) -> Docstore:
+        return self.ctx.store
 
     def update(self, *, full: bool = False) -> DerivedReport:
-        """Fold every committed change of the chunks into the derived units (one commit)."""
-        ...
+        """Fold every committed change of the chunks into the derived units (one commit):
+        :meth:`build` until it commits or finds nothing to do, at most :data:`ATTEMPTS`
+        times (None: another write committed while it computed)."""
+        blocked = self.blocked()
+        if blocked is not None:
+            return blocked
+        for _ in range(ATTEMPTS):
+            store = self.store
+            started = time.perf_counter()
+            store.refresh()
+            report = self.build(Run(store.index_version(), started), full)
+            if report is not None:
+                return report
+        return DerivedReport(self.unit, "none", contended=True, reason=(
+            f"other writes kept committing during {ATTEMPTS} attempts; {self.what} still lags "
+            f"(it is retried after the next write, or run `{self.rebuild_command}`)"))
+
+    def blocked(self) -> DerivedReport | None:
+        """A report when this builder cannot run at all now (None: it can)."""
+        return None
+
+    @abstractmethod
+    def build(self, run: Run, full: bool) -> DerivedReport | None:
+        """One attempt on the version ``run.base``: its report, or None when another write
+        committed meanwhile (``Docstore.write_derived`` refused the commit)."""
+
+    def mark_current(self, run: Run, kind: str) -> None:
+        """Record that ``kind`` reflects ``run.base`` (nothing needed rebuilding)."""
+        if self.store.info(f"derived.{kind}.version") != str(run.base):
+            self.store.set_info_if(f"derived.{kind}.version", str(run.base),
+                                   base_version=run.base)
+
+    def record(self, *, uid: str, unit: str, level: int, text: str, vector: np.ndarray,
+               meta: Mapping[str, Any], covers: list[int]) -> UnitRecord:
+        """The unit row of a derived unit: its text with its tokens, BM25 terms and injection
+        screening, its vector, ``meta`` and the leaf chunks it ``covers``."""
+        counts, n = term_counts(text)
+        screening = self.ctx.screen.screen(text)
+        return UnitRecord(
+            uid=uid, unit=unit, level=level, idx=0, start=None, end=None, page_start=None,
+            page_end=None, tokens=count_tokens(text), text=text,
+            vector=np.asarray(vector, dtype=np.float32), terms=dict(counts), nterms=n,
+            injection_suspected=screening.suspected, injection_score=screening.score,
+            meta=dict(meta), covers=list(covers))
 
 
-def builder_kinds(builder: DerivedBuilder) -> tuple[str, ...]:
+def builder_kinds(builder: Any) -> tuple[str, ...]:
     """Every unit kind a builder writes."""
     return tuple(getattr(builder, "kinds", (builder.unit,)))
-
-
-def run_attempts(unit: str, attempt: Callable[[], DerivedReport | None], what: str,
-                 rebuild: str) -> DerivedReport:
-    """``attempt()`` until it commits (or finds nothing to do), at most :data:`ATTEMPTS`
-    times: each None means another write committed while it computed. After that, a
-    report (``contended``) saying ``what`` still lags and that ``rebuild`` (a command)
-    forces it."""
-    for _ in range(ATTEMPTS):
-        report = attempt()
-        if report is not None:
-            return report
-    return DerivedReport(unit, "none", contended=True, reason=f"other writes kept committing during {ATTEMPTS} "
-                         f"attempts; {what} still lags (it is retried after the next write, or "
-                         f"run `{rebuild}`)")

@@ -13,6 +13,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from .catalog import BuildFailures, Catalog
 from .catchup import CatchUp
@@ -30,7 +31,7 @@ class BuilderSet:
     write lock, so steady writes cannot starve it.
     """
 
-    def __init__(self, builders: Mapping[str, DerivedBuilder], *, catalog: Catalog,
+    def __init__(self, builders: Mapping[str, DerivedBuilder[Any]], *, catalog: Catalog,
                  recall: RecallBackend, write_lock: threading.Lock) -> None:
         self.builders = dict(builders)
         self._catalog = catalog

@@ -34,7 +34,7 @@ from .config import EngineConfig
 from .control import RequestControl
 from .corpus.loaders import SkippedFile
 from .corpus.metadata import is_valid_field_name
-from .derived import DerivedBuilder, DerivedReport
+from .derived import BuildContext, DerivedBuilder, DerivedReport
 from .derived_updates import BuilderSet, DerivedUpdates
 from .errors import EmbeddingMismatch, InvalidParams
 from .ingest import AddResult, Ingest
@@ -100,7 +100,7 @@ class Engine:
         calibrator = self._open_models(embedder, reranker)
         # The LLM the engine was opened with (None: offline): builders write abstractive
         # summaries and reports with it, the community ops map-reduce with it.
-        self.llm = llm
+        self._llm = llm
         self.screen = InjectionScreen()
         # One byte budget for everything session-scoped: retrieve's sessions here, the graph
         # memory and DRIFT frontiers (graph/ops.py, graph/community_ops.py) draw on it too.
@@ -183,7 +183,7 @@ class Engine:
                              derived=self.derived, write_lock=self._write_lock)
         self._graph_ops: GraphOps | None = None
         if self.config.build_graph:
-            self.graph_ops  # registers the path/subgraph composers
+            self._serve_graph()
 
     def _check_embedder(self) -> None:
         stored = self.store.info_default("embedding.identity", self.embedder.identity)
@@ -226,22 +226,25 @@ class Engine:
                             timeout=self.config.milvus_timeout_seconds,
                             dense_index=self.config.milvus_dense_index)
 
-    def _make_builders(self) -> dict[str, DerivedBuilder]:
-        """The derived builders this configuration asks for, in run order (an LLM, if given,
-        writes abstractive summaries and reports)."""
-        builders: dict[str, DerivedBuilder] = {}
+    def _make_builders(self) -> dict[str, DerivedBuilder[Any]]:
+        """The derived builders this configuration asks for, in run order, each with the
+        context it builds in and its own settings (an LLM, if given, writes abstractive
+        summaries and reports)."""
+        ctx = BuildContext(store=self.store, embedder=self.embedder, screen=self.screen,
+                           llm=self._llm)
+        builders: dict[str, DerivedBuilder[Any]] = {}
         if self.config.build_tree:
             from .raptor.index import TreeIndex
 
-            builders["tree-node"] = TreeIndex(self, llm=self.llm)
+            builders["tree-node"] = TreeIndex(ctx, self.config.tree_section)
         if self.config.build_graph:
             from .graph.index import GraphIndex
 
-            builders["node"] = GraphIndex(self, llm=self.llm)
+            builders["node"] = GraphIndex(ctx, self.config.graph_section)
             if self.config.graph_communities:  # after the graph: it clusters that graph
                 from .graph.community_index import CommunityIndex
 
-                builders["community"] = CommunityIndex(self, llm=self.llm)
+                builders["community"] = CommunityIndex(ctx, self.config.community_section)
         return builders
 
     def close(self) -> None:
@@ -268,6 +271,18 @@ class Engine:
         return self.recall.chroma
 
     @property
+    def llm(self) -> Any:
+        """The LLM (a LangChain chat model or LlamaIndex LLM; None: offline). Builders took it
+        at open; the community ops use the one set here."""
+        return self._llm
+
+    @llm.setter
+    def llm(self, llm: Any) -> None:
+        self._llm = llm
+        if self._graph_ops is not None:
+            self._graph_ops.ctx.llm = llm
+
+    @property
     def calibrator(self) -> Calibrator | None:
         """The confidence calibration hits are scored with (None: no confidence)."""
         return self.retriever.calibrator
@@ -277,12 +292,12 @@ class Engine:
         self.retriever.calibrator = calibrator
 
     @property
-    def builders(self) -> dict[str, DerivedBuilder]:
+    def builders(self) -> dict[str, DerivedBuilder[Any]]:
         """The derived builders, by the unit each is named for, in run order."""
         return self.derived.builders.builders
 
     @builders.setter
-    def builders(self, builders: dict[str, DerivedBuilder]) -> None:
+    def builders(self, builders: dict[str, DerivedBuilder[Any]]) -> None:
         self.derived.builders.builders = builders
 
     @property
@@ -484,10 +499,23 @@ class Engine:
     @property
     def graph_ops(self) -> GraphOps:
         """``graph`` and memory ops (``rcp_agentic.graph.ops.GraphOps``), made on first use."""
-        if self._graph_ops is None:
-            from .graph.ops import GraphOps
+        return self._graph_ops or self._serve_graph()
 
-            self._graph_ops = GraphOps(self)
+    def _serve_graph(self) -> GraphOps:
+        """Make the graph and memory ops and hold the composers of the composed kinds (path,
+        subgraph): at open when this engine builds a graph, else when a graph is first
+        served (the graph modules are imported only then)."""
+        from .graph.compose import composers
+        from .graph.context import GraphContext
+        from .graph.ops import GraphOps
+
+        for unit, composer in composers(self.store).items():
+            self.composers.setdefault(unit, composer)
+        self._graph_ops = GraphOps(GraphContext(
+            catalog=self.catalog, retriever=self.retriever, ingest=self.ingest,
+            builders=self.derived.builders, store=self.store, embedder=self.embedder,
+            screen=self.screen, config=self.config, session_budget=self.session_budget,
+            secret=self._secret, llm=self._llm))
         return self._graph_ops
 
     def graph(self, op: str, *, query: Any = None, k: int | None = None,

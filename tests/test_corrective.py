@@ -269,14 +269,12 @@ def test_llamaindex_retriever(paged: Engine) -> None:
 def multihop(tmp_path_factory: pytest.TempPathFactory, embedder: Any) -> Any:
     """A graph engine over test_graph_recall's corpus: the second hop of its question lies in
     a passage that shares no word with it."""
-    from rcp_agentic.graph.compose import install
     from test_graph_recall import corpus
 
     eng = Engine(tmp_path_factory.mktemp("corrective-graph") / "e", embedder=embedder,
                  build_graph=True)
     eng.add_documents(corpus())
     eng.wait_for_derived()
-    install(eng)  # path and subgraph are composed at query time
     yield eng
     eng.close()
 

@@ -362,7 +362,7 @@ def test_the_ops_are_absent_without_communities(tmp_path: Path, embedder: Any) -
         assert eng.wait_for_derived()
         assert eng.communities() is None
         assert eng.capabilities()["graph"] == {"ops": ["local", "neighbors"]}
-        assert not CommunityOps(eng, eng.graph_ops._keys_of).offered()
+        assert not CommunityOps(eng.graph_ops.ctx, eng.graph_ops._keys_of).offered()
         for op in ("global", "drift", "communities"):
             with pytest.raises(OptionUnsupported) as err:
                 eng.graph_ops.graph(op, query=QUESTION)

@@ -8,6 +8,8 @@ vertex Leiden ran on) and budgets run on a fake clock.
 
 from __future__ import annotations
 
+import dataclasses
+
 import itertools
 import math
 from pathlib import Path
@@ -222,7 +224,8 @@ def test_engine_budget_before_the_top_level_commits_nothing_and_lags(
         eng.add_documents(docs[:-1])
         before = eng.communities()
         assert before is not None
-        eng.config.community_build_seconds = 1e-9
+        builder = eng.builders["community"]  # its settings: the engine's community_* fields
+        builder.settings = dataclasses.replace(builder.settings, build_seconds=1e-9)
         res = eng.add_documents(docs[-1:])
         rep = next(r for r in res.derived if r.unit == "community")
         assert rep.version is None and rep.added == 0

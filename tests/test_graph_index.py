@@ -20,8 +20,8 @@ from rcp_agentic import Engine, units
 from rcp_agentic.errors import OptionUnsupported
 from rcp_agentic.graph.build import GraphCache, build_graph
 from rcp_agentic.graph.extract import BuiltinExtractor
-from rcp_agentic.graph.index import (KINDS, GraphIndex, canonical, load_graph, node_uid,
-                                     triplet_uid)
+from rcp_agentic.graph.index import (KINDS, GraphIndex, canonical, live_chunks, load_graph,
+                                     node_uid, triplet_uid)
 from rcp_agentic.graph.model import GraphData
 from rcp_agentic.store.writes import UnitRecord
 
@@ -161,7 +161,7 @@ def test_load_round_trips_the_graph_written(graph_engine: Engine) -> None:
     assert loaded is not None and graph_engine.graph_data(version) is loaded  # cached
     builder = graph_engine.builders["node"]
     assert isinstance(builder, GraphIndex)
-    chunks = builder._chunks(graph_engine.store)
+    chunks = live_chunks(graph_engine.store)
     fresh = canonical(build_graph(chunks, BuiltinExtractor(),
                                   embed=graph_engine.embedder.embed_documents,
                                   config=builder.graph_config, cache=GraphCache()))
@@ -321,7 +321,7 @@ def test_unchanged_units_keep_their_rows_and_weights_move_within_tolerance(
     assert exact.mode == "full" and exact.counts["extracted"] == 0  # read from the leaf cache
     builder = eng.builders["node"]
     assert isinstance(builder, GraphIndex)
-    fresh = canonical(build_graph(builder._chunks(eng.store), BuiltinExtractor(),
+    fresh = canonical(build_graph(live_chunks(eng.store), BuiltinExtractor(),
                                   embed=eng.embedder.embed_documents,
                                   config=builder.graph_config))
     assert eng.graph_data() == fresh

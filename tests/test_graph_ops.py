@@ -30,7 +30,7 @@ def ops(tmp_path_factory: pytest.TempPathFactory, embedder: Any) -> Iterator[Gra
                     graph_communities=False)
     engine.add_documents(corpus())
     assert engine.wait_for_derived()
-    yield GraphOps(engine)
+    yield engine.graph_ops
     engine.close()
 
 
@@ -96,7 +96,7 @@ def test_ops_that_need_communities_are_refused(ops: GraphOps) -> None:
 
 def test_memory_build_is_stable_per_corpus_version(ops: GraphOps) -> None:
     built = ops.memory_build()
-    assert built.memory_id == f"graph@{ops.engine.index_version}" and (built.tokens or 0) > 0
+    assert built.memory_id == f"graph@v{ops.ctx.store.index_version()}" and (built.tokens or 0) > 0
     assert ops.memory_build(memory_id=built.memory_id).memory_id == built.memory_id
     with pytest.raises(NotFound):  # §12: an unknown memoryId is -32015
         ops.memory_build(memory_id="someone-else")
@@ -118,7 +118,7 @@ def test_memory_recall_gives_bridging_clues(ops: GraphOps) -> None:
     # The bridging clue, fed back to retrieve, reaches the passage the question never names
     # (among the first 3: it ties in RRF with another passage for the second place, and a
     # tie falls by unit id).
-    hits = ops.engine.retrieve(bridges[0].query or "", k=3).hits
+    hits = ops.ctx.retriever.retrieve(bridges[0].query or "", k=3).hits
     assert BRIDGE in [h.chunk.doc_id for h in hits if h.chunk]
     assert res.hits and len(res.hits) <= 4
     with pytest.raises(InvalidParams):
@@ -151,7 +151,7 @@ def test_session_memory_is_bounded() -> None:
 def test_memory_needs_a_graph(tmp_path: Any, embedder: Any) -> None:
     with Engine(tmp_path / "plain", embedder=embedder) as plain:
         plain.add_documents(corpus()[:2])
-        g = GraphOps(plain)
+        g = plain.graph_ops
         with pytest.raises(CapabilityMissing):
             g.memory_build()
         with pytest.raises(CapabilityMissing):
@@ -172,7 +172,7 @@ def test_memory_ids_unknown_or_collected(ops: GraphOps, tmp_path: Path) -> None:
     ops.memory_build([{"text": QUESTION}], scope="session", session_id="built")
     assert ops.memory_recall(QUESTION, memory_id="session:built").clues
     # A version this engine has collected: one snapshot retained, three writes.
-    small = Engine(tmp_path / "one-snapshot", embedder=ops.engine.embedder.inner,
+    small = Engine(tmp_path / "one-snapshot", embedder=ops.ctx.embedder.inner,
                    build_graph=True, snapshots_retained=1)
     try:
         for i in range(3):

@@ -17,7 +17,6 @@ import pytest
 
 from rcp_agentic import Engine
 from rcp_agentic.errors import OptionUnsupported
-from rcp_agentic.graph.compose import install
 from rcp_agentic.models.analyzer import analyze
 from rcp_agentic.models.tokenizer import count_tokens
 
@@ -58,7 +57,6 @@ def eng(tmp_path_factory: pytest.TempPathFactory, embedder: Any) -> Iterator[Eng
                     build_graph=True)
     engine.add_documents(corpus())
     engine.wait_for_derived()
-    install(engine)
     yield engine
     engine.close()
 

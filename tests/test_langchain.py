@@ -538,14 +538,12 @@ def test_unit_field_is_the_wire_literal(filled_engine: Engine) -> None:
 
 @pytest.fixture(scope="module")
 def graph_engine(tmp_path_factory: pytest.TempPathFactory, embedder: Any) -> Iterator[Engine]:
-    from rcp_agentic.graph.compose import install
     from test_graph_index import corpus
 
     with Engine(tmp_path_factory.mktemp("lc-graph") / "e", embedder=embedder,
                 build_graph=True) as eng:
         eng.add_documents(corpus())
         eng.wait_for_derived()
-        install(eng)  # path and subgraph are composed at query time
         yield eng
 
 

@@ -664,14 +664,12 @@ def test_leaf_chunk_in_a_tree_query_has_its_tree_parent(unit: str) -> None:
 
 @pytest.fixture(scope="module")
 def graph_engine(tmp_path_factory: pytest.TempPathFactory, embedder: Any) -> Iterator[Engine]:
-    from rcp_agentic.graph.compose import install
     from test_graph_index import corpus
 
     with Engine(tmp_path_factory.mktemp("li-graph") / "e", embedder=embedder,
                 build_graph=True) as eng:
         eng.add_documents(corpus())
         eng.wait_for_derived()
-        install(eng)  # path and subgraph are composed at query time
         yield eng
 
 
