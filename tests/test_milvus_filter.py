@@ -22,7 +22,7 @@ from rcp_agentic.config import EngineConfig
 from rcp_agentic.corpus.loaders import SourceDocument
 from rcp_agentic.errors import InvalidParams, OptionUnsupported
 from rcp_agentic.pipeline.filters import BUILTIN_FIELDS, check_filter_size, compile_filter
-from rcp_agentic.store.milvus_filter import (INEXACT, INEXACT_ROWS, MAX_EXPR_CHARS,
+from rcp_agentic.store.milvus_filter import (INEXACT, INEXACT_ROWS, LIKE_ESCAPED, MAX_EXPR_CHARS,
                                              MAX_VARCHAR_BYTES, add_columns, column_values,
                                              compile_milvus_filter, field_columns,
                                              user_columns)
@@ -103,6 +103,28 @@ def world(tmp_path_factory: pytest.TempPathFactory, embedder: Any) -> Iterator[d
     eng.close()
 
 
+def _needs_like_escape(node: Any, types: dict[str, str]) -> bool:
+    """Whether a tree holds a ``contains`` on a text field (a ``like``) of a string with a
+    ``like`` wildcard or escape."""
+    if isinstance(node, dict) and node.get("op") == "contains":
+        value = node.get("value")
+        return (types.get(node.get("field", "")) == "text" and isinstance(value, str)
+                and any(ch in value for ch in LIKE_ESCAPED))
+    children = node.get("and") or node.get("or") or ([node["not"]] if "not" in node else [])
+    return any(_needs_like_escape(c, types) for c in children)
+
+
+def test_an_escaped_like_beside_an_array_function_is_left_to_sqlite(
+        world: dict[str, Any]) -> None:
+    """Found by the random trees: Milvus Lite lost every row of the ``like`` branch of this
+    disjunction (it drops the ``\\%`` escape beside an array function)."""
+    node = {"or": [{"field": "big", "op": "contains", "value": 0},
+                   {"field": "notes", "op": "contains", "value": "%"}]}
+    assert compile_milvus_filter(node, world["fields"], world["columns"]) is None
+    sqlite, _ = both(world, node)
+    assert sqlite  # rows of both branches pass in SQLite, the engine's path for this filter
+
+
 def both(world: dict[str, Any], node: Any) -> tuple[set[int], set[int]]:
     """(SQLite's rowids, Milvus's rowids plus the inexact rows SQLite passes) for one filter."""
     eng: Engine = world["engine"]
@@ -110,6 +132,9 @@ def both(world: dict[str, Any], node: Any) -> tuple[set[int], set[int]]:
     sqlite = set(eng.store.filtered_rowids(world["kinds"], eng.store.index_version(),
                                            compiled.sql, compiled.params).tolist())
     expr = compile_milvus_filter(node, world["fields"], world["columns"])
+    if _needs_like_escape(node, eng.filter_fields()):  # left to SQLite (LIKE_ESCAPED)
+        assert expr is None, node
+        return sqlite, sqlite
     assert expr is not None, node
     got = {r["rowid"] for r in world["client"].query("units", filter=expr,
                                                       output_fields=["rowid"])}
@@ -283,7 +308,7 @@ def test_largest_allowed_filter_runs(world: dict[str, Any]) -> None:
                 else {"or": [tree, {"field": "tags", "op": "contains", "value": "ir"}]})
     values.extend(f'"v{i}\\%' + "é" * 40 for i in range(nodes - _size(tree)))
     # widest: one `or` / `and` of leaves on every kind of column
-    leaves = [{"field": "notes", "op": "contains", "value": f"%{i}_"} if i % 3 == 0 else
+    leaves = [{"field": "notes", "op": "contains", "value": f"n{i}é"} if i % 3 == 0 else
               {"field": "year", "op": "ne", "value": i} if i % 3 == 1 else
               {"field": "when", "op": "exists", "value": bool(i % 2)} for i in range(nodes - 1)]
     for node in (tree, {"or": leaves}, {"and": leaves}):
@@ -381,5 +406,6 @@ def test_random_trees_match_sqlite(world: dict[str, Any]) -> None:
         seen.append(len(sqlite))
 
     check()
-    # the trees select varied subsets, not only nothing or everything
-    assert sum(1 for n in seen if 0 < n < len(world["all"])) > len(seen) // 4
+    # the trees select varied subsets, not only nothing or everything (measured over ten
+    # random runs: 94 to 144 of 400; a quarter failed one run in ten)
+    assert sum(1 for n in seen if 0 < n < len(world["all"])) > len(seen) // 8

@@ -39,6 +39,8 @@ from ..pipeline.filters import BUILTIN_FIELDS, compile_filter, parse_date
 MAX_VARCHAR_BYTES = 65_535
 MAX_ARRAY_CAPACITY = 4_096
 JOIN_SEPARATOR = "\x1f"  # joins a text array's elements in its mj_ column
+# A ``contains`` needle holding one of these is left to SQLite (see _Compiler.leaf).
+LIKE_ESCAPED = ("%", "_", "\\")
 INEXACT = "b_inexact"
 INEXACT_ROWS = f"{INEXACT} == true"  # the rows a compiled filter leaves to SQLite
 MAX_EXPR_CHARS = 1 << 20  # a longer expression is left to SQLite (None)
@@ -348,6 +350,11 @@ class _Compiler:
                              f"[{lit(value)}]))")
             return _or(*found)
         lit(value)  # refuses a needle that is not UTF-8
+        if any(ch in value for ch in LIKE_ESCAPED):
+            # Milvus Lite 3.2 drops the escape of ``\%`` / ``\_`` when such a ``like``
+            # shares an ``or`` with an array function (measured: ``notes contains "%"`` or
+            # ``big contains 0`` lost every row of the first): SQLite filters these.
+            raise _Fallback(f"contains {value!r} needs a like escape")
         pattern = _like_contains(value)
         found = [on_scalar(f"like {pattern}")]
         if array and JOIN_SEPARATOR not in value:  # no stored element holds the separator
@@ -375,7 +382,8 @@ def compile_milvus_filter(node: Any, fields: Mapping[str, str], columns: Collect
 
     Validates with ``compile_filter`` first (same InvalidParams / OptionUnsupported). Returns
     None when the collection (``columns``: its column names) lacks a column the filter needs,
-    a string literal is not valid UTF-8 or the expression would exceed MAX_EXPR_CHARS: the
+    a string literal is not valid UTF-8, a ``contains`` needle needs a ``like`` escape
+    (:data:`LIKE_ESCAPED`) or the expression would exceed MAX_EXPR_CHARS: the
     caller then filters with SQLite. A string no exact row can hold (over 65,535 bytes, or
     with a NUL) is folded to a constant, so it never reaches Milvus. Bound an
     untrusted tree with ``check_filter_size`` first (recursive, like ``compile_filter``).

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from ..units import derived_kinds
+from ..vocabulary import TRUST_LEVELS
 from .connection import Connection
 from .info import InfoTable
 from .schema import kinds_clause, load_json, valid, visible
@@ -359,11 +360,8 @@ class Reader:
             "SELECT id FROM documents WHERE v_to IS NULL ORDER BY id")]
 
 
-_TRUST_ORDER = ["untrusted", "community", "trusted"]
-
-
 def lowest_trust(levels: Iterable[str]) -> str:
-    """The least trusted of ``levels`` (``"untrusted"`` when there are none): what a text
-    derived from several sources may claim."""
-    return min(levels, key=lambda t: _TRUST_ORDER.index(t) if t in _TRUST_ORDER else 0,
-               default="untrusted")
+    """The least trusted of ``levels`` (``"untrusted"`` when there are none, or for a level
+    this engine does not know): what a text derived from several sources may claim."""
+    return max(levels, key=lambda t: TRUST_LEVELS.index(t) if t in TRUST_LEVELS
+               else len(TRUST_LEVELS), default="untrusted")

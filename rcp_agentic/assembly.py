@@ -1,0 +1,135 @@
+"""How an engine's parts are made when it opens: its models, the checks of its directory against
+them, its recall backend, its derived builders and its graph ops. The
+:class:`~.engine.Engine` calls these once and then only hands calls to what they made."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from .config import EngineConfig
+from .corpus.metadata import is_valid_field_name
+from .derived import BuildContext, DerivedBuilder
+from .errors import EmbeddingMismatch, InvalidParams
+from .models.embedder import SentenceTransformerEmbedder, TimedEmbedder, as_embedder
+from .models.reranker import Reranker, as_reranker
+from .pipeline.confidence import Calibrator
+from .store.docstore import Docstore
+from .store.recall import EmbeddedRecall, RecallBackend
+
+if TYPE_CHECKING:
+    from .graph.context import GraphContext
+    from .graph.ops import GraphOps
+
+CALIBRATION_FILE = "calibration.json"
+
+
+@dataclass
+class Models:
+    """An engine's models: the embedder (timed, with its query cache), the reranker (None:
+    none configured) and the confidence calibration (None: hits carry no confidence)."""
+
+    embedder: TimedEmbedder
+    reranker: Reranker | None
+    calibrator: Calibrator | None
+
+
+def open_models(config: EngineConfig, path: Path, embedder: Any = None,
+                reranker: Any = None) -> Models:
+    """The embedder (the bundled MiniLM by default), the reranker (``reranker_path``) and the
+    calibration: the directory's own (``rcp-agentic calibrate``), else the shipped one if it
+    was fitted for this embedder."""
+    if config.blas_threads:
+        from threadpoolctl import threadpool_limits
+
+        threadpool_limits(limits=config.blas_threads, user_api="blas")
+    if embedder is None:
+        embedder = SentenceTransformerEmbedder(batch_size=config.embed_batch_size,
+                                               torch_threads=config.torch_threads)
+    timed = TimedEmbedder(as_embedder(embedder), config.query_cache_size)
+    if reranker is None and config.reranker_path:
+        reranker = config.reranker_path
+    calibrator = None
+    own = path / CALIBRATION_FILE
+    if own.exists():
+        calibrator = Calibrator.load(own)
+    else:
+        shipped = Calibrator.default()
+        if shipped.fitted_on.get("embedder") == timed.identity:
+            calibrator = shipped
+    return Models(timed, as_reranker(reranker) if reranker is not None else None, calibrator)
+
+
+def check_directory(store: Docstore, config: EngineConfig, embedder: TimedEmbedder,
+                    path: Path) -> None:
+    """Refuse a directory built with another embedding model (EmbeddingMismatch), and record
+    the configuration's declared filter fields (InvalidParams for a bad name)."""
+    stored = store.info_default("embedding.identity", embedder.identity)
+    if stored != embedder.identity:
+        raise EmbeddingMismatch(
+            f"the engine at {path} was built with embedding model {stored!r}; it cannot "
+            f"be queried with {embedder.identity!r} (vectors would be meaningless). "
+            "Open it with the same model, or index into a new engine directory.",
+            field="embedder")
+    declared = config.filter_fields
+    for name in declared:
+        if not is_valid_field_name(name):
+            raise InvalidParams(f"filter field name {name!r} is not allowed (letters, digits, "
+                                "'_.-'; not a built-in field)", field=f"filter_fields.{name}")
+    fields = store.fields()
+    changed = {n: t for n, t in declared.items() if fields.get(n) != (t, "declared")}
+    if changed:
+        with store.transaction() as db:
+            store.set_fields(db, changed, "declared")
+
+
+def make_recall(store: Docstore, config: EngineConfig, path: Path, engine_id: str,
+                dimension: int) -> RecallBackend:
+    """The recall backend of ``config.backend`` (see ``store/recall.py``)."""
+    if config.backend == "embedded":
+        return EmbeddedRecall(store, path=None if config.chroma_url else path / "chroma",
+                              url=config.chroma_url, prefix=f"rcp-{engine_id}",
+                              timeout=config.chroma_timeout_seconds)
+    if not config.milvus_uri:
+        raise InvalidParams("backend 'milvus' needs milvus_uri (--milvus-uri or "
+                            "RCP_AGENTIC_MILVUS_URI): a path ending in .db for Milvus Lite, "
+                            "or http://host:19530", field="milvus_uri")
+    from .store.milvus import MilvusRecall
+
+    return MilvusRecall(store, uri=config.milvus_uri, token=config.milvus_token,
+                        prefix=f"rcp_{engine_id}", dim=dimension, k1=config.bm25_k1,
+                        b=config.bm25_b, timeout=config.milvus_timeout_seconds,
+                        dense_index=config.milvus_dense_index)
+
+
+def make_builders(ctx: BuildContext, config: EngineConfig) -> dict[str, DerivedBuilder[Any]]:
+    """The derived builders ``config`` asks for, in run order, each with the context it builds
+    in and its own settings (an LLM in ``ctx``, if given, writes abstractive summaries and
+    reports)."""
+    builders: dict[str, DerivedBuilder[Any]] = {}
+    if config.build_tree:
+        from .raptor.index import TreeIndex
+
+        builders["tree-node"] = TreeIndex(ctx, config.tree_section)
+    if config.build_graph:
+        from .graph.index import GraphIndex
+
+        builders["node"] = GraphIndex(ctx, config.graph_section)
+        if config.graph_communities:  # after the graph: it clusters that graph
+            from .graph.community_index import CommunityIndex
+
+            builders["community"] = CommunityIndex(ctx, config.community_section)
+    return builders
+
+
+def make_graph_ops(ctx: GraphContext, composers: dict[str, Any]) -> GraphOps:
+    """The graph and memory ops over ``ctx``; the path and subgraph composers join
+    ``composers`` (the engine's: a composed kind is offered while its composer is there).
+    The graph modules are imported only here."""
+    from .graph.compose import composers as graph_composers
+    from .graph.ops import GraphOps
+
+    for unit, composer in graph_composers(ctx.store).items():
+        composers.setdefault(unit, composer)
+    return GraphOps(ctx)
