@@ -26,6 +26,8 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .assembly import (CALIBRATION_FILE, check_directory, make_builders, make_graph_ops,
+                       make_recall, open_models)
 from .bounded import ByteBudget
 from .capabilities import Offer, build as build_capabilities
 from .catalog import BuildFailures, Catalog
@@ -33,14 +35,11 @@ from .catchup import CatchUp
 from .config import EngineConfig
 from .control import RequestControl
 from .corpus.loaders import SkippedFile
-from .corpus.metadata import is_valid_field_name
 from .derived import BuildContext, DerivedBuilder, DerivedReport
 from .derived_updates import BuilderSet, DerivedUpdates
-from .errors import EmbeddingMismatch, InvalidParams
+from .errors import EmbeddingMismatch
 from .ingest import AddResult, Ingest
 from .models import calls
-from .models.embedder import SentenceTransformerEmbedder, TimedEmbedder, as_embedder
-from .models.reranker import Reranker, as_reranker
 from .pipeline.confidence import Calibrator
 from .pipeline.retriever import Retriever
 from .pipeline.trust import InjectionScreen
@@ -48,7 +47,7 @@ from .sessions import SessionStore
 from .store.chroma import ChromaVectors
 from .store.docstore import Docstore
 from .store.feedback import FeedbackLog
-from .store.recall import EmbeddedRecall, RecallBackend
+from .store.recall import EmbeddedRecall
 from .wire import RerankResult, RetrieveResult
 
 if TYPE_CHECKING:
@@ -61,7 +60,6 @@ if TYPE_CHECKING:
 __all__ = ["AddResult", "CALIBRATION_FILE", "EmbeddingMismatch", "Engine", "default_engine_dir"]
 
 DEFAULT_ENGINE_DIR = ".rcp-agentic"
-CALIBRATION_FILE = "calibration.json"
 ENGINE_ENV = "RCP_AGENTIC_ENGINE"
 
 
@@ -97,7 +95,8 @@ class Engine:
         self.config = config or EngineConfig.resolve(self.path, **overrides)
         if not (self.path / "config.json").exists():
             self.config.save(self.path)
-        calibrator = self._open_models(embedder, reranker)
+        models = open_models(self.config, self.path, embedder, reranker)
+        self.embedder, self.reranker = models.embedder, models.reranker
         # The LLM the engine was opened with (None: offline): builders write abstractive
         # summaries and reports with it, the community ops map-reduce with it.
         self._llm = llm
@@ -111,7 +110,7 @@ class Engine:
                                      budget=self.session_budget)
         self.store = Docstore(self.path / "engine.db", retain=self.config.snapshots_retained)
         try:
-            self._open_parts(calibrator)
+            self._open_parts(models.calibrator)
             if catch_up and self.builders and self.lagging_builders():
                 self.derived.worker().wake()
         except BaseException:
@@ -120,43 +119,15 @@ class Engine:
 
     # --- opening ------------------------------------------------------------------------
 
-    def _open_models(self, embedder: Any, reranker: Any) -> Calibrator | None:
-        """The embedder (the bundled MiniLM by default) and the reranker (``reranker_path``);
-        returns the confidence calibration."""
-        if self.config.blas_threads:
-            from threadpoolctl import threadpool_limits
-
-            threadpool_limits(limits=self.config.blas_threads, user_api="blas")
-        if embedder is None:
-            embedder = SentenceTransformerEmbedder(batch_size=self.config.embed_batch_size,
-                                                   torch_threads=self.config.torch_threads)
-        self.embedder = TimedEmbedder(as_embedder(embedder), self.config.query_cache_size)
-        if reranker is None and self.config.reranker_path:
-            reranker = self.config.reranker_path
-        self.reranker: Reranker | None = as_reranker(reranker) if reranker is not None else None
-        return self._load_calibrator()
-
-    def _load_calibrator(self) -> Calibrator | None:
-        """The engine's own calibration (``rcp-agentic calibrate``), else the shipped one if it
-        was fitted for this embedder; otherwise hits carry no confidence."""
-        own = self.path / CALIBRATION_FILE
-        if own.exists():
-            return Calibrator.load(own)
-        default = Calibrator.default()
-        if default.fitted_on.get("embedder") == self.embedder.identity:
-            return default
-        return None
-
     def _open_parts(self, calibrator: Calibrator | None) -> None:
         """Check the directory against the models, then build the parts, each once."""
-        self._check_embedder()
-        self._declare_fields()
+        check_directory(self.store, self.config, self.embedder, self.path)
         self.feedback = FeedbackLog(self.store.connection)
         # Atomic: processes opening a new directory at once agree on both.
         engine_id = self.store.info_default("engine_id", uuid.uuid4().hex[:12])
         self._secret = bytes.fromhex(self.store.info_default("cursor_secret",
                                                              secrets.token_hex(32)))
-        self.recall = self._make_recall(engine_id)
+        self.recall = make_recall(self.store, self.config, self.path, engine_id, self.dimension)
         # Composers of the composed kinds (path, subgraph) by name, set by the graph ops. A
         # composed kind is offered only while its composer is set here and the served
         # version holds a graph.
@@ -173,8 +144,10 @@ class Engine:
         # A Chroma or Milvus that is down leaves the engine open, degraded.
         self.recall.after_commit()
         self._write_lock = threading.Lock()
-        builders = BuilderSet(self._make_builders(), catalog=self.catalog, recall=self.recall,
-                              write_lock=self._write_lock)
+        ctx = BuildContext(store=self.store, embedder=self.embedder, screen=self.screen,
+                           llm=self._llm)
+        builders = BuilderSet(make_builders(ctx, self.config), catalog=self.catalog,
+                              recall=self.recall, write_lock=self._write_lock)
         self.derived = DerivedUpdates(builders, directory=self.path,
                                       inline=self.config.derived_updates == "inline",
                                       failures=self.failures)
@@ -184,68 +157,6 @@ class Engine:
         self._graph_ops: GraphOps | None = None
         if self.config.build_graph:
             self._serve_graph()
-
-    def _check_embedder(self) -> None:
-        stored = self.store.info_default("embedding.identity", self.embedder.identity)
-        if stored != self.embedder.identity:
-            raise EmbeddingMismatch(
-                f"the engine at {self.path} was built with embedding model {stored!r}; it cannot "
-                f"be queried with {self.embedder.identity!r} (vectors would be meaningless). "
-                "Open it with the same model, or index into a new engine directory.",
-                field="embedder")
-
-    def _declare_fields(self) -> None:
-        declared = self.config.filter_fields
-        for name in declared:
-            if not is_valid_field_name(name):
-                raise InvalidParams(f"filter field name {name!r} is not allowed (letters, digits, "
-                                    "'_.-'; not a built-in field)", field=f"filter_fields.{name}")
-        stored = self.store.fields()
-        changed = {n: t for n, t in declared.items() if stored.get(n) != (t, "declared")}
-        if changed:
-            with self.store.transaction() as db:
-                self.store.set_fields(db, changed, "declared")
-
-    def _make_recall(self, engine_id: str) -> RecallBackend:
-        """The recall backend of ``config.backend`` (see ``store/recall.py``)."""
-        if self.config.backend == "embedded":
-            return EmbeddedRecall(self.store,
-                                  path=None if self.config.chroma_url else self.path / "chroma",
-                                  url=self.config.chroma_url, prefix=f"rcp-{engine_id}",
-                                  timeout=self.config.chroma_timeout_seconds)
-        if not self.config.milvus_uri:
-            raise InvalidParams("backend 'milvus' needs milvus_uri (--milvus-uri or "
-                                "RCP_AGENTIC_MILVUS_URI): a path ending in .db for Milvus Lite, "
-                                "or http://host:19530", field="milvus_uri")
-        from .store.milvus import MilvusRecall
-
-        return MilvusRecall(self.store, uri=self.config.milvus_uri,
-                            token=self.config.milvus_token, prefix=f"rcp_{engine_id}",
-                            dim=self.dimension,
-                            k1=self.config.bm25_k1, b=self.config.bm25_b,
-                            timeout=self.config.milvus_timeout_seconds,
-                            dense_index=self.config.milvus_dense_index)
-
-    def _make_builders(self) -> dict[str, DerivedBuilder[Any]]:
-        """The derived builders this configuration asks for, in run order, each with the
-        context it builds in and its own settings (an LLM, if given, writes abstractive
-        summaries and reports)."""
-        ctx = BuildContext(store=self.store, embedder=self.embedder, screen=self.screen,
-                           llm=self._llm)
-        builders: dict[str, DerivedBuilder[Any]] = {}
-        if self.config.build_tree:
-            from .raptor.index import TreeIndex
-
-            builders["tree-node"] = TreeIndex(ctx, self.config.tree_section)
-        if self.config.build_graph:
-            from .graph.index import GraphIndex
-
-            builders["node"] = GraphIndex(ctx, self.config.graph_section)
-            if self.config.graph_communities:  # after the graph: it clusters that graph
-                from .graph.community_index import CommunityIndex
-
-                builders["community"] = CommunityIndex(ctx, self.config.community_section)
-        return builders
 
     def close(self) -> None:
         """Stop the derived-unit worker (the builder running finishes its commit; kinds still
@@ -310,7 +221,7 @@ class Engine:
     def add_documents(self, documents: Iterable[Any], *, trusted: bool = False,
                       on_document: Callable[[str], None] | None = None,
                       control: RequestControl | None = None) -> AddResult:
-        """Add or replace documents: each ``{"id"?, "text", "title"?, "meta"?}`` or a SourceDocument.
+        """Add or replace documents: ``{"id"?, "text", "title"?, "meta"?}`` or SourceDocuments.
 
         An explicit id replaces every unit derived from that document's previous
         version; without an id a stable one is minted from the text. Documents are
@@ -502,20 +413,16 @@ class Engine:
         return self._graph_ops or self._serve_graph()
 
     def _serve_graph(self) -> GraphOps:
-        """Make the graph and memory ops and hold the composers of the composed kinds (path,
+        """Make the graph and memory ops, with the composers of the composed kinds (path,
         subgraph): at open when this engine builds a graph, else when a graph is first
         served (the graph modules are imported only then)."""
-        from .graph.compose import composers
         from .graph.context import GraphContext
-        from .graph.ops import GraphOps
 
-        for unit, composer in composers(self.store).items():
-            self.composers.setdefault(unit, composer)
-        self._graph_ops = GraphOps(GraphContext(
+        self._graph_ops = make_graph_ops(GraphContext(
             catalog=self.catalog, retriever=self.retriever, ingest=self.ingest,
             builders=self.derived.builders, store=self.store, embedder=self.embedder,
             screen=self.screen, config=self.config, session_budget=self.session_budget,
-            secret=self._secret, llm=self._llm))
+            secret=self._secret, llm=self._llm), self.composers)
         return self._graph_ops
 
     def graph(self, op: str, *, query: Any = None, k: int | None = None,
