@@ -282,6 +282,9 @@ def parse_params(raw: dict[str, Any]) -> RetrieveParams:
     return params
 
 
+Unsupported = Callable[[str, str], None]
+
+
 def make_plan(p: RetrieveParams, config: EngineConfig = DEFAULT_CONFIG, *,
               rerank_method: str | None = None, can_rank_by_confidence: bool = False,
               offered: Mapping[str, tuple[int, ...]] | None = None) -> Plan:
@@ -291,6 +294,7 @@ def make_plan(p: RetrieveParams, config: EngineConfig = DEFAULT_CONFIG, *,
     sessionId, tokenBudget, filter, hit text); ``rerank_method`` and
     ``can_rank_by_confidence`` say what the engine's models offer; ``offered`` maps each
     stored kind the engine holds to its levels (default: the per-document kinds, flat).
+    The checks run in a fixed order, so a request with several faults gets the same error.
     """
     notes: list[str] = list(p._unknown)
 
@@ -307,36 +311,86 @@ def make_plan(p: RetrieveParams, config: EngineConfig = DEFAULT_CONFIG, *,
         unsupported("mode", f"mode {mode!r} is not supported")
         mode = config.default_mode
     unit, kinds, level, tree_search = _plan_unit(p, offered, unsupported)
-    rerank: dict[str, Any] | None = None
-    if p.rerank not in (None, False):
-        if p.rerank is True or not isinstance(p.rerank, dict):
-            raise InvalidParams("rerank must be an object or false", field="rerank")
-        method = p.rerank.get("method", rerank_method)
-        if rerank_method is None:
-            unsupported("rerank", "no reranker is configured")
-        elif method != rerank_method:
-            unsupported("rerank.method", f"rerank method {method!r} is not offered (this "
-                        f"engine: {rerank_method!r})")
-        else:
-            rerank = p.rerank
-    mmr_lambda = None
-    if p.mmr is not None:
-        lam = p.mmr.get("lambda", 0.5)
-        if isinstance(lam, bool) or not isinstance(lam, (int, float)) or not 0.0 <= lam <= 1.0:
-            raise InvalidParams("mmr.lambda must be a number in [0, 1]", field="mmr.lambda")
-        mmr_lambda = float(lam)
+    rerank = _plan_rerank(p, rerank_method, unsupported)
+    mmr_lambda = _plan_mmr(p)
     if p.rewrite not in (None, False):
         unsupported("rewrite", "query rewriting is not offered by this engine")
-    recency_field, half_life = None, None
-    if p.recency is not None:
-        recency_field = p.recency.get("field")
-        half_life = p.recency.get("halfLifeDays", p.recency.get("half_life_days", 30))
-        if not isinstance(recency_field, str) or not recency_field:
-            raise InvalidParams("recency.field must name a date field", field="recency.field")
-        if (isinstance(half_life, bool) or not isinstance(half_life, (int, float))
-                or not 0 < half_life < float("inf")):
-            raise InvalidParams("recency.halfLifeDays must be a positive number",
-                                field="recency.halfLifeDays")
+    recency_field, half_life = _plan_recency(p)
+    _check_limits(p, config)
+    k = min(p.k, config.max_k)
+    if p.k > config.max_k:
+        notes.append(f"k clamped to maxK={config.max_k}")
+    if p.candidate_k is not None and p.candidate_k < p.k:
+        raise InvalidParams("candidateK must be >= k (candidateK >= rerank.topN >= k)",
+                            field="candidateK")
+    candidate_k = min(p.candidate_k or max(k, config.candidate_k), config.max_candidate_k)
+    rank_by_confidence = _plan_rank_by(p, can_rank_by_confidence, rerank, unsupported)
+    rerank_top_n = _plan_top_n(p, rerank, k, candidate_k, config, notes)
+    graph_recall = _plan_graph_recall(p, unit, offered, unsupported)
+    fusion, weights = _plan_fusion(p, mode, graph_recall, unsupported)
+    if p.min_score is not None and p.min_score != p.min_score:
+        raise InvalidParams("minScore must be a number", field="minScore")
+    return Plan(
+        query=query, k=k, mode=mode, unit=unit, stored_unit=units.get(unit).stored,
+        level=level, kinds=kinds, tree_search=tree_search, candidate_k=candidate_k,
+        fusion=fusion.method, weights=weights, rrf_k=fusion.rrf_k or config.rrf_k,
+        alpha=fusion.alpha if fusion.alpha is not None else 0.5,
+        filter=p.filter, min_score=p.min_score, include_text=p.include_text,
+        include_vectors=p.include_vectors, index_version=p.index_version,
+        token_budget=p.token_budget, session_id=p.session_id, cursor=p.cursor,
+        rerank_top_n=rerank_top_n, rank_by_confidence=rank_by_confidence,
+        mmr_lambda=mmr_lambda, graph_recall=graph_recall,
+        graph_weight_given=fusion.weights is not None and "graph" in fusion.weights,
+        recency_field=recency_field,
+        recency_half_life_days=float(half_life) if half_life is not None else None,
+        max_hit_chars=config.max_hit_chars, notes=notes)
+
+
+def _plan_rerank(p: RetrieveParams, rerank_method: str | None,
+                 unsupported: Unsupported) -> dict[str, Any] | None:
+    """The ``rerank`` option when the engine's reranker can honour it (None: no rerank)."""
+    if p.rerank in (None, False):
+        return None
+    if p.rerank is True or not isinstance(p.rerank, dict):
+        raise InvalidParams("rerank must be an object or false", field="rerank")
+    method = p.rerank.get("method", rerank_method)
+    if rerank_method is None:
+        unsupported("rerank", "no reranker is configured")
+    elif method != rerank_method:
+        unsupported("rerank.method", f"rerank method {method!r} is not offered (this "
+                    f"engine: {rerank_method!r})")
+    else:
+        return p.rerank
+    return None
+
+
+def _plan_mmr(p: RetrieveParams) -> float | None:
+    """MMR's lambda in [0, 1] (None: no MMR)."""
+    if p.mmr is None:
+        return None
+    lam = p.mmr.get("lambda", 0.5)
+    if isinstance(lam, bool) or not isinstance(lam, (int, float)) or not 0.0 <= lam <= 1.0:
+        raise InvalidParams("mmr.lambda must be a number in [0, 1]", field="mmr.lambda")
+    return float(lam)
+
+
+def _plan_recency(p: RetrieveParams) -> tuple[str | None, Any]:
+    """The recency date field and half-life in days (None, None: no recency)."""
+    if p.recency is None:
+        return None, None
+    recency_field = p.recency.get("field")
+    half_life = p.recency.get("halfLifeDays", p.recency.get("half_life_days", 30))
+    if not isinstance(recency_field, str) or not recency_field:
+        raise InvalidParams("recency.field must name a date field", field="recency.field")
+    if (isinstance(half_life, bool) or not isinstance(half_life, (int, float))
+            or not 0 < half_life < float("inf")):
+        raise InvalidParams("recency.halfLifeDays must be a positive number",
+                            field="recency.halfLifeDays")
+    return recency_field, half_life
+
+
+def _check_limits(p: RetrieveParams, config: EngineConfig) -> None:
+    """The request's sizes against the configuration's bounds, and cursor with session."""
     if p.session_id is not None and not p.session_id:
         raise InvalidParams("sessionId must not be empty", field="sessionId")
     if p.session_id is not None and len(p.session_id) > config.max_session_id_chars:
@@ -352,13 +406,10 @@ def make_plan(p: RetrieveParams, config: EngineConfig = DEFAULT_CONFIG, *,
         raise InvalidParams("a cursor pages one fixed ranked list; it cannot be combined with "
                             "sessionId, whose dedup changes the list", field="cursor")
 
-    k = min(p.k, config.max_k)
-    if p.k > config.max_k:
-        notes.append(f"k clamped to maxK={config.max_k}")
-    if p.candidate_k is not None and p.candidate_k < p.k:
-        raise InvalidParams("candidateK must be >= k (candidateK >= rerank.topN >= k)",
-                            field="candidateK")
-    candidate_k = min(p.candidate_k or max(k, config.candidate_k), config.max_candidate_k)
+
+def _plan_rank_by(p: RetrieveParams, can_rank_by_confidence: bool,
+                  rerank: dict[str, Any] | None, unsupported: Unsupported) -> bool:
+    """Whether the ranking is by calibrated confidence (``x-rcp-agentic-rankBy``)."""
     if p.rank_by is not None and p.rank_by not in RANK_BY:
         raise InvalidParams(f"x-rcp-agentic-rankBy must be one of {', '.join(RANK_BY)}",
                             field="x-rcp-agentic-rankBy")
@@ -368,27 +419,46 @@ def make_plan(p: RetrieveParams, config: EngineConfig = DEFAULT_CONFIG, *,
         rank_by_confidence = False
     if rank_by_confidence and rerank is not None:
         raise InvalidParams("rank by confidence or rerank, not both", field="x-rcp-agentic-rankBy")
-    rerank_top_n = None
-    if rerank is not None:
-        top_n = rerank.get("topN", rerank.get("top_n"))
-        if top_n is None:
-            top_n = min(candidate_k, max(2 * k, 20))
-        if isinstance(top_n, bool) or not isinstance(top_n, int) or top_n < 1:
-            raise InvalidParams("rerank.topN must be a positive integer", field="rerank.topN")
-        if top_n < p.k or top_n > candidate_k:
-            raise InvalidParams(f"rerank.topN must satisfy candidateK ({candidate_k}) >= topN >= "
-                                f"k ({p.k})", field="rerank.topN")
-        rerank_top_n = min(top_n, config.rerank_max_candidates)
-        if top_n > config.rerank_max_candidates:
-            notes.append(f"rerank.topN clamped to maxCandidates={config.rerank_max_candidates}")
+    return rank_by_confidence
 
+
+def _plan_top_n(p: RetrieveParams, rerank: dict[str, Any] | None, k: int, candidate_k: int,
+                config: EngineConfig, notes: list[str]) -> int | None:
+    """How many candidates the reranker scores: candidateK >= topN >= k, clamped to
+    ``rerank_max_candidates`` (None: no rerank)."""
+    if rerank is None:
+        return None
+    top_n = rerank.get("topN", rerank.get("top_n"))
+    if top_n is None:
+        top_n = min(candidate_k, max(2 * k, 20))
+    if isinstance(top_n, bool) or not isinstance(top_n, int) or top_n < 1:
+        raise InvalidParams("rerank.topN must be a positive integer", field="rerank.topN")
+    if top_n < p.k or top_n > candidate_k:
+        raise InvalidParams(f"rerank.topN must satisfy candidateK ({candidate_k}) >= topN >= "
+                            f"k ({p.k})", field="rerank.topN")
+    if top_n > config.rerank_max_candidates:
+        notes.append(f"rerank.topN clamped to maxCandidates={config.rerank_max_candidates}")
+    return min(top_n, config.rerank_max_candidates)
+
+
+def _plan_graph_recall(p: RetrieveParams, unit: str,
+                       offered: Mapping[str, tuple[int, ...]] | None,
+                       unsupported: Unsupported) -> bool:
+    """Whether the graph's PageRank list joins recall (a composed unit is composed from the
+    graph anyway; without a graph it cannot)."""
     graph_recall = bool(p.graph_recall)
     if graph_recall and units.get(unit).composed:
-        graph_recall = False  # a path or subgraph is composed from the graph anyway
-    elif graph_recall and "node" not in (offered if offered is not None else {}):
+        return False
+    if graph_recall and "node" not in (offered if offered is not None else {}):
         unsupported("x-rcp-agentic-graphRecall", "this engine has no knowledge graph (build "
                     "it with build_graph / `rcp-agentic index --graph`)")
-        graph_recall = False
+        return False
+    return graph_recall
+
+
+def _plan_fusion(p: RetrieveParams, mode: str, graph_recall: bool,
+                 unsupported: Unsupported) -> tuple[FusionParams, dict[str, float]]:
+    """The fusion method and each recall source's weight."""
     fusion = p.fusion or FusionParams()
     if fusion.method not in FUSIONS:
         unsupported("fusion.method", f"fusion {fusion.method!r} is not supported")
@@ -416,26 +486,11 @@ def make_plan(p: RetrieveParams, config: EngineConfig = DEFAULT_CONFIG, *,
         # (HippoRAG fuses its PageRank ranking 1:1 with the hybrid one).
         weights["graph"] = sum(w for n, w in weights.items()
                                if n != "graph" and (mode == "hybrid" or n == mode)) or 1.0
-    if p.min_score is not None and p.min_score != p.min_score:
-        raise InvalidParams("minScore must be a number", field="minScore")
-    return Plan(
-        query=query, k=k, mode=mode, unit=unit, stored_unit=units.get(unit).stored,
-        level=level, kinds=kinds, tree_search=tree_search, candidate_k=candidate_k, fusion=fusion.method, weights=weights,
-        rrf_k=fusion.rrf_k or config.rrf_k,
-        alpha=fusion.alpha if fusion.alpha is not None else 0.5,
-        filter=p.filter, min_score=p.min_score, include_text=p.include_text,
-        include_vectors=p.include_vectors, index_version=p.index_version,
-        token_budget=p.token_budget, session_id=p.session_id, cursor=p.cursor,
-        rerank_top_n=rerank_top_n, rank_by_confidence=rank_by_confidence,
-        mmr_lambda=mmr_lambda, graph_recall=graph_recall,
-        graph_weight_given=fusion.weights is not None and "graph" in fusion.weights,
-        recency_field=recency_field,
-        recency_half_life_days=float(half_life) if half_life is not None else None,
-        max_hit_chars=config.max_hit_chars, notes=notes)
+    return fusion, weights
 
 
 def _plan_unit(p: RetrieveParams, offered: Mapping[str, tuple[int, ...]] | None,
-               unsupported: Callable[[str, str], None]
+               unsupported: Unsupported
                ) -> tuple[str, list[tuple[str, int]], int | None, str]:
     """The unit, the (stored unit, level) pairs to pool, the level and the tree search.
 
@@ -480,7 +535,7 @@ def _plan_unit(p: RetrieveParams, offered: Mapping[str, tuple[int, ...]] | None,
 
 
 def _plan_spanning(p: RetrieveParams, unit: str, stored: str, levels: tuple[int, ...],
-                   unsupported: Callable[[str, str], None]
+                   unsupported: Unsupported
                    ) -> tuple[str, list[tuple[str, int]], int | None, str]:
     """The plan of a kind whose rows span levels (communities): no ``level`` pools every row
     once; ``level: L`` pools the rows stored at levels <= L (retrieve keeps those whose range
