@@ -19,11 +19,11 @@ from __future__ import annotations
 
 import sys
 import time
-from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from .bounded import DEFAULT_MAX_BYTES, BoundedStore, ByteBudget
+from .containment import Extent, Held
 
 # Bytes charged for the containers of one session and of one remembered entry, on top of
 # the strings' own size. Upper estimates: tracemalloc on CPython 3.11 measured ~0.9 KB per
@@ -34,31 +34,17 @@ ENTRY_OVERHEAD = 128
 
 @dataclass
 class SessionState:
-    """What one trajectory has received."""
+    """What one trajectory has received: the units it holds (:class:`~.containment.Held`)
+    and what remembering them costs."""
 
-    seen: OrderedDict[str, None] = field(default_factory=OrderedDict)  # unit ids, oldest first
-    whole_docs: set[str] = field(default_factory=set)
-    whole_pages: set[tuple[str, int]] = field(default_factory=set)
-    # Leaf sets of the derived units returned (summaries), and their union.
-    summaries: list[frozenset[str]] = field(default_factory=list)
-    summarised: set[str] = field(default_factory=set)
-    summary_leaves: int = 0  # leaf ids in ``summaries``, counted with repeats
+    held: Held = field(default_factory=Held)
+    summary_leaves: int = 0  # leaf ids in ``held.summaries``, counted with repeats
     forgotten: int = 0
     nbytes: int = 0  # approximate memory held by this session, key included
 
 
-@dataclass(frozen=True)
-class Candidate:
-    """The parts of a unit the dedup rule looks at."""
-
-    uid: str
-    unit: str
-    doc_id: str
-    page_start: int | None
-    page_end: int | None
-    # A derived unit's leaf chunk ids and the documents they lie in (None: a per-document unit).
-    leaves: frozenset[str] | None = None
-    docs: frozenset[str] = frozenset()
+# What the dedup rule looks at of a unit (the containment module's extent).
+Candidate = Extent
 
 
 class SessionStore:
@@ -85,16 +71,18 @@ class SessionStore:
         return len(self._store)
 
     def is_new(self, session_id: str, c: Candidate) -> bool:
-        """Whether ``c`` may still be returned in this session."""
-        return self._store.peek(session_id, lambda state: state is None or _is_new(state, c))
+        """Whether ``c`` may still be returned in this session (no unit it returned holds it)."""
+        return self._store.peek(session_id,
+                                lambda state: state is None or not state.held.holds(c))
 
     def filter_new(self, session_id: str, candidates: list[Candidate]) -> list[bool]:
         """``is_new`` for many candidates under one lock."""
         return self._store.peek(session_id, lambda state: [True] * len(candidates)
-                                if state is None else [_is_new(state, c) for c in candidates])
+                                if state is None else [not state.held.holds(c)
+                                                       for c in candidates])
 
     def seen_count(self, session_id: str) -> int:
-        return self._store.peek(session_id, lambda state: len(state.seen) if state else 0)
+        return self._store.peek(session_id, lambda state: len(state.held.seen) if state else 0)
 
     def record(self, session_id: str, returned: list[Candidate]) -> int:
         """Remember what was returned; returns how many old entries were forgotten for room
@@ -108,41 +96,31 @@ class SessionStore:
         dropped = self._store.update(session_id, change, lambda: SessionState(
             nbytes=sys.getsizeof(session_id) + SESSION_OVERHEAD))
         if session_id not in self._store:
-            return dropped + len(held[0].seen)
+            return dropped + len(held[0].held.seen)
         return dropped
 
     def _remember(self, state: SessionState, returned: list[Candidate]) -> int:
+        held = state.held
         for c in returned:
-            if c.uid not in state.seen:
-                state.seen[c.uid] = None
-                state.nbytes += sys.getsizeof(c.uid) + ENTRY_OVERHEAD
-            if c.leaves is not None:
-                if c.leaves and c.leaves not in state.summaries:
-                    state.summaries.append(c.leaves)
-                    state.summary_leaves += len(c.leaves)
-                    state.summarised |= c.leaves - state.summarised
-                    state.nbytes += _summary_bytes(c.leaves)
-            elif c.unit == "document" and c.doc_id not in state.whole_docs:
-                state.whole_docs.add(c.doc_id)
-                state.nbytes += sys.getsizeof(c.doc_id) + 2 * ENTRY_OVERHEAD
-            elif (c.unit == "page" and c.page_start is not None
-                  and (c.doc_id, c.page_start) not in state.whole_pages):
-                state.whole_pages.add((c.doc_id, c.page_start))
-                state.nbytes += sys.getsizeof(c.doc_id) + 2 * ENTRY_OVERHEAD
+            state.nbytes += _cost(held, c)
+            if c.leaves and c.leaves not in held.summaries:
+                state.summary_leaves += len(c.leaves)
+            held.add(c)
         dropped = 0
-        while len(state.seen) > self.max_items:
-            uid, _ = state.seen.popitem(last=False)
+        while len(held.seen) > self.max_items:
+            uid = next(iter(held.seen))
+            del held.seen[uid]
             state.nbytes -= sys.getsizeof(uid) + ENTRY_OVERHEAD
             dropped += 1
         # The summaries' leaf ids count against max_items too (oldest summary first), so a
         # session returning large summaries does not grow past its bound either.
         if state.summary_leaves > self.max_items:
             while state.summary_leaves > self.max_items:
-                old = state.summaries.pop(0)
+                old = held.summaries.pop(0)
                 state.summary_leaves -= len(old)
                 state.nbytes -= _summary_bytes(old)
                 dropped += 1
-            state.summarised = set().union(*state.summaries)
+            held.summarised = set().union(*held.summaries)
         state.forgotten += dropped
         return dropped
 
@@ -157,18 +135,15 @@ def _summary_bytes(leaves: frozenset[str]) -> int:
     return ENTRY_OVERHEAD + sum(sys.getsizeof(x) + ENTRY_OVERHEAD for x in leaves)
 
 
-def _is_new(state: SessionState, c: Candidate) -> bool:
-    if c.uid in state.seen:
-        return False
-    if c.leaves is not None:  # a summary: new unless a returned unit contains it
-        if c.docs and c.docs <= state.whole_docs:
-            return False
-        return not any(c.leaves <= other for other in state.summaries)
-    if c.unit in ("chunk", "passage") and c.uid in state.summarised:
-        return False
-    if c.unit in ("chunk", "passage", "page") and c.doc_id in state.whole_docs:
-        return False
-    if c.unit in ("chunk", "passage") and c.page_start is not None:
-        end = c.page_end if c.page_end is not None else c.page_start
-        return not any((c.doc_id, p) in state.whole_pages for p in range(c.page_start, end + 1))
-    return True
+def _cost(held: Held, c: Candidate) -> int:
+    """The bytes remembering ``c`` adds to ``held`` (0 for what it holds already)."""
+    nbytes = 0 if c.uid in held.seen else sys.getsizeof(c.uid) + ENTRY_OVERHEAD
+    if c.leaves is not None:
+        if c.leaves and c.leaves not in held.summaries:
+            nbytes += _summary_bytes(c.leaves)
+    elif c.unit == "document" and c.doc_id not in held.whole_docs:
+        nbytes += sys.getsizeof(c.doc_id) + 2 * ENTRY_OVERHEAD
+    elif (c.unit == "page" and c.page_start is not None
+          and (c.doc_id, c.page_start) not in held.whole_pages):
+        nbytes += sys.getsizeof(c.doc_id) + 2 * ENTRY_OVERHEAD
+    return nbytes

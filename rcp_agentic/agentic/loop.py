@@ -48,6 +48,7 @@ from typing import Any, Literal
 
 from .. import units
 from ..client.gating import switch_offered
+from ..containment import Extent, contains
 from ..errors import RCPError
 from ..options import BY_NAME
 from ..integrations.common import HitSource
@@ -370,46 +371,27 @@ def _holds_leaves(hit: Mapping[str, Any]) -> bool:
         return True  # another engine's kind: judged by its leaves as before
 
 
-def _listed(hit: Mapping[str, Any]) -> frozenset[str] | None:
-    """The leaf chunk ids a derived hit lists in ``provenance.leaves`` (None: not listed)."""
-    leaves = (hit.get("provenance") or {}).get("leaves")
-    return frozenset(str(leaf) for leaf in leaves) if isinstance(leaves, list) and leaves \
-        else None
+def _extent(hit: Mapping[str, Any]) -> Extent:
+    """What containment reads of a wire hit: a summary lists its leaves
+    (``provenance.leaves``) and documents (``meta.doc_ids``); a per-document unit is placed
+    by its document and pages; a graph unit by its id alone."""
+    meta = hit.get("meta") or {}
+    doc, page = _place(hit)
+    listed = (hit.get("provenance") or {}).get("leaves")
+    holds = _holds_leaves(hit)
+    leaves = (frozenset(str(leaf) for leaf in listed)
+              if holds and isinstance(listed, list) and listed else None)
+    docs = meta.get("doc_ids")
+    start = meta.get("page_range_start", page)
+    return Extent(str(hit.get("id")), (_kind(hit) or "") if holds else "graph", doc or "",
+                  start, meta.get("page_range_end", start), leaves=leaves,
+                  docs=frozenset(str(d) for d in docs) if isinstance(docs, list) else frozenset())
 
 
 def _contains(outer: Mapping[str, Any], inner: Mapping[str, Any]) -> bool:
-    """Whether ``outer`` holds ``inner``: every leaf chunk of ``inner`` is among its own.
-
-    A unit listing its leaves (``provenance.leaves``, e.g. a tree-node) holds a chunk
-    among them and a unit whose listed leaves are a subset of its own. A per-document
-    unit knows its leaves by place: a document holds the pages and chunks of its
-    document (and a derived unit whose ``meta.doc_ids`` is that document alone), a
-    page the chunks cited on it.
-    """
-    if outer.get("id") is not None and outer.get("id") == inner.get("id"):
-        return False
-    if not (_holds_leaves(outer) and _holds_leaves(inner)):
-        return False  # an entity, a fact or a path is derived from its leaves, not made of them
-    inner_kind = _kind(inner)
-    inner_leaves = _listed(inner)
-    if inner_leaves is None and inner_kind == "chunk" and inner.get("id") is not None:
-        inner_leaves = frozenset({str(inner["id"])})  # a chunk is its own leaf
-    outer_leaves = _listed(outer)
-    if outer_leaves is not None:
-        return inner_leaves is not None and inner_leaves <= outer_leaves
-    outer_kind = _kind(outer)
-    odoc, opage = _place(outer)
-    if outer_kind not in ("page", "document") or odoc is None:
-        return False
-    if _listed(inner) is not None:
-        return outer_kind == "document" and (inner.get("meta") or {}).get("doc_ids") == [odoc]
-    o, i = units.rank(outer_kind), units.rank(inner_kind) if inner_kind else None
-    if o is None or i is None or o <= i:
-        return False
-    idoc, ipage = _place(inner)
-    if odoc != idoc:
-        return False
-    return outer_kind == "document" or (opage is not None and opage == ipage)
+    """Whether ``outer`` holds ``inner`` (:func:`~rcp_agentic.containment.contains`: every
+    leaf chunk of ``inner`` is among its own)."""
+    return contains(_extent(outer), _extent(inner))
 
 
 class CorrectiveRetriever:
