@@ -73,21 +73,19 @@ def _raw_meta(item: Any) -> Any:
 Grant = Callable[[SourceDocument], bool]
 
 
+@dataclass
 class Ingest:
     """The write path of one engine (module doc); thread-safe (writes serialise on
     ``write_lock``, shared with the derived builders that must run under it)."""
 
-    def __init__(self, *, store: Docstore, catalog: Catalog, recall: RecallBackend,
-                 embedder: TimedEmbedder, screen: InjectionScreen, config: EngineConfig,
-                 derived: DerivedUpdates, write_lock: threading.Lock) -> None:
-        self.store = store
-        self.catalog = catalog
-        self.recall = recall
-        self.embedder = embedder
-        self.screen = screen
-        self.config = config
-        self.derived = derived
-        self.write_lock = write_lock
+    store: Docstore
+    catalog: Catalog
+    recall: RecallBackend
+    embedder: TimedEmbedder
+    screen: InjectionScreen
+    config: EngineConfig
+    derived: DerivedUpdates
+    write_lock: threading.Lock
 
     # --- adding ------------------------------------------------------------------------
 

@@ -22,18 +22,16 @@ def page(request: Request, tokens: list[int], *, leaves: Leaves | None = None,
     plan, state = request.plan, request.cursor
     packed = pack(tokens, plan.k, plan.token_budget, start=state.start if state else 0,
                   exclude=state.exclude if state else frozenset(), leaves=leaves, keeps=keeps)
-    if packed.withheld:
-        plan.notes.append(f"skipped {packed.withheld} summary hit(s) that would displace a "
-                          "finer hit whose best-matching sentence they leave out")
-    if packed.contained:
-        plan.notes.append(f"skipped {packed.contained} hit(s) contained in or containing a "
-                          "hit already packed")
-    if packed.skipped:
-        plan.notes.append(f"tokenBudget: skipped {packed.skipped} hit(s) larger than the "
-                          "budget left")
-    if packed.oversized:
-        plan.notes.append(f"tokenBudget: {packed.oversized} hit(s) larger than the whole "
-                          "budget can never be packed")
+    for count, note in ((packed.withheld, "skipped {} summary hit(s) that would displace a "
+                         "finer hit whose best-matching sentence they leave out"),
+                        (packed.contained, "skipped {} hit(s) contained in or containing a "
+                         "hit already packed"),
+                        (packed.skipped, "tokenBudget: skipped {} hit(s) larger than the "
+                         "budget left"),
+                        (packed.oversized, "tokenBudget: {} hit(s) larger than the whole "
+                         "budget can never be packed")):
+        if count:
+            plan.notes.append(note.format(count))
     return packed
 
 

@@ -10,7 +10,7 @@ other position exactly, for fusion and for a hit's per-stage scores.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Protocol
 
 import numpy as np
@@ -46,38 +46,19 @@ def unit_vectors(store: Docstore, index: UnitIndex, positions: np.ndarray) -> np
     return np.vstack([got[r] for r in rowids])
 
 
-class DenseList(RecallList):
-    """Dense recall's list; any position scores its cosine with the query."""
+class ScoredList(RecallList):
+    """A dense or sparse recall list; ``score(positions)`` gives the source's exact score of
+    any positions (cosine with the query, or BM25 for its terms)."""
 
-    def __init__(self, ranked: list[tuple[int, float]], store: Docstore, query: Query) -> None:
+    def __init__(self, ranked: list[tuple[int, float]],
+                 score: Callable[[np.ndarray], np.ndarray]) -> None:
         super().__init__(ranked)
-        self._store = store
-        self._query = query
+        self._score = score
 
     def scores_at(self, positions: list[int]) -> dict[int, float]:
         if not positions:
             return {}
-        assert self._query.qvec is not None
-        pos = np.asarray(positions, dtype=np.int64)
-        sims = unit_vectors(self._store, self._query.index, pos) @ self._query.qvec
-        return dict(zip(positions, sims.tolist()))
-
-
-class SparseList(RecallList):
-    """Sparse (BM25) recall's list; any position scores its BM25 for the query's terms."""
-
-    def __init__(self, ranked: list[tuple[int, float]], recall: RecallBackend,
-                 query: Query) -> None:
-        super().__init__(ranked)
-        self._recall = recall
-        self._query = query
-
-    def scores_at(self, positions: list[int]) -> dict[int, float]:
-        if not positions:
-            return {}
-        pos = np.asarray(positions, dtype=np.int64)
-        q = self._query
-        return dict(zip(positions, self._recall.sparse_scores(q.index, q.term_ids, pos).tolist()))
+        return dict(zip(positions, self._score(np.asarray(positions, dtype=np.int64)).tolist()))
 
 
 class DenseSource:
@@ -92,11 +73,12 @@ class DenseSource:
     def wanted(self, plan: Plan) -> bool:
         return plan.mode in DENSE_MODES
 
-    def recall(self, query: Query, lists: Mapping[str, RecallList], depth: int) -> DenseList:
-        assert query.qvec is not None
-        ranked = self._recall.dense(query.index, query.qvec, depth=depth, allowed=query.allowed,
+    def recall(self, query: Query, lists: Mapping[str, RecallList], depth: int) -> ScoredList:
+        qvec = query.qvec
+        assert qvec is not None
+        ranked = self._recall.dense(query.index, qvec, depth=depth, allowed=query.allowed,
                                     native=query.native)
-        return DenseList(ranked, self._store, query)
+        return ScoredList(ranked, lambda pos: unit_vectors(self._store, query.index, pos) @ qvec)
 
 
 class SparseSource:
@@ -110,7 +92,8 @@ class SparseSource:
     def wanted(self, plan: Plan) -> bool:
         return plan.mode in SPARSE_MODES
 
-    def recall(self, query: Query, lists: Mapping[str, RecallList], depth: int) -> SparseList:
+    def recall(self, query: Query, lists: Mapping[str, RecallList], depth: int) -> ScoredList:
         ranked = self._recall.sparse(query.index, query.term_ids, depth=depth,
                                      allowed=query.allowed, native=query.native)
-        return SparseList(ranked, self._recall, query)
+        return ScoredList(ranked, lambda pos: self._recall.sparse_scores(query.index,
+                                                                         query.term_ids, pos))

@@ -256,22 +256,23 @@ def _join(op: str, parts: list[str]) -> str:
     return f"({_join(op, parts[:half])} {op} {_join(op, parts[half:])})"
 
 
-def _and(*parts: Expr) -> Expr:
-    if any(p is False for p in parts):
-        return False
-    rest = [str(p) for p in parts if p is not True]
+def _combine(op: str, absorbing: bool, parts: tuple[Expr, ...]) -> Expr:
+    """``parts`` joined by ``op``, constants folded: ``absorbing`` (False for ``and``, True for
+    ``or``) decides it alone, the other constant drops out."""
+    if any(p is absorbing for p in parts):
+        return absorbing
+    rest = [str(p) for p in parts if p is not (not absorbing)]
     if not rest:
-        return True
-    return rest[0] if len(rest) == 1 else _join("and", rest)
+        return not absorbing
+    return rest[0] if len(rest) == 1 else _join(op, rest)
+
+
+def _and(*parts: Expr) -> Expr:
+    return _combine("and", False, parts)
 
 
 def _or(*parts: Expr) -> Expr:
-    if any(p is True for p in parts):
-        return True
-    rest = [str(p) for p in parts if p is not False]
-    if not rest:
-        return False
-    return rest[0] if len(rest) == 1 else _join("or", rest)
+    return _combine("or", True, parts)
 
 
 def _not(part: Expr) -> Expr:
