@@ -6,13 +6,13 @@ know once it is planned: the scoring index of its pool, the query vector and ana
 terms, and the units its filter allows. :class:`Candidates` holds what recall found — each recall
 source's ranked list (:class:`RecallList`, which can score any other position exactly) —
 and what the stages made of it: the ranking they reorder, the fused, rerank and learned
-scores, and each source's exact score of a position, filled once and kept.
+scores.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -85,20 +85,12 @@ class Candidates:
         self.fused: dict[int, float] = {}
         self.rerank: dict[int, float] = {}
         self.learned: dict[int, float] | None = None
-        self._filled: dict[str, dict[int, float]] = {name: {} for name in self.lists}
-
-    def stage_scores(self, name: str, positions: Iterable[int]) -> dict[int, float]:
-        """Source ``name``'s score of each of ``positions``, filled once per position."""
-        filled = self._filled[name]
-        wanted = list(positions)
-        missing = [p for p in dict.fromkeys(wanted) if p not in filled]
-        if missing:
-            filled.update(self.lists[name].scores_at(missing))
-        return {p: filled[p] for p in wanted}
 
     def per_stage(self, positions: list[int]) -> dict[str, dict[int, float]]:
-        """Every source's score of ``positions``, by source."""
-        return {name: self.stage_scores(name, positions) for name in self.lists}
+        """Every source's exact score of ``positions``, by source. Each call scores its
+        positions as one batch (a float32 product's last bit can depend on the batch, and a
+        hit's scores must not depend on what another stage asked for)."""
+        return {name: ranked.scores_at(positions) for name, ranked in self.lists.items()}
 
     @property
     def count(self) -> int:
