@@ -85,12 +85,19 @@ class Candidates:
         self.fused: dict[int, float] = {}
         self.rerank: dict[int, float] = {}
         self.learned: dict[int, float] | None = None
+        self._per_stage: dict[tuple[int, ...], dict[str, dict[int, float]]] = {}
 
     def per_stage(self, positions: list[int]) -> dict[str, dict[int, float]]:
-        """Every source's exact score of ``positions``, by source. Each call scores its
-        positions as one batch (a float32 product's last bit can depend on the batch, and a
-        hit's scores must not depend on what another stage asked for)."""
-        return {name: ranked.scores_at(positions) for name, ranked in self.lists.items()}
+        """Every source's exact score of ``positions``, by source, scored once per list of
+        positions (the hits' confidence and their ``scores`` read the same). A list is
+        scored as one batch: a float32 product's last bit can depend on the batch, and a
+        hit's scores must not depend on what another stage asked for."""
+        key = tuple(positions)
+        got = self._per_stage.get(key)
+        if got is None:
+            got = self._per_stage[key] = {name: ranked.scores_at(positions)
+                                          for name, ranked in self.lists.items()}
+        return got
 
     @property
     def count(self) -> int:

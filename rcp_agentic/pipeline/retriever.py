@@ -230,8 +230,9 @@ class Retriever:
         request.ctl.check()
         next_cursor = paging.next_cursor(request, packed, self.secret)
         hits = self._hits(query, cands, top, packed.taken)
-        paging.record(self.sessions, request,
-                      stored_candidates(self.store, index, [p for p, _s in top]))
+        if plan.session_id:
+            paging.record(self.sessions, request,
+                          stored_candidates(self.store, index, [p for p, _s in top]))
         request.ctl.report(1.0, "pack", f"packed {len(hits)} hit(s)")
         return paging.result(request, hits, candidates=cands.count, reranked=len(cands.rerank),
                              tokens=packed.tokens, next_cursor=next_cursor)
