@@ -6,9 +6,9 @@ or a ``milvus-lite server`` subprocess (``conftest.milvus_lite_server``) that th
 SIGKILL and restart, and engine processes started with ``subprocess``. Rows are read from
 Milvus itself and compared with SQLite's. On Milvus Lite a read at version v searches a
 snapshot collection ``<alias>_s<newest v_from>_<rows>_<build>`` holding exactly the rows
-visible at v (found with ``MilvusRecall._target`` after ``sync``); on a Milvus server (its path
-forced by ``_lite = False`` against the same Milvus Lite) the kind's alias names one
-collection holding every row of a retained version.
+visible at v (found with ``MilvusCollections.target`` after ``sync``); on a Milvus server
+(its path forced by ``collections.lite = False`` against the same Milvus Lite) the kind's
+alias names one collection holding every row of a retained version.
 
 Measured here (the equivalence fixture: SciFact train, 100 documents + DOCS = 108
 documents, 250 chunks; 18 queries; chunk and document units):
@@ -73,7 +73,7 @@ def recall_of(eng: Engine) -> MilvusRecall:
 
 def client_of(eng: Engine) -> MilvusClient:
     """The engine's own Milvus connection (Milvus Lite allows one per .db file)."""
-    client: MilvusClient = recall_of(eng)._call(lambda c: c)
+    client: MilvusClient = recall_of(eng).collections.call(lambda c: c)
     return client
 
 
@@ -152,7 +152,7 @@ def target_of(eng: Engine, unit: str, level: int, version: int | None = None) ->
     """The collection a read of the kind at ``version`` (default: the last) searches."""
     v = int(eng.index_version[1:]) if version is None else version
     recall_of(eng).sync(v, [(unit, level)])
-    return recall_of(eng)._target(unit, level, v)
+    return recall_of(eng).collections.target(unit, level, v)
 
 
 def read_every_kind(eng: Engine) -> None:
@@ -166,8 +166,9 @@ def assert_milvus_holds_sqlite(eng: Engine, client: MilvusClient) -> dict[str, i
     exactly SQLite's rows (no duplicate, none missing, none of a collected version);
     status() says the same. Returns the row count of each kind.
 
-    A Milvus server (``_lite`` False): the kind's alias names one collection (no generation
-    left over) holding every row of a retained version, marked synced to the last commit.
+    A Milvus server (``collections.lite`` False): the kind's alias names one collection (no
+    generation left over) holding every row of a retained version, marked synced to the last
+    commit.
     Milvus Lite: no alias; the read searches the complete snapshot collection
     ``<alias>_s<newest v_from>_<rows>_<build>`` holding exactly the rows visible at the last
     commit, the only one of that version; no snapshot is left half-built, and at most
@@ -176,7 +177,7 @@ def assert_milvus_holds_sqlite(eng: Engine, client: MilvusClient) -> dict[str, i
     version = int(eng.index_version[1:])
     status = eng.recall.status()
     assert "error" not in status, status
-    lite = recall_of(eng)._lite
+    lite = recall_of(eng).collections.lite
     assert lite is not None
     counts = {}
     for unit, level in eng.store.stored_kinds():
@@ -468,7 +469,7 @@ def test_snapshots_pin_old_rows_and_collected_versions_leave_milvus(
                 milvus_uri=str(tmp_path / "m.db"), snapshots_retained=2) as eng:
         client = client_of(eng)
         if not lite:
-            recall_of(eng)._lite = False
+            recall_of(eng).collections.lite = False
         eng.add_documents(DOCS)
         assert assert_milvus_holds_sqlite(eng, client) == {"chunk/0": 8, "document/0": 8}
         alias = recall_of(eng).collection("chunk", 0)
@@ -597,7 +598,7 @@ def test_a_pinned_read_scores_as_its_version_did(tmp_path: Path, embedder: Any,
     with Engine(tmp_path / "e", embedder=embedder,
                 **backend_overrides(backend.split("-")[0], tmp_path / "e")) as eng:
         if server:
-            recall_of(eng)._lite = False
+            recall_of(eng).collections.lite = False
         eng.add_documents(DOCS)
         query = "documents ranked by term frequency"
         before = {m: [(h.id, h.score) for h in eng.retrieve(query, k=5, mode=m).hits]

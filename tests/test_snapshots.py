@@ -28,7 +28,7 @@ def _milvus_rowids(eng: Engine, unit: str) -> tuple[set[int], set[int]]:
     recall: Any = eng.recall
     version = int(eng.index_version[1:])
     recall.sync(version, [(unit, 0)])
-    current = recall._target(unit, 0, version)
+    current = recall.collections.target(unit, 0, version)
     prefix = recall.collection(unit, 0) + "_s"
     client = MilvusClient(uri=eng.config.milvus_uri or "")
     try:
