@@ -44,11 +44,9 @@ from ..errors import BackendUnavailable
 from ..models.analyzer import analyze
 from .docstore import Docstore
 from .milvus_connection import MilvusConnection, log
-from .milvus_filter import add_columns, column_values
+from .milvus_filter import MAX_VARCHAR_BYTES, add_columns, column_values
 
 LIVE = 2**62  # v_to of a row no version has retired
-# Milvus limits: a VARCHAR holds at most 65,535 bytes.
-MAX_VARCHAR_BYTES = 65_535
 _UID_BYTES = 2048
 _BATCH = 500
 # What Milvus Lite 3.2 scores BM25 with, whatever the index's bm25_k1 / bm25_b say.
