@@ -214,10 +214,54 @@ def _name_parts(keyed: list[tuple[str, RawMention]], own: str,
     return out
 
 
+@dataclass
+class _Tally:
+    """What the chunks say, gathered in row order (the input of every aggregation step)."""
+
+    # entity -> chunk -> count; entity -> surface form -> count; entity -> kind -> count
+    counts: dict[str, Counter[str]] = field(default_factory=lambda: defaultdict(Counter))
+    surfaces: dict[str, Counter[str]] = field(default_factory=lambda: defaultdict(Counter))
+    kinds: dict[str, Counter[str]] = field(default_factory=lambda: defaultdict(Counter))
+    sents: list[_Sent] = field(default_factory=list)
+    llm_desc: dict[str, list[str]] = field(default_factory=lambda: defaultdict(list))
+    typed: list[tuple[str, str, str, str, float, str]] = field(default_factory=list)
+
+
 def _aggregate(cache: GraphCache, embed: Embed | None, config: GraphConfig,
                stats: BuildStats) -> GraphData:
+    """The graph of the cached per-chunk results: entities, relations, synonyms."""
     t0 = time.perf_counter()
     order = sorted(cache.chunks, key=_rowid_order)
+    title_keys, about = _title_index(cache, order)
+    tally = _Tally()
+    for key in order:
+        _tally_chunk(tally, key, cache, title_keys, stats)
+    stats.seconds_aggregate += time.perf_counter() - t0
+
+    t1 = time.perf_counter()
+    names = {k: _display(k, tally.surfaces[k], title_keys) for k in tally.counts}
+    synonyms: list[Synonym] = []
+    if embed is not None:
+        synonyms = _synonyms(tally, names, title_keys, cache, embed, config, stats)
+    stats.seconds_resolve = time.perf_counter() - t1
+
+    t2 = time.perf_counter()
+    entities = _entities(tally, names, title_keys, about)
+    relations = (_cooccurrence_relations(tally.sents, cache, config)
+                 + _typed_relations(tally.typed))
+    _add_descriptions(entities, tally, cache, config)
+    stats.seconds_aggregate += time.perf_counter() - t2
+    stats.entities, stats.relations, stats.synonyms = len(entities), len(relations), len(synonyms)
+    chunk_docs = {k: cache.chunks[k].doc_id for k in order}
+    return GraphData(entities=entities, relations=relations, synonyms=synonyms,
+                     chunk_docs=chunk_docs)
+
+
+# --- aggregation: reading the chunks -------------------------------------------------------
+
+def _title_index(cache: GraphCache, order: list[str]
+                 ) -> tuple[dict[str, str], dict[str, list[str]]]:
+    """Each title entity's key -> its title text (first chunk wins), and -> the chunks about it."""
     title_keys: dict[str, str] = {}
     about: dict[str, list[str]] = defaultdict(list)
     for key in order:
@@ -228,92 +272,135 @@ def _aggregate(cache: GraphCache, embed: Embed | None, config: GraphConfig,
                 if ek:
                     title_keys.setdefault(ek, entry)
                     about[ek].append(key)
+    return title_keys, about
 
-    counts: dict[str, Counter[str]] = defaultdict(Counter)      # entity -> chunk -> count
-    surfaces: dict[str, Counter[str]] = defaultdict(Counter)
-    kinds: dict[str, Counter[str]] = defaultdict(Counter)
-    sents: list[_Sent] = []
-    sent_of: dict[tuple[str, int], int] = {}
-    llm_desc: dict[str, list[str]] = defaultdict(list)
-    typed: list[tuple[str, str, str, str, float, str]] = []
-    for key in order:
-        c = cache.chunks[key]
-        x = cache.extractions[key]
-        chosen = choose_mentions([*x.mentions, *cache.title_hits.get(key, ())])
-        keyed = [(entity_key(m.surface), m) for m in chosen]
-        keyed = _name_parts([(k, m) for k, m in keyed if k],
-                            entity_key(title_name(c.title)) if c.title else "", title_keys)
-        local: dict[int, _Sent] = {}
-        for k, m in keyed:
-            counts[k][key] += 1
-            surfaces[k][m.surface] += 1
-            kinds[k]["name" if m.kind == "initial" else m.kind] += 1
-            stats.mentions += 1
-            if not 0 <= m.sentence < len(x.sentences):
-                continue
-            s = local.get(m.sentence)
-            if s is None:
-                s0, s1 = x.sentences[m.sentence]
-                s = local[m.sentence] = _Sent(key, m.sentence, s0, s1, [], [])
-            if k not in s.keys:
-                s.keys.append(k)
-                s.positions.append((m.start, m.end))
-        if c.title:  # the document's title is an entity of its own chunks even if unwritten
-            for entry in title_entries(c.title):
-                ek = entity_key(entry)
-                if ek:
-                    counts[ek][key] += 0
-                    surfaces[ek][entry] += 0
-        for idx in sorted(local):
-            sent_of[(key, idx)] = len(sents)
-            sents.append(local[idx])
-        for surface, desc in x.descriptions:
-            k = entity_key(surface)
-            if k and desc not in llm_desc[k]:
-                llm_desc[k].append(desc)
-        for r in x.relations:
-            ka, kb = entity_key(r.subject), entity_key(r.object)
-            if ka and kb and ka != kb:
-                typed.append((ka, kb, r.relation, r.description, r.weight, key))
-    stats.seconds_aggregate += time.perf_counter() - t0
 
-    # --- synonyms (resolution): name embeddings -----------------------------------------
-    t1 = time.perf_counter()
-    names = {k: _display(k, surfaces[k], title_keys) for k in counts}
-    synonyms: list[Synonym] = []
-    if embed is not None:
-        cand = sorted(k for k in counts if _kind(kinds[k], k in title_keys) not in
-                      NO_SYNONYM_KINDS and (len(counts[k]) >= config.synonym_min_chunks
-                                            or k in title_keys))
-        missing = sorted({names[k] for k in cand} - set(cache.name_vectors))
-        if missing:
-            te = time.perf_counter()
-            vecs = np.asarray(embed(missing), dtype=np.float32)
-            stats.seconds_embedding = time.perf_counter() - te
-            stats.names_embedded = len(missing)
-            cache.name_vectors.update(zip(missing, vecs))
-        live = {names[k] for k in cand}
-        for name in [n for n in cache.name_vectors if n not in live]:
-            del cache.name_vectors[name]
-        if len(cand) > 1:
-            matrix = np.stack([cache.name_vectors[names[k]] for k in cand])
-            synonyms = synonym_edges(cand, [names[k] for k in cand], matrix,
-                                     threshold=config.synonym_threshold,
-                                     top_k=config.synonym_top_k)
-    stats.seconds_resolve = time.perf_counter() - t1
+def _tally_chunk(tally: _Tally, key: str, cache: GraphCache, title_keys: Mapping[str, str],
+                 stats: BuildStats) -> None:
+    """Add one chunk's mentions, sentences, title entities and LLM results to ``tally``."""
+    c = cache.chunks[key]
+    x = cache.extractions[key]
+    keyed = _keyed_mentions(c, x, cache.title_hits.get(key, ()), title_keys)
+    local = _count_mentions(tally, key, keyed, x, stats)
+    if c.title:  # the document's title is an entity of its own chunks even if unwritten
+        for entry in title_entries(c.title):
+            ek = entity_key(entry)
+            if ek:
+                tally.counts[ek][key] += 0
+                tally.surfaces[ek][entry] += 0
+    for idx in sorted(local):
+        tally.sents.append(local[idx])
+    _collect_llm_results(tally, key, x)
 
-    # --- entities -------------------------------------------------------------------
-    t2 = time.perf_counter()
+
+def _keyed_mentions(c: ChunkText, x: ChunkExtraction, title_hits: Iterable[RawMention],
+                    title_keys: Mapping[str, str]) -> list[tuple[str, RawMention]]:
+    """The chunk's chosen mentions with their entity keys, one-word name parts re-keyed."""
+    chosen = choose_mentions([*x.mentions, *title_hits])
+    keyed = [(entity_key(m.surface), m) for m in chosen]
+    return _name_parts([(k, m) for k, m in keyed if k],
+                       entity_key(title_name(c.title)) if c.title else "", title_keys)
+
+
+def _count_mentions(tally: _Tally, key: str, keyed: list[tuple[str, RawMention]],
+                    x: ChunkExtraction, stats: BuildStats) -> dict[int, _Sent]:
+    """Count each mention of chunk ``key``; its sentences with the entities they name."""
+    local: dict[int, _Sent] = {}
+    for k, m in keyed:
+        tally.counts[k][key] += 1
+        tally.surfaces[k][m.surface] += 1
+        tally.kinds[k]["name" if m.kind == "initial" else m.kind] += 1
+        stats.mentions += 1
+        if not 0 <= m.sentence < len(x.sentences):
+            continue
+        s = local.get(m.sentence)
+        if s is None:
+            s0, s1 = x.sentences[m.sentence]
+            s = local[m.sentence] = _Sent(key, m.sentence, s0, s1, [], [])
+        if k not in s.keys:
+            s.keys.append(k)
+            s.positions.append((m.start, m.end))
+    return local
+
+
+def _collect_llm_results(tally: _Tally, key: str, x: ChunkExtraction) -> None:
+    """Keep an LLM extractor's entity descriptions and typed relations of chunk ``key``."""
+    for surface, desc in x.descriptions:
+        k = entity_key(surface)
+        if k and desc not in tally.llm_desc[k]:
+            tally.llm_desc[k].append(desc)
+    for r in x.relations:
+        ka, kb = entity_key(r.subject), entity_key(r.object)
+        if ka and kb and ka != kb:
+            tally.typed.append((ka, kb, r.relation, r.description, r.weight, key))
+
+
+# --- aggregation: synonyms (resolution) by name embeddings ---------------------------------
+
+def _synonyms(tally: _Tally, names: Mapping[str, str], title_keys: Mapping[str, str],
+              cache: GraphCache, embed: Embed, config: GraphConfig,
+              stats: BuildStats) -> list[Synonym]:
+    """Synonym edges between the candidates' names (their vectors refreshed in ``cache``)."""
+    cand = _synonym_candidates(tally, title_keys, config)
+    _refresh_name_vectors(cache, embed, {names[k] for k in cand}, stats)
+    if len(cand) <= 1:
+        return []
+    matrix = np.stack([cache.name_vectors[names[k]] for k in cand])
+    return synonym_edges(cand, [names[k] for k in cand], matrix,
+                         threshold=config.synonym_threshold, top_k=config.synonym_top_k)
+
+
+def _synonym_candidates(tally: _Tally, title_keys: Mapping[str, str],
+                        config: GraphConfig) -> list[str]:
+    """Entities whose names are embedded: no dates or numbers; titles or in enough chunks."""
+    return sorted(k for k in tally.counts
+                  if _kind(tally.kinds[k], k in title_keys) not in NO_SYNONYM_KINDS
+                  and (len(tally.counts[k]) >= config.synonym_min_chunks or k in title_keys))
+
+
+def _refresh_name_vectors(cache: GraphCache, embed: Embed, live: set[str],
+                          stats: BuildStats) -> None:
+    """Embed the ``live`` names the cache lacks and drop the vectors of names no longer live."""
+    missing = sorted(live - set(cache.name_vectors))
+    if missing:
+        te = time.perf_counter()
+        vecs = np.asarray(embed(missing), dtype=np.float32)
+        stats.seconds_embedding = time.perf_counter() - te
+        stats.names_embedded = len(missing)
+        cache.name_vectors.update(zip(missing, vecs))
+    for name in [n for n in cache.name_vectors if n not in live]:
+        del cache.name_vectors[name]
+
+
+# --- aggregation: entities and relations ---------------------------------------------------
+
+def _entities(tally: _Tally, names: Mapping[str, str], title_keys: Mapping[str, str],
+              about: Mapping[str, list[str]]) -> dict[str, Entity]:
+    """One entity per key, in key order, with its mention weights ``1 + ln(count)``."""
     entities: dict[str, Entity] = {}
-    for k in sorted(counts):
+    for k in sorted(tally.counts):
         mention_w = {ck: round(1.0 + math.log(n), 6) if n > 0 else 1.0
-                     for ck, n in sorted(counts[k].items(), key=lambda kv: _rowid_order(kv[0]))}
-        alias = tuple(sorted(s for s in surfaces[k] if s != names[k]))
-        entities[k] = Entity(key=k, name=names[k], kind=_kind(kinds[k], k in title_keys),
+                     for ck, n in sorted(tally.counts[k].items(),
+                                         key=lambda kv: _rowid_order(kv[0]))}
+        alias = tuple(sorted(s for s in tally.surfaces[k] if s != names[k]))
+        entities[k] = Entity(key=k, name=names[k], kind=_kind(tally.kinds[k], k in title_keys),
                              aliases=alias, mentions=mention_w, about=tuple(about.get(k, ())))
+    return entities
 
-    # --- relations: sentence co-occurrence, normalised PMI ------------------------------
-    n_sent = max(1, len(sents))
+
+def _cooccurrence_relations(sents: list[_Sent], cache: GraphCache,
+                            config: GraphConfig) -> list[Relation]:
+    """Relations of entity pairs in one sentence, weighted by normalised PMI, in pair order."""
+    df, pairs = _sentence_pairs(sents, config)
+    scored = _score_pairs(pairs, df, max(1, len(sents)), config)
+    keep = _strongest_pairs(scored, config)
+    return [_cooccurrence_relation(pair, pairs[pair], scored[pair], sents, cache)
+            for pair in sorted(keep)]
+
+
+def _sentence_pairs(sents: list[_Sent], config: GraphConfig
+                    ) -> tuple[Counter[str], dict[tuple[str, str], list[int]]]:
+    """Sentences per entity, and the sentences of each pair within ``pair_window``."""
     df: Counter[str] = Counter()
     pairs: dict[tuple[str, str], list[int]] = {}
     for si, s in enumerate(sents):
@@ -323,6 +410,12 @@ def _aggregate(cache: GraphCache, embed: Embed | None, config: GraphConfig,
             for b in keys[i + 1:i + 1 + config.pair_window]:
                 pair = (a, b) if a < b else (b, a)
                 pairs.setdefault(pair, []).append(si)
+    return df, pairs
+
+
+def _score_pairs(pairs: Mapping[tuple[str, str], list[int]], df: Counter[str], n_sent: int,
+                 config: GraphConfig) -> dict[tuple[str, str], float]:
+    """Each pair above ``min_npmi``: its normalised PMI x ``ln(1 + sentences)``."""
     scored: dict[tuple[str, str], float] = {}
     for (a, b), where in pairs.items():
         n_ab = len(where)
@@ -331,6 +424,12 @@ def _aggregate(cache: GraphCache, embed: Embed | None, config: GraphConfig,
         npmi = pmi / -math.log(p_ab) if p_ab < 1 else 1.0
         if npmi > config.min_npmi:
             scored[(a, b)] = npmi * math.log1p(n_ab)
+    return scored
+
+
+def _strongest_pairs(scored: Mapping[tuple[str, str], float],
+                     config: GraphConfig) -> set[tuple[str, str]]:
+    """The pairs among each entity's ``max_relations_per_entity`` strongest (ties by pair)."""
     best: dict[str, list[tuple[float, tuple[str, str]]]] = defaultdict(list)
     for pair, w in scored.items():
         best[pair[0]].append((w, pair))
@@ -339,40 +438,45 @@ def _aggregate(cache: GraphCache, embed: Embed | None, config: GraphConfig,
     for ranked in best.values():
         ranked.sort(key=lambda t: (-t[0], t[1]))
         keep.update(p for _w, p in ranked[:config.max_relations_per_entity])
-    relations: list[Relation] = []
-    for pair in sorted(keep):
-        where = pairs[pair]
-        s = sents[where[0]]
-        c = cache.chunks[s.chunk]
-        evidence = c.text[s.start:s.end]
-        relations.append(Relation(
-            subject=pair[0], object=pair[1], relation=_between(c.text, s, pair),
-            evidence=evidence, span=Span(c.doc_id, c.start + s.start, c.start + s.end),
-            chunks=tuple(sorted({sents[i].chunk for i in where}, key=_rowid_order)),
-            weight=round(scored[pair] / math.log1p(len(where)), 6)))
-    for a, b, rel, desc, w, ck in sorted(set(typed)):
-        c = cache.chunks[ck]
-        relations.append(Relation(subject=a, object=b, relation=rel, evidence=desc or rel,
-                                  span=None, chunks=(ck,), weight=w, typed=True))
+    return keep
 
-    # --- descriptions ------------------------------------------------------------------
+
+def _cooccurrence_relation(pair: tuple[str, str], where: list[int], score: float,
+                           sents: list[_Sent], cache: GraphCache) -> Relation:
+    """The relation of one pair, attested by its first sentence, weighted by its NPMI."""
+    s = sents[where[0]]
+    c = cache.chunks[s.chunk]
+    evidence = c.text[s.start:s.end]
+    return Relation(
+        subject=pair[0], object=pair[1], relation=_between(c.text, s, pair),
+        evidence=evidence, span=Span(c.doc_id, c.start + s.start, c.start + s.end),
+        chunks=tuple(sorted({sents[i].chunk for i in where}, key=_rowid_order)),
+        weight=round(score / math.log1p(len(where)), 6))
+
+
+def _typed_relations(typed: list[tuple[str, str, str, str, float, str]]) -> list[Relation]:
+    """The LLM's typed triplets, distinct and sorted."""
+    return [Relation(subject=a, object=b, relation=rel, evidence=desc or rel, span=None,
+                     chunks=(ck,), weight=w, typed=True)
+            for a, b, rel, desc, w, ck in sorted(set(typed))]
+
+
+def _add_descriptions(entities: dict[str, Entity], tally: _Tally, cache: GraphCache,
+                      config: GraphConfig) -> None:
+    """Set each entity's description: the LLM's, else its best mention sentences."""
     by_entity: dict[str, list[int]] = defaultdict(list)
-    for si, s in enumerate(sents):
+    for si, s in enumerate(tally.sents):
         for k in s.keys:
             by_entity[k].append(si)
-    sent_texts = [" ".join(cache.chunks[s.chunk].text[s.start:s.end].split()) for s in sents]
+    sent_texts = [" ".join(cache.chunks[s.chunk].text[s.start:s.end].split())
+                  for s in tally.sents]
     sent_tokens = dict(zip(sent_texts, count_tokens_batch(sent_texts)))
     for k, e in entities.items():
-        if llm_desc.get(k):
-            e.description = _cap(" ".join(llm_desc[k]), config.description_tokens)
+        if tally.llm_desc.get(k):
+            e.description = _cap(" ".join(tally.llm_desc[k]), config.description_tokens)
             continue
-        e.description, e.spans = _describe(e, by_entity.get(k, []), sents, cache, config,
+        e.description, e.spans = _describe(e, by_entity.get(k, []), tally.sents, cache, config,
                                            sent_tokens)
-    stats.seconds_aggregate += time.perf_counter() - t2
-    stats.entities, stats.relations, stats.synonyms = len(entities), len(relations), len(synonyms)
-    chunk_docs = {k: cache.chunks[k].doc_id for k in order}
-    return GraphData(entities=entities, relations=relations, synonyms=synonyms,
-                     chunk_docs=chunk_docs)
 
 
 def _display(key: str, surfaces: Counter[str], titles: dict[str, str]) -> str:

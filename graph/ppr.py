@@ -68,6 +68,29 @@ class Subgraph:
     edges: list[tuple[str, str, float, Relation | None]] = field(default_factory=list)
 
 
+@dataclass
+class _EdgeList:
+    """Symmetric weighted edges as coordinate triples (each edge in both directions)."""
+
+    rows: list[int] = field(default_factory=list)
+    cols: list[int] = field(default_factory=list)
+    vals: list[float] = field(default_factory=list)
+
+    def add(self, a: int, b: int, w: float) -> None:
+        """Add the edge a-b of weight ``w`` both ways (no self-loops, no weight <= 0)."""
+        if w > 0 and a != b:
+            self.rows.extend((a, b))
+            self.cols.extend((b, a))
+            self.vals.extend((w, w))
+
+    def matrix(self, n: int) -> sp.csr_matrix:
+        """The ``n`` x ``n`` sparse matrix of the edges, parallel edges summed."""
+        adj = sp.csr_matrix((np.asarray(self.vals, dtype=np.float64), (self.rows, self.cols)),
+                            shape=(n, n))
+        adj.sum_duplicates()
+        return adj
+
+
 class GraphView:
     """The sparse matrix of one GraphData, with query linking, PageRank, neighbours and paths."""
 
@@ -79,6 +102,31 @@ class GraphView:
         self.weights = weights
         self.word_df = word_df
         self._specificity: dict[str, float] = {}
+        self._index_nodes()
+        edges = _EdgeList()
+        about_of = self._add_entity_passage_edges(edges)
+        self._add_relation_edges(edges)
+        self._add_synonym_edges(edges)
+        if weights.p2p > 0:
+            self._add_passage_passage_edges(edges, about_of)
+        self._set_matrices(edges.matrix(self.n))
+        self.lexicon = Lexicon(e.name for e in graph.entities.values() if e.kind == "title")
+        self.extractor = BuiltinExtractor()
+        self.by_word = self._entities_by_word()
+        # Embedding links need the query embedder and the entities' name vectors (as the
+        # builder keeps them in ``GraphCache.name_vectors``, by name); the view never embeds
+        # the whole vocabulary itself.
+        self.embed = embed
+        self.name_vectors: np.ndarray | None = None
+        self.vector_keys: list[str] = []
+        if embed is not None and name_vectors:
+            self._set_name_vectors(name_vectors)
+
+    # --- the matrix --------------------------------------------------------------------
+
+    def _index_nodes(self) -> None:
+        """Number the nodes (entities by key, then passages by row) and count entity passages."""
+        graph = self.graph
         self.entity_keys = sorted(graph.entities)
         self.chunk_keys = sorted(graph.chunk_docs, key=_rowid_order)
         self.e_index = {k: i for i, k in enumerate(self.entity_keys)}
@@ -89,84 +137,89 @@ class GraphView:
         # How many passages mention each entity (about-passages count as mentions).
         self.df = np.array([max(1, len(set(graph.entities[k].mentions) | set(
             graph.entities[k].about))) for k in self.entity_keys], dtype=np.float64)
-        rows: list[int] = []
-        cols: list[int] = []
-        vals: list[float] = []
 
-        def edge(a: int, b: int, w: float) -> None:
-            if w > 0 and a != b:
-                rows.extend((a, b))
-                cols.extend((b, a))
-                vals.extend((w, w))
-
-        w = weights
+    def _add_entity_passage_edges(self, edges: _EdgeList) -> dict[str, list[int]]:
+        """Mention and about edges; returns each entity's about-passage nodes."""
+        w = self.weights
+        ne = self.n_entities
         about_of: dict[str, list[int]] = {}
         for i, k in enumerate(self.entity_keys):
-            e = graph.entities[k]
+            e = self.graph.entities[k]
             scale = w.date if e.kind in LOW_KINDS else 1.0
             about = set(e.about)
             for ck, mw in e.mentions.items():
                 j = self.c_index.get(ck)
                 if j is not None and ck not in about:
-                    edge(i, ne + j, w.mention * mw * scale)
+                    edges.add(i, ne + j, w.mention * mw * scale)
             for ck in e.about:
                 j = self.c_index.get(ck)
                 if j is not None:
-                    edge(i, ne + j, w.about)
+                    edges.add(i, ne + j, w.about)
                     about_of.setdefault(k, []).append(ne + j)
-        for r in graph.relations:
+        return about_of
+
+    def _add_relation_edges(self, edges: _EdgeList) -> None:
+        """Entity-entity edges of the relations (dates and numbers scaled down)."""
+        w = self.weights
+        entities = self.graph.entities
+        for r in self.graph.relations:
             a, b = self.e_index.get(r.subject), self.e_index.get(r.object)
             if a is None or b is None:
                 continue
-            scale = min(w.date if graph.entities[r.subject].kind in LOW_KINDS else 1.0,
-                        w.date if graph.entities[r.object].kind in LOW_KINDS else 1.0)
-            edge(a, b, w.relation * max(r.weight, 0.0) * scale)
-        for s in graph.synonyms:
+            scale = min(w.date if entities[r.subject].kind in LOW_KINDS else 1.0,
+                        w.date if entities[r.object].kind in LOW_KINDS else 1.0)
+            edges.add(a, b, w.relation * max(r.weight, 0.0) * scale)
+
+    def _add_synonym_edges(self, edges: _EdgeList) -> None:
+        """Entity-entity edges of the synonyms, weighted by name cosine."""
+        for s in self.graph.synonyms:
             a, b = self.e_index.get(s.a), self.e_index.get(s.b)
             if a is not None and b is not None:
-                edge(a, b, w.synonym * s.similarity)
-        if w.p2p > 0:
-            for k, targets in about_of.items():
-                e = graph.entities[k]
-                if len(targets) > 8:  # a title shared by many documents is no pointer
+                edges.add(a, b, self.weights.synonym * s.similarity)
+
+    def _add_passage_passage_edges(self, edges: _EdgeList,
+                                   about_of: Mapping[str, list[int]]) -> None:
+        """Edges from each passage mentioning an entity to the passages about that entity."""
+        ne = self.n_entities
+        for k, targets in about_of.items():
+            e = self.graph.entities[k]
+            if len(targets) > 8:  # a title shared by many documents is no pointer
+                continue
+            for ck, mw in e.mentions.items():
+                j = self.c_index.get(ck)
+                if j is None or ck in e.about:
                     continue
-                for ck, mw in e.mentions.items():
-                    j = self.c_index.get(ck)
-                    if j is None or ck in e.about:
-                        continue
-                    for t in targets:
-                        edge(ne + j, t, w.p2p * mw)
-        adj = sp.csr_matrix((np.asarray(vals, dtype=np.float64), (rows, cols)),
-                            shape=(self.n, self.n))
-        adj.sum_duplicates()
+                for t in targets:
+                    edges.add(ne + j, t, self.weights.p2p * mw)
+
+    def _set_matrices(self, adj: sp.csr_matrix) -> None:
+        """Keep the adjacency, its dangling nodes and its column-stochastic transition."""
         self.adjacency = adj
         out = np.asarray(adj.sum(axis=0)).ravel()
         self.dangling = out == 0
         inv = np.where(out > 0, 1.0 / np.where(out > 0, out, 1.0), 0.0)
         # Column-stochastic transition: mass at j moves to i in proportion to w(i, j).
         self.transition = (adj @ sp.diags(inv)).tocsr()
-        self.lexicon = Lexicon(e.name for e in graph.entities.values() if e.kind == "title")
-        self.extractor = BuiltinExtractor()
-        self.by_word: dict[str, list[str]] = {}
+
+    def _entities_by_word(self) -> dict[str, list[str]]:
+        """Each word of an entity key -> the entities (no dates or numbers) holding it."""
+        by_word: dict[str, list[str]] = {}
         for k in self.entity_keys:
-            if graph.entities[k].kind in LOW_KINDS:
+            if self.graph.entities[k].kind in LOW_KINDS:
                 continue
             for word in set(k.split()):
-                self.by_word.setdefault(word, []).append(k)
-        # Embedding links need the query embedder and the entities' name vectors (as the
-        # builder keeps them in ``GraphCache.name_vectors``, by name); the view never embeds
-        # the whole vocabulary itself.
-        self.embed = embed
-        self.name_vectors: np.ndarray | None = None
-        self.vector_keys: list[str] = []
-        if embed is not None and name_vectors:
-            self.vector_keys = [k for k in self.entity_keys
-                                if graph.entities[k].name in name_vectors]
-            if self.vector_keys:
-                vecs = np.stack([np.asarray(name_vectors[graph.entities[k].name], np.float32)
-                                 for k in self.vector_keys])
-                self.name_vectors = vecs / np.maximum(
-                    np.linalg.norm(vecs, axis=1, keepdims=True), 1e-12)
+                by_word.setdefault(word, []).append(k)
+        return by_word
+
+    def _set_name_vectors(self, name_vectors: Mapping[str, np.ndarray]) -> None:
+        """Keep the unit-length name vectors of the entities that have one, in key order."""
+        entities = self.graph.entities
+        self.vector_keys = [k for k in self.entity_keys if entities[k].name in name_vectors]
+        if self.vector_keys:
+            vecs = np.stack([np.asarray(name_vectors[entities[k].name], np.float32)
+                             for k in self.vector_keys])
+            self.name_vectors = vecs / np.maximum(
+                np.linalg.norm(vecs, axis=1, keepdims=True), 1e-12)
 
     # --- linking -----------------------------------------------------------------------
 

@@ -43,7 +43,7 @@ import re
 import threading
 from collections import OrderedDict, defaultdict
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import InvalidParams
@@ -346,6 +346,69 @@ class _Candidate:
         return self._words
 
 
+@dataclass
+class _KeyRelations:
+    """The key relations a report shows: their indexes, headers and findings."""
+
+    shown: list[int] = field(default_factory=list)          # indexes into graph.relations
+    headers: list[str] = field(default_factory=list)
+    findings: list[Finding] = field(default_factory=list)
+    sanitized: int = 0                                      # relations the screen flagged
+
+
+def _best_candidate(cands: Sequence[_Candidate], plan: _Plan,
+                    covered: set[str]) -> _Candidate | None:
+    """The candidate of the highest gain (members not yet ``covered`` count fully; ties: the
+    earlier candidate, i.e. the better chunk, then reading order); None when none gains."""
+    best, best_gain = None, 0.0
+    for c in cands:
+        gain = c.context * sum(plan.weight.get(m, 0.0) * (COVERED if m in covered
+                                                          else 1.0) for m in c.members)
+        if gain > best_gain + 1e-12:
+            best, best_gain = c, gain
+    return best
+
+
+def _fit_to_budget(text: str, chosen: list[_Candidate], budget: int,
+                   count: CountTokens) -> str:
+    """``text`` and the evidence line of ``chosen`` within ``budget`` tokens.
+
+    Joining may merge tokens differently: the last sentences are dropped from ``chosen``
+    while over budget; title and summary alone over a tiny budget are cut.
+    """
+    while True:
+        body = " ".join(c.text for c in chosen)
+        full = text + ("\n" + body if body else "")
+        if count(full) <= budget or not chosen:
+            break
+        chosen.pop()
+    if count(full) > budget:
+        full = cut_to_tokens(full, budget, count)
+    return full
+
+
+def _evidence_spans(text: str, full: str, chosen: Sequence[_Candidate]) -> list[dict[str, Any]]:
+    """The document span and report place (``at``) of each evidence sentence still in ``full``
+    (the evidence line follows ``text`` and a newline)."""
+    spans: list[dict[str, Any]] = []
+    at = len(text) + 1
+    for c in chosen:
+        span = c.sentence.span
+        if span is not None and at + len(c.text) <= len(full):
+            spans.append({"doc_id": span.doc_id, "start": span.start, "end": span.end,
+                          "at": [at, at + len(c.text)]})
+        at += len(c.text) + 1
+    return spans
+
+
+def _still_whole(key: _KeyRelations, full: str) -> _KeyRelations:
+    """The key relations whose headers a cut report text still holds whole."""
+    return _KeyRelations(shown=[i for i, hd in zip(key.shown, key.headers) if hd in full],
+                         headers=key.headers,
+                         findings=[f for f in key.findings if f.summary in full],
+                         sanitized=key.sanitized)
+
+
 class ExtractiveReporter:
     """Offline community reports: title, summary, key relations and evidence sentences with
     their source spans, within a token budget (module doc). Deterministic."""
@@ -380,22 +443,30 @@ class ExtractiveReporter:
         return self.screen is not None and bool(self.screen(text))
 
     def _report(self, inp: ReportInput, plan: _Plan, budget: int) -> CommunityReport:
-        graph = inp.graph
+        """The report of one community from its ``plan``, within ``budget`` tokens."""
         count = self.count_tokens
         title, summary = _title(inp, plan), _summary(inp, plan)
-        sanitized = 0
         head = f"{title}\n{summary}"
-        used = count(head)
+        key = self._key_relations(inp.graph, plan, max(0, budget - count(head)) * RELATION_SHARE)
+        text = head + (f"\n{KEY_RELATIONS}{'; '.join(key.headers)}" if key.headers else "")
+        left = budget - count(text) - 1          # the newline before the evidence line
+        chosen, flagged = self._evidence(inp, plan, left)
+        full = _fit_to_budget(text, chosen, budget, count)
+        spans = _evidence_spans(text, full, chosen)
+        if len(full) < len(text):       # cut into the relations: keep the ones still whole
+            key = _still_whole(key, full)
+        return CommunityReport(title=title, summary=summary, findings=key.findings, rating=None,
+                               entities=list(plan.order), relations=key.shown, spans=spans,
+                               text=full, sanitized=key.sanitized + flagged,
+                               identity=self.identity)
 
-        # Key relations: up to a share of what is left, dropping flagged ones.
-        shown: list[int] = []
-        headers: list[str] = []
-        findings: list[Finding] = []
-        rel_budget = max(0, budget - used) * RELATION_SHARE
-        rel_used = count("\n" + KEY_RELATIONS)
+    def _key_relations(self, graph: GraphData, plan: _Plan, budget: float) -> _KeyRelations:
+        """The plan's relations as headers within ``budget`` tokens, dropping flagged ones."""
+        key = _KeyRelations()
+        used = self.count_tokens("\n" + KEY_RELATIONS)
         seen_headers: set[str] = set()
         for i in plan.relations:
-            if len(shown) >= MAX_RELATIONS:
+            if len(key.shown) >= MAX_RELATIONS:
                 break
             r = graph.relations[i]
             header = _flat(_header(graph, r))
@@ -403,32 +474,28 @@ class ExtractiveReporter:
                 continue
             evidence = _flat(r.evidence)
             if self._flagged(header) or (evidence and self._flagged(evidence)):
-                sanitized += 1
+                key.sanitized += 1
                 continue
             n = self._count(header) + 1
-            if rel_used + n > rel_budget:
+            if used + n > budget:
                 break
             seen_headers.add(header)
-            rel_used += n
-            shown.append(i)
-            headers.append(header)
-            findings.append(Finding(header, evidence))
-        text = head + (f"\n{KEY_RELATIONS}{'; '.join(headers)}" if headers else "")
-        used = count(text)
+            used += n
+            key.shown.append(i)
+            key.headers.append(header)
+            key.findings.append(Finding(header, evidence))
+        return key
 
-        # Evidence sentences, greedy for central members not yet covered (ties: the earlier
-        # candidate, i.e. the better chunk, then reading order).
+    def _evidence(self, inp: ReportInput, plan: _Plan, left: int
+                  ) -> tuple[list[_Candidate], int]:
+        """Evidence sentences within ``left`` tokens, greedy for central members not yet
+        covered, near-duplicates skipped; and how many the screen flagged."""
         chosen: list[_Candidate] = []
         covered: set[str] = set()
+        flagged = 0
         cands = self._candidates(inp, plan)
-        left = budget - used - 1          # the newline before the evidence line
         while cands and left > 0:
-            best, best_gain = None, 0.0
-            for c in cands:
-                gain = c.context * sum(plan.weight.get(m, 0.0) * (COVERED if m in covered
-                                                                  else 1.0) for m in c.members)
-                if gain > best_gain + 1e-12:
-                    best, best_gain = c, gain
+            best = _best_candidate(cands, plan, covered)
             if best is None:
                 break
             cands.remove(best)
@@ -436,36 +503,12 @@ class ExtractiveReporter:
             if n > left or any(_jaccard(best.words, c.words) >= DUPLICATE for c in chosen):
                 continue
             if self._flagged(best.text):
-                sanitized += 1
+                flagged += 1
                 continue
             chosen.append(best)
             covered |= best.members
             left -= n
-
-        # Joining may merge tokens differently: drop the last sentences while over budget.
-        while True:
-            body = " ".join(c.text for c in chosen)
-            full = text + ("\n" + body if body else "")
-            if count(full) <= budget or not chosen:
-                break
-            chosen.pop()
-        if count(full) > budget:       # title and summary alone exceed a tiny budget
-            full = cut_to_tokens(full, budget, count)
-        spans: list[dict[str, Any]] = []
-        at = len(text) + 1
-        for c in chosen:
-            span = c.sentence.span
-            if span is not None and at + len(c.text) <= len(full):
-                spans.append({"doc_id": span.doc_id, "start": span.start, "end": span.end,
-                              "at": [at, at + len(c.text)]})
-            at += len(c.text) + 1
-        if len(full) < len(text):       # cut into the relations: keep the ones still whole
-            kept = [i for i, hd in zip(shown, headers) if hd in full]
-            findings = [f for f in findings if f.summary in full]
-            shown = kept
-        return CommunityReport(title=title, summary=summary, findings=findings, rating=None,
-                               entities=list(plan.order), relations=shown, spans=spans,
-                               text=full, sanitized=sanitized, identity=self.identity)
+        return chosen, flagged
 
     def _candidates(self, inp: ReportInput, plan: _Plan) -> list[_Candidate]:
         """Sentences of the candidate chunks naming at least one central member (a name or

@@ -17,6 +17,7 @@ import logging
 import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Protocol
 
 import numpy as np
@@ -201,6 +202,25 @@ def build_tree(leaves: list[Leaf], *, embed: Embed, summarizer: Summarizer, conf
     return nodes
 
 
+@dataclass
+class _Links:
+    """The tree while it is updated: nodes by uid, their children and parents, dirty nodes."""
+
+    current: dict[str, Node]
+    children: dict[str, list[str]]
+    parents: dict[str, set[str]]
+    dirty: set[str] = field(default_factory=set)    # nodes whose children changed
+
+    @classmethod
+    def of(cls, nodes: list[Node]) -> _Links:
+        """The links of ``nodes``, none dirty."""
+        parents: dict[str, set[str]] = {}
+        for n in nodes:
+            for child in n.children:
+                parents.setdefault(child, set()).add(n.uid)
+        return cls({n.uid: n for n in nodes}, {n.uid: list(n.children) for n in nodes}, parents)
+
+
 def update_tree(nodes: list[Node], leaf_vectors: Mapping[str, np.ndarray], added: list[Leaf],
                 removed: set[str], *, embed: Embed, summarizer: Summarizer, config: TreeConfig,
                 count_tokens: CountTokens, passages: Mapping[str, Passage]) -> TreeDelta:
@@ -219,85 +239,117 @@ def update_tree(nodes: list[Node], leaf_vectors: Mapping[str, np.ndarray], added
     if not nodes:
         return _rebuild(leaf_vectors, added, removed, embed=embed, summarizer=summarizer,
                         config=config, count_tokens=count_tokens, passages=passages)
-    current = {n.uid: n for n in nodes}
-    children = {n.uid: list(n.children) for n in nodes}
-    parents: dict[str, set[str]] = {}
-    for n in nodes:
-        for child in n.children:
-            parents.setdefault(child, set()).add(n.uid)
-    new_leaf = {lf.uid: lf for lf in added}
-    dirty: set[str] = set()
-
-    for uid in removed:
-        for p in parents.pop(uid, set()):
-            children[p].remove(uid)
-            dirty.add(p)
-    level1 = sorted(u for u, n in current.items() if n.level == 1 and children[u])
+    links = _Links.of(nodes)
+    _detach_removed(links, removed)
+    level1 = sorted(u for u, n in links.current.items() if n.level == 1 and links.children[u])
     if not level1:  # every leaf removed: whatever was added starts a new tree
         fresh = _rebuild(leaf_vectors, added, removed, embed=embed, summarizer=summarizer,
                          config=config, count_tokens=count_tokens, passages=passages)
         fresh_ids = {n.uid for n in fresh.added}
-        return TreeDelta(fresh.added, sorted(u for u in current if u not in fresh_ids))
+        return TreeDelta(fresh.added, sorted(u for u in links.current if u not in fresh_ids))
     if added:
-        centroids = _normalize(np.stack([
-            np.mean([leaf_vectors[leaf] for leaf in children[u]], axis=0) for u in level1]))
-        sims = _normalize(np.stack([lf.vector for lf in added])) @ centroids.T
-        for lf, row in zip(added, sims):
-            target = level1[int(np.argmax(row))]
-            children[target].append(lf.uid)
-            parents.setdefault(lf.uid, set()).add(target)
-            dirty.add(target)
-
-    def leaf_item(uid: str) -> _Item:
-        if uid in new_leaf:
-            lf = new_leaf[uid]
-            return _Item(uid, np.asarray(lf.vector, np.float32), lf.passage, lf.tokens,
-                         frozenset((uid,)))
-        passage = passages[uid]
-        return _Item(uid, np.asarray(leaf_vectors[uid], np.float32), passage,
-                     count_tokens(passage.text), frozenset((uid,)))
-
+        _attach_added(links, added, level1, leaf_vectors)
+    leaf_item = partial(_leaf_item, new_leaf={lf.uid: lf for lf in added},
+                        leaf_vectors=leaf_vectors, passages=passages, count_tokens=count_tokens)
     delta = TreeDelta()
     for level in range(1, max(n.level for n in nodes) + 1):
-        todo = sorted(u for u in dirty if current[u].level == level)
-        jobs: list[tuple[str, list[_Item]]] = []
-        for uid in todo:
-            if level == 1:
-                group = [leaf_item(c) for c in children[uid]]
-                vectors = np.stack([it.vector for it in group]) if group else np.empty((0, 0))
-                tokens = np.array([it.tokens for it in group])
-                parts = _split(list(range(len(group))), vectors, tokens, config) if group else []
-                jobs.extend((uid, [group[i] for i in part]) for part in parts)
-            elif children[uid]:
-                jobs.append((uid, [_node_item(current[c]) for c in children[uid]]))
+        todo = sorted(u for u in links.dirty if links.current[u].level == level)
+        jobs = _level_jobs(links, level, todo, leaf_item, config)
         made = _make_nodes(level, [g for _, g in jobs], embed=embed, summarizer=summarizer,
                            config=config, count_tokens=count_tokens) if jobs else []
-        replaced: dict[str, list[str]] = {uid: [] for uid in todo}
-        produced: set[str] = set()
-        for (old, _), node in zip(jobs, made):
-            # A node with the same level and leaves as one left alone, or as one just
-            # written, is that node: link to it instead of writing a duplicate.
-            if node.uid not in produced and (node.uid not in current or node.uid in replaced):
-                produced.add(node.uid)
-                current[node.uid] = node
-                children[node.uid] = list(node.children)
-                delta.added.append(node)
-            if node.uid not in replaced[old]:
-                replaced[old].append(node.uid)
-        dirty.difference_update(todo)
-        old_parents = {old: parents.pop(old, set()) for old in todo}
-        for old in todo:
-            if old not in produced:
-                del current[old]
-        for old, new in replaced.items():
-            for u in new:
-                parents.setdefault(u, set()).update(old_parents[old])
-        for p in set().union(*old_parents.values()):
-            kids = [k for c in children[p] for k in replaced.get(c, [c])]
-            children[p] = list(dict.fromkeys(kids))
-            dirty.add(p)
-    delta.retired = sorted(n.uid for n in nodes if n.uid not in current)
+        replaced, produced = _install(links, jobs, made, todo, delta)
+        _relink(links, todo, replaced, produced)
+    delta.retired = sorted(n.uid for n in nodes if n.uid not in links.current)
     return delta
+
+
+def _detach_removed(links: _Links, removed: set[str]) -> None:
+    """Take the removed leaves out of their level-1 nodes (which become dirty)."""
+    for uid in removed:
+        for p in links.parents.pop(uid, set()):
+            links.children[p].remove(uid)
+            links.dirty.add(p)
+
+
+def _attach_added(links: _Links, added: list[Leaf], level1: list[str],
+                  leaf_vectors: Mapping[str, np.ndarray]) -> None:
+    """Put each added leaf in the level-1 node of the nearest centroid (cosine)."""
+    centroids = _normalize(np.stack([
+        np.mean([leaf_vectors[leaf] for leaf in links.children[u]], axis=0) for u in level1]))
+    sims = _normalize(np.stack([lf.vector for lf in added])) @ centroids.T
+    for lf, row in zip(added, sims):
+        target = level1[int(np.argmax(row))]
+        links.children[target].append(lf.uid)
+        links.parents.setdefault(lf.uid, set()).add(target)
+        links.dirty.add(target)
+
+
+def _leaf_item(uid: str, *, new_leaf: Mapping[str, Leaf], leaf_vectors: Mapping[str, np.ndarray],
+               passages: Mapping[str, Passage], count_tokens: CountTokens) -> _Item:
+    """The item of leaf ``uid``: an added leaf as given, a known one from its vector and
+    passage."""
+    if uid in new_leaf:
+        lf = new_leaf[uid]
+        return _Item(uid, np.asarray(lf.vector, np.float32), lf.passage, lf.tokens,
+                     frozenset((uid,)))
+    passage = passages[uid]
+    return _Item(uid, np.asarray(leaf_vectors[uid], np.float32), passage,
+                 count_tokens(passage.text), frozenset((uid,)))
+
+
+def _level_jobs(links: _Links, level: int, todo: list[str], leaf_item: Callable[[str], _Item],
+                config: TreeConfig) -> list[tuple[str, list[_Item]]]:
+    """The groups to summarise for the dirty nodes ``todo`` of one level, each with the node
+    it replaces (a level-1 node over the token cap gives several; an emptied node none)."""
+    jobs: list[tuple[str, list[_Item]]] = []
+    for uid in todo:
+        if level == 1:
+            group = [leaf_item(c) for c in links.children[uid]]
+            vectors = np.stack([it.vector for it in group]) if group else np.empty((0, 0))
+            tokens = np.array([it.tokens for it in group])
+            parts = _split(list(range(len(group))), vectors, tokens, config) if group else []
+            jobs.extend((uid, [group[i] for i in part]) for part in parts)
+        elif links.children[uid]:
+            jobs.append((uid, [_node_item(links.current[c]) for c in links.children[uid]]))
+    return jobs
+
+
+def _install(links: _Links, jobs: list[tuple[str, list[_Item]]], made: list[Node],
+             todo: list[str], delta: TreeDelta) -> tuple[dict[str, list[str]], set[str]]:
+    """Add the new nodes to the tree and ``delta``; returns which nodes replace each of
+    ``todo`` and the uids written."""
+    replaced: dict[str, list[str]] = {uid: [] for uid in todo}
+    produced: set[str] = set()
+    for (old, _), node in zip(jobs, made):
+        # A node with the same level and leaves as one left alone, or as one just
+        # written, is that node: link to it instead of writing a duplicate.
+        if node.uid not in produced and (node.uid not in links.current
+                                         or node.uid in replaced):
+            produced.add(node.uid)
+            links.current[node.uid] = node
+            links.children[node.uid] = list(node.children)
+            delta.added.append(node)
+        if node.uid not in replaced[old]:
+            replaced[old].append(node.uid)
+    return replaced, produced
+
+
+def _relink(links: _Links, todo: list[str], replaced: Mapping[str, list[str]],
+            produced: set[str]) -> None:
+    """Drop the replaced nodes of ``todo`` and point their parents (now dirty) at the
+    replacements."""
+    links.dirty.difference_update(todo)
+    old_parents = {old: links.parents.pop(old, set()) for old in todo}
+    for old in todo:
+        if old not in produced:
+            del links.current[old]
+    for old, new in replaced.items():
+        for u in new:
+            links.parents.setdefault(u, set()).update(old_parents[old])
+    for p in set().union(*old_parents.values()):
+        kids = [k for c in links.children[p] for k in replaced.get(c, [c])]
+        links.children[p] = list(dict.fromkeys(kids))
+        links.dirty.add(p)
 
 
 def _rebuild(leaf_vectors: Mapping[str, np.ndarray], added: list[Leaf], removed: set[str], *,
