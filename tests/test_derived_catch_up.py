@@ -62,6 +62,12 @@ def lag(path: Path) -> set[str]:
     return {k for k in DERIVED if int(info.get(f"derived.{k}.version", 0)) < data}
 
 
+def index_version(path: Path) -> int:
+    """The directory's last committed version (read straight from SQLite)."""
+    with sqlite3.connect(path / "engine.db") as db:
+        return int(db.execute("SELECT value FROM info WHERE key = 'index_version'").fetchone()[0])
+
+
 def derived_rows(eng: Engine) -> set[tuple[str, str, str]]:
     return set(eng.store.query(
         "SELECT unit, uid, text FROM units WHERE v_to IS NULL AND unit IN (?, ?, ?)", DERIVED))
@@ -119,11 +125,11 @@ def test_two_openers_run_one_catch_up(built: Path, tmp_path: Path, embedder: Any
     path = copy_of(built, tmp_path, "two")
     commit_without_builders(path, embedder)
     assert lag(path) == set(DERIVED)
+    start = index_version(path)  # before either worker can commit
     first = Engine(path, embedder=embedder, **GRAPH, **worker.ENGINE_OPTIONS)
     second = Engine(path, embedder=embedder, **GRAPH, **worker.ENGINE_OPTIONS)
     try:
         assert first.catch_up is not None  # the second may open after the first is done
-        start = int(first.store.index_version())
         for eng in (first, second):
             wait_current(eng)
         builders = [eng for eng in (first, second)
