@@ -18,7 +18,7 @@ died between a write's commit and its builders, or an inline write whose builder
   the lock is skipped; correctness never depends on it: a builder commits only on the
   index version it read (``Docstore.write_derived``) and recomputes otherwise.
 * **Writes.** A builder runs under the engine's build lock, not its write lock, so writes
-  keep committing meanwhile (see ``Engine.update_derived`` for the builder that loses every
+  keep committing meanwhile (see ``derived_updates.BuilderSet`` for the builder that loses every
   race to them).
 * **Errors.** A builder that raises ends the pass (the builders after it may build on its
   kind); the error is kept per builder (``failures``), shown by ``derived_status`` and retrieve's

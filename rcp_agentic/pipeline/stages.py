@@ -108,6 +108,7 @@ def recency(query: Query, cands: Candidates, store: Docstore) -> None:
 def min_score(query: Query, cands: Candidates) -> None:
     """Drop what scores below ``minScore``."""
     floor = query.plan.min_score
+    assert floor is not None
     cands.ranked = [(p, s) for p, s in cands.ranked if s >= floor]
 
 
