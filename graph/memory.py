@@ -19,7 +19,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 
-from ..bounded import DEFAULT_MAX_BYTES, BoundedStore, ByteBudget
+from ..bounded import DEFAULT_MAX_BYTES, ByteBudget, SessionKeyed
 
 # Bytes charged for one session's entity map and for each entity in it, on top of the
 # strings' own size. Upper estimates: tracemalloc on CPython 3.11 measured ~140 B for an
@@ -35,30 +35,16 @@ def memory_bytes(session_id: str, held: Mapping[str, float]) -> int:
             + sum(sys.getsizeof(k) + ENTITY_OVERHEAD for k in held))
 
 
-class SessionMemory:
+class SessionMemory(SessionKeyed[OrderedDict[str, float]]):
     """Entities by session id: ``{entity key: weight}``, bounded and expiring, thread-safe."""
 
     def __init__(self, *, max_sessions: int = 10_000, max_entities: int = 256,
                  ttl_seconds: int = 3600, budget: ByteBudget | None = None,
                  max_bytes: int = DEFAULT_MAX_BYTES,
                  clock: Callable[[], float] = time.monotonic) -> None:
+        super().__init__(memory_bytes, max_sessions=max_sessions, ttl_seconds=ttl_seconds,
+                         budget=budget, max_bytes=max_bytes, clock=clock)
         self.max_entities = max_entities
-        self._store: BoundedStore[OrderedDict[str, float]] = BoundedStore(
-            memory_bytes, budget=budget, max_bytes=max_bytes, max_entries=max_sessions,
-            ttl_seconds=ttl_seconds, clock=clock)
-
-    @property
-    def nbytes(self) -> int:
-        """Bytes the session memories are charged now."""
-        return self._store.nbytes
-
-    def __len__(self) -> int:
-        return len(self._store)
-
-    def __contains__(self, session_id: object) -> bool:
-        """Whether a memory was built for ``session_id`` (and has not expired or been evicted),
-        even one that holds no entity."""
-        return session_id in self._store
 
     def add(self, session_id: str, entities: Mapping[str, float]) -> int:
         """Remember ``entities`` (a weight kept at its maximum) for ``session_id``; returns how
@@ -80,7 +66,3 @@ class SessionMemory:
         with self._store.lock:
             held = self._store.get(session_id)
             return {} if held is None else dict(held)
-
-    def forget(self, session_id: str) -> bool:
-        """Drop a session's memory; returns whether it existed."""
-        return self._store.forget(session_id)

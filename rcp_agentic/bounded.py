@@ -3,8 +3,9 @@ several such stores share.
 
 An engine holds three kinds of state per client session: what retrieve has returned
 (:mod:`.sessions`), a session's graph memory (``graph/memory.py``) and a DRIFT frontier
-(``graph/community_ops.py``). Each is a :class:`BoundedStore`; all three draw on one
-:class:`ByteBudget` (``session_max_bytes``) that the engine owns and hands to them.
+(``graph/drift.py``). Each is a :class:`SessionKeyed` over a :class:`BoundedStore`; all
+three draw on one :class:`ByteBudget` (``session_max_bytes``) that the engine owns and hands
+to them.
 
 * **Bytes.** Every entry is charged what its store's ``size(key, value)`` says: an honest
   upper estimate of the memory the key and value hold, measured with ``tracemalloc`` by
@@ -243,3 +244,36 @@ class BoundedStore(Generic[V]):
             if now - entry.used <= self.ttl_seconds:
                 break
             self._drop(key)
+
+
+class SessionKeyed(Generic[V]):
+    """Base of the engine's per-session stores (sessions, graph memory, DRIFT frontiers): one
+    :class:`BoundedStore` of ``V`` by session id, its size and count seen from outside, and
+    a session forgotten on request. Subclasses add only the reads and writes of their ``V``.
+
+    ``size(session_id, value)``: the bytes an entry holds (see :class:`BoundedStore`).
+    """
+
+    def __init__(self, size: Callable[[str, V], int], *, max_sessions: int = 10_000,
+                 ttl_seconds: float = 3600, budget: ByteBudget | None = None,
+                 max_bytes: int = DEFAULT_MAX_BYTES,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self._store: BoundedStore[V] = BoundedStore(
+            size, budget=budget, max_bytes=max_bytes, max_entries=max_sessions,
+            ttl_seconds=ttl_seconds, clock=clock)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes this store's sessions are charged now (within the shared budget)."""
+        return self._store.nbytes
+
+    def __len__(self) -> int:
+        return len(self._store)
+
+    def __contains__(self, session_id: object) -> bool:
+        """Whether ``session_id`` has an entry (not expired or evicted), even an empty one."""
+        return session_id in self._store
+
+    def forget(self, session_id: str) -> bool:
+        """Drop a session's entry; returns whether it existed."""
+        return self._store.forget(session_id)

@@ -102,7 +102,7 @@ class Engine:
         self._llm = llm
         self.screen = InjectionScreen()
         # One byte budget for everything session-scoped: retrieve's sessions here, the graph
-        # memory and DRIFT frontiers (graph/ops.py, graph/community_ops.py) draw on it too.
+        # memory and DRIFT frontiers (graph/ops.py, graph/drift.py) draw on it too.
         self.session_budget = ByteBudget(self.config.session_max_bytes)
         self.sessions = SessionStore(ttl_seconds=self.config.session_ttl_seconds,
                                      max_sessions=self.config.max_sessions,

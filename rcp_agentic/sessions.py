@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from .bounded import DEFAULT_MAX_BYTES, BoundedStore, ByteBudget
+from .bounded import DEFAULT_MAX_BYTES, ByteBudget, SessionKeyed
 from .containment import Extent, Held
 
 # Bytes charged for the containers of one session and of one remembered entry, on top of
@@ -47,9 +47,9 @@ class SessionState:
 Candidate = Extent
 
 
-class SessionStore:
+class SessionStore(SessionKeyed[SessionState]):
     """Bounded, expiring, thread-safe session states shared by every transport of one engine
-    (a :class:`~.bounded.BoundedStore`; ``budget``: the engine's session budget, shared with
+    (a :class:`~.bounded.SessionKeyed`; ``budget``: the engine's session budget, shared with
     the graph memory and DRIFT frontiers; without one, a budget of ``max_bytes`` of its own)."""
 
     def __init__(self, *, ttl_seconds: int = 3600, max_sessions: int = 10_000,
@@ -57,18 +57,10 @@ class SessionStore:
                  max_bytes: int = DEFAULT_MAX_BYTES,
                  budget: ByteBudget | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
+        super().__init__(lambda _key, state: state.nbytes, max_sessions=max_sessions,
+                         ttl_seconds=ttl_seconds, budget=budget, max_bytes=max_bytes,
+                         clock=clock)
         self.max_items = max_items
-        self._store: BoundedStore[SessionState] = BoundedStore(
-            lambda _key, state: state.nbytes, budget=budget, max_bytes=max_bytes,
-            max_entries=max_sessions, ttl_seconds=ttl_seconds, clock=clock)
-
-    @property
-    def nbytes(self) -> int:
-        """Approximate memory the live sessions hold together (within the shared budget)."""
-        return self._store.nbytes
-
-    def __len__(self) -> int:
-        return len(self._store)
 
     def is_new(self, session_id: str, c: Candidate) -> bool:
         """Whether ``c`` may still be returned in this session (no unit it returned holds it)."""
@@ -123,10 +115,6 @@ class SessionStore:
             held.summarised = set().union(*held.summaries)
         state.forgotten += dropped
         return dropped
-
-    def forget(self, session_id: str) -> bool:
-        """Drop a session; returns whether it existed."""
-        return self._store.forget(session_id)
 
 
 def _summary_bytes(leaves: frozenset[str]) -> int:

@@ -28,7 +28,7 @@ RECALL_SOURCES: tuple[str, ...] = get_args(RecallSource)
 
 # Trust levels of a document and its hits (§15), most trusted first.
 TrustLevel = Literal["trusted", "community", "untrusted"]
-TRUST_LEVELS: tuple[str, ...] = get_args(TrustLevel)
+TRUST_LEVELS: tuple[TrustLevel, ...] = get_args(TrustLevel)
 
 # ``graph`` ops (§7.9): the entity ops (over the graph's nodes) and the community ops (over
 # its Leiden communities); an engine offers the entity ops, then the community ops once

@@ -16,13 +16,13 @@ from conftest import REPO, rpc_call
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from langchain_core.language_models.fake_chat_models import FakeListChatModel
+from rcp_agentic.graph.community_ops import DEFAULT_SUMMARY_TOKENS, MAX_SUMMARY_TOKENS, CommunityOps
+from rcp_agentic.graph.community_reads import MAX_PAGE, default_level
+from rcp_agentic.graph.drift import DriftState, Frontiers
+from rcp_agentic.graph.ops import GraphOps
 
 from rcp_agentic import Engine
 from rcp_agentic.errors import InvalidParams, OptionUnsupported
-from rcp_agentic.graph.community_ops import (DEFAULT_SUMMARY_TOKENS, MAX_PAGE,
-                                             MAX_SUMMARY_TOKENS, CommunityOps, DriftState,
-                                             Frontiers, default_level)
-from rcp_agentic.graph.ops import GraphOps
 from rcp_agentic.models.tokenizer import count_tokens
 from rcp_agentic.protocol.dispatcher import Dispatcher
 

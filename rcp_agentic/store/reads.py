@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from ..units import derived_kinds
-from ..vocabulary import TRUST_LEVELS
+from ..vocabulary import TRUST_LEVELS, TrustLevel
 from .connection import Connection
 from .info import InfoTable
 from .schema import kinds_clause, load_json, valid, visible
@@ -360,8 +360,9 @@ class Reader:
             "SELECT id FROM documents WHERE v_to IS NULL ORDER BY id")]
 
 
-def lowest_trust(levels: Iterable[str]) -> str:
+def lowest_trust(levels: Iterable[str]) -> TrustLevel:
     """The least trusted of ``levels`` (``"untrusted"`` when there are none, or for a level
     this engine does not know): what a text derived from several sources may claim."""
-    return max(levels, key=lambda t: TRUST_LEVELS.index(t) if t in TRUST_LEVELS
-               else len(TRUST_LEVELS), default="untrusted")
+    rank = max((TRUST_LEVELS.index(t) if t in TRUST_LEVELS else len(TRUST_LEVELS)
+                for t in levels), default=len(TRUST_LEVELS))
+    return TRUST_LEVELS[min(rank, len(TRUST_LEVELS) - 1)]

@@ -1,0 +1,180 @@
+"""Reading the stored communities for the community ops (:mod:`.community_ops`,
+:mod:`.drift`): their parameters checked, the store of a version, the level's communities
+ranked for a query by retrieve, the communities a filter passes, their trust, and the
+derived-lag note. One reader serves ``communities``, ``global`` and ``drift`` alike.
+
+The default level of ``global``/``drift`` (:func:`default_level`) is the level whose
+partition is closest, on a log scale, to ``GLOBAL_TARGET`` communities (ties: the coarser).
+GraphRAG defaults to its level 2 of a top-down numbering, a middle level; a fixed number
+means different things on different corpora, a target size does not: ranking needs enough
+communities to tell topics apart, and a report must stay specific enough to be worth its
+tokens (the finest communities are a handful of entities each).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from ..control import RequestControl
+from ..errors import InvalidParams, OptionUnsupported
+from ..pipeline.params import query_text
+from ..wire import Hit, Trust
+
+if TYPE_CHECKING:
+    from .community_index import CommunityStore, StoredCommunity
+    from .context import GraphContext
+
+MAX_PAGE = 100  # communities per page / ranked communities of ``global``
+GLOBAL_TARGET = 50  # communities in the partition global/drift default to
+
+
+# --- parameters -------------------------------------------------------------------------------
+
+def count_param(value: Any, name: str, default: int, low: int, high: int) -> int:
+    """An integer parameter in ``low..high`` (``default`` when absent); InvalidParams naming
+    ``name`` otherwise (a bool, a float, NaN, a string: not an integer)."""
+    if value is None:
+        return default
+    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
+        value = int(value)  # 5.0 is the integer 5 in JSON
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidParams(f"{name} must be an integer", field=name)
+    if not low <= value <= high:
+        raise InvalidParams(f"{name} must be between {low} and {high}", field=name)
+    return value
+
+
+def level_param(value: Any, store: CommunityStore) -> int | None:
+    """``level`` checked against the stored levels (None when absent)."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidParams("level must be an integer", field="level")
+    if not 0 <= value <= store.top_level:
+        shown = value if -10**6 < value < 10**6 else "given"
+        raise InvalidParams(f"level {shown} does not exist: the community levels are "
+                            f"0..{store.top_level}", field="level")
+    return value
+
+
+def default_level(store: CommunityStore) -> int:
+    """The level whose partition size is closest to ``GLOBAL_TARGET`` (log scale; ties: the
+    coarser level)."""
+    def distance(level: int) -> tuple[float, int]:
+        n = max(1, len(store.level(level)))
+        return abs(math.log(n / GLOBAL_TARGET)), -level
+    return min(range(store.top_level + 1), key=distance)
+
+
+def filter_param(value: Any) -> Mapping[str, Any] | None:
+    """A ``filter`` param: None or an object (its tree is checked where it is compiled)."""
+    if value is None:
+        return None
+    if not isinstance(value, Mapping):
+        raise InvalidParams("filter must be an object", field="filter")
+    return value
+
+
+
+def filter_key(filter_: Mapping[str, Any] | None) -> str:
+    """A filter as a canonical string ("" for none): what a cursor or a drift frontier was
+    made under, so neither is replayed under another filter."""
+    return json.dumps(filter_, sort_keys=True, default=str) if filter_ else ""
+
+
+def community_kinds(store: CommunityStore) -> list[tuple[str, int]]:
+    """The (unit, level) pairs community rows are stored under (each at its lowest level)."""
+    return [("community", lv) for lv in range(store.top_level + 1)]
+
+
+def version_of(token: str | None) -> int | None:
+    """The version of an ``indexVersion`` token ``v<N>`` (None for another form)."""
+    if token and token.startswith("v") and token[1:].isdigit():
+        return int(token[1:])
+    return None
+
+
+class CommunityReader:
+    """The stored communities of one engine's served versions, as the community ops read
+    them (see the module doc)."""
+
+    def __init__(self, ctx: GraphContext) -> None:
+        self.ctx = ctx
+
+    def store(self, version: int | None = None) -> CommunityStore | None:
+        """The community store of ``version`` (default: the served one), or None."""
+        return self.ctx.catalog.communities(version)
+
+    def offered(self) -> bool:
+        """Whether the served version holds community units."""
+        store = self.store()
+        return store is not None and bool(store.by_id)
+
+    def require(self, op: str, version: int | None = None) -> CommunityStore:
+        """The community store of ``version`` (default: the served one); OptionUnsupported
+        naming ``op`` when there is none."""
+        store = self.store(version)
+        if store is None or not store.by_id:
+            raise OptionUnsupported(f"graph op {op!r} needs Leiden communities, which this "
+                                    "engine has not built (open it with build_graph=True and "
+                                    "graph_communities=True)", option="op")
+        return store
+
+    def lag(self, version: int | None, kinds: Sequence[str]) -> list[str]:
+        """The note retrieve gives (``Catalog.derived_lag``) when a derived kind an op read
+        at ``version`` lags the documents: the same words in every community op."""
+        if version is None:
+            return []
+        note = self.ctx.catalog.derived_lag([(kind, 0) for kind in kinds], version)
+        return [note] if note else []
+
+    def query(self, query: Any, op: str) -> str:
+        """The query text of ``op`` (InvalidParams when absent or too long)."""
+        if query is None:
+            raise InvalidParams(f"op {op!r} needs a query", field="query")
+        return query_text(query, max_chars=self.ctx.config.max_query_chars)
+
+    def ranked(self, text: str, level: int, k: int, filter_: Mapping[str, Any] | None,
+                control: RequestControl, skip: Sequence[str] = ()
+                ) -> tuple[list[tuple[Hit, StoredCommunity]], CommunityStore, str | None]:
+        """The level's communities ranked for ``text`` by retrieve (``skip``: ids left out),
+        with the store of the version retrieve served."""
+        raw: dict[str, Any] = {"query": text, "unit": "community", "level": level,
+                               "k": min(self.ctx.config.max_k, k + len(skip))}
+        if filter_ is not None:
+            raw["filter"] = dict(filter_)
+        res = self.ctx.retriever.retrieve_params(raw, control)
+        version = version_of(res.index_version)
+        store = self.require("global", version)
+        out = []
+        for hit in res.hits:
+            c = store.by_id.get(hit.id)
+            if c is not None and hit.id not in skip:
+                out.append((hit, c))
+        return out[:k], store, res.index_version
+
+    def _rowids(self, store: CommunityStore) -> dict[str, int]:
+        """Community id -> its row, for the communities of ``store`` (one version)."""
+        index = self.ctx.catalog.index(community_kinds(store), store.version)
+        return {str(u): int(r) for u, r in zip(index.uids, index.rowids)}
+
+    def passing(self, store: CommunityStore, filter_: Mapping[str, Any]) -> set[str]:
+        """Ids of the communities of ``store`` that pass ``filter_``: every chunk a community
+        covers passes (as retrieve judges a derived unit)."""
+        rows = self.ctx.catalog.passing_rowids(filter_, community_kinds(store), store.version)
+        by_row = {r: u for u, r in self._rowids(store).items()}
+        return {by_row[int(r)] for r in rows if int(r) in by_row}
+
+    def trust(self, store: CommunityStore, ids: Sequence[str]) -> dict[str, Trust]:
+        """The trust each community's report carries, as its retrieve hit does: the lowest of
+        the documents it covers, suspected when the report screened as an injection."""
+        rowids = self._rowids(store)
+        rows = self.ctx.store.hydrate([rowids[i] for i in ids if i in rowids])
+        out: dict[str, Trust] = {}
+        for row in rows.values():
+            out[row["uid"]] = Trust(level=row["trust"],
+                                    injection_suspected=bool(row["injection_suspected"]))
+        return out
