@@ -37,16 +37,8 @@ from ..models.tokenizer import count_tokens
 from ..pipeline import cursor as cursors
 from ..raptor.summarize import cut_to_tokens, split_sentences
 from ..wire import CommunityEntry, GraphResult, Hit, Trust, Usage
-from .community_reads import (
-    MAX_PAGE,
-    CommunityReader,
-    count_param,
-    default_level,
-    filter_key,
-    filter_param,
-    level_param,
-    version_of,
-)
+from .community_reads import (MAX_PAGE, CommunityReader, count_param, filter_key,
+                              filter_param, level_param, version_of)
 from .drift import DriftSearch, Frontiers
 from .reports import KEY_RELATIONS
 from .sources import SourceTrust
@@ -195,10 +187,7 @@ class CommunityOps:
         trust of the reports it draws on (``GraphResult.trust``)."""
         t0 = time.perf_counter()
         ctl = checked(control)
-        text = self.reader.query(query, "global")
-        store = self.reader.require("global")
-        lvl = level_param(level, store)
-        lvl = default_level(store) if lvl is None else lvl
+        text, store, lvl = self.reader.searched(query, "global", level)
         k = count_param(k, "k", DEFAULT_GLOBAL_K, 1, MAX_PAGE)
         budget = count_param(token_budget, "tokenBudget", DEFAULT_SUMMARY_TOKENS, 1,
                              MAX_SUMMARY_TOKENS)

@@ -123,6 +123,14 @@ class CommunityReader:
                                     "graph_communities=True)", option="op")
         return store
 
+    def searched(self, query: Any, op: str, level: Any) -> tuple[str, CommunityStore, int]:
+        """What a search op (``global``, ``drift``) runs on: the query's text, the served
+        community store and the level (:func:`default_level` when ``level`` is absent)."""
+        text = self.query(query, op)
+        store = self.require(op)
+        lvl = level_param(level, store)
+        return text, store, default_level(store) if lvl is None else lvl
+
     def lag(self, version: int | None, kinds: Sequence[str]) -> list[str]:
         """The note retrieve gives (``Catalog.derived_lag``) when a derived kind an op read
         at ``version`` lags the documents: the same words in every community op."""

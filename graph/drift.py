@@ -27,15 +27,7 @@ from ..control import RequestControl, checked
 from ..models.llm import json_object
 from ..pipeline import fusion
 from ..wire import GraphResult, Hit, Trust, Usage
-from .community_reads import (
-    CommunityReader,
-    count_param,
-    default_level,
-    filter_key,
-    filter_param,
-    level_param,
-    version_of,
-)
+from .community_reads import CommunityReader, count_param, filter_key, filter_param, version_of
 from .compose import community_masses, reading_order, request_view
 from .sources import SourceTrust
 
@@ -186,10 +178,7 @@ class DriftSearch:
         follow-ups' trust is ``GraphResult.trust``."""
         t0 = time.perf_counter()
         ctl = checked(control)
-        text = self.reader.query(query, "drift")
-        store = self.reader.require("drift")
-        lvl = level_param(level, store)
-        lvl = default_level(store) if lvl is None else lvl
+        text, store, lvl = self.reader.searched(query, "drift", level)
         k = count_param(k, "k", 10, 1, self.ctx.config.max_k)
         filter_ = filter_param(filter)
         made_under = filter_key(filter_)

@@ -42,25 +42,12 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..control import RequestControl, checked
-from ..errors import (
-    BackendUnavailable,
-    CapabilityMissing,
-    InvalidParams,
-    NotFound,
-    OptionUnsupported,
-)
+from ..errors import (BackendUnavailable, CapabilityMissing, InvalidParams, NotFound,
+                      OptionUnsupported)
 from ..pipeline.params import query_text
 from ..vocabulary import COMMUNITY_OPS, ENTITY_OPS
-from ..wire import (
-    GraphEdge,
-    GraphNode,
-    GraphResult,
-    Hit,
-    MemoryBuildResult,
-    MemoryClue,
-    MemoryRecallResult,
-    Usage,
-)
+from ..wire import (GraphEdge, GraphNode, GraphResult, Hit, MemoryBuildResult, MemoryClue,
+                    MemoryRecallResult, Usage)
 from .community_ops import MAX_SUMMARY_TOKENS, CommunityOps
 from .community_reads import MAX_PAGE, count_param, filter_param, version_of
 from .compose import reading_order, relevance, request_view
