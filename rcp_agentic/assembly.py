@@ -13,7 +13,7 @@ from .corpus.metadata import is_valid_field_name
 from .derived import BuildContext, DerivedBuilder
 from .errors import EmbeddingMismatch, InvalidParams
 from .models.embedder import SentenceTransformerEmbedder, TimedEmbedder, as_embedder
-from .models.reranker import Reranker, as_reranker
+from .models.reranker import CrossEncoderReranker, Reranker, as_reranker
 from .pipeline.confidence import Calibrator
 from .store.docstore import Docstore
 from .store.recall import EmbeddedRecall, RecallBackend
@@ -48,10 +48,11 @@ def open_models(config: EngineConfig, path: Path, embedder: Any = None,
         embedder = SentenceTransformerEmbedder(batch_size=config.embed_batch_size,
                                                torch_threads=config.torch_threads,
                                                query_backend=config.query_backend,
-                                               query_threads=config.query_threads)
+                                               query_threads=config.query_threads,
+                                               ingest_nice=config.ingest_nice)
     timed = TimedEmbedder(as_embedder(embedder), config.query_cache_size)
     if reranker is None and config.reranker_path:
-        reranker = config.reranker_path
+        reranker = CrossEncoderReranker(config.reranker_path, threads=config.query_threads)
     calibrator = None
     own = path / CALIBRATION_FILE
     if own.exists():

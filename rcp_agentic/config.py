@@ -217,13 +217,19 @@ class EngineConfig(BaseModel):
         "it) and the next update rebuilds in full; if not even the top level is done, nothing "
         "is committed and the communities lag")
     torch_threads: int | None = Field(None, ge=1, description="torch intra-op threads for "
-                                      "document embedding (None = torch's default)")
+                                      "document embedding on the ingest lane (None = torch's "
+                                      "default, one per core)")
+    ingest_nice: int = Field(10, ge=0, le=19, description="niceness added to the thread that "
+                             "embeds documents (writes, derived builders) and to its torch "
+                             "threads: an ingest uses idle cores but yields them to queries "
+                             "(0 = same priority as queries)")
     query_backend: Literal["onnx", "torch"] = Field(
         "onnx", description="where query embeddings run: 'onnx' (onnxruntime over the same "
         "weights, exported once and checked against torch; torch where that cannot be made) "
         "or 'torch'")
-    query_threads: int = Field(1, ge=1, le=64, description="intra-op threads of one query "
-                               "embedding on onnxruntime (1: a query runs on its caller's "
+    query_threads: int = Field(1, ge=1, le=64, description="intra-op threads of the model "
+                               "work of one query: its embedding on onnxruntime and a "
+                               "cross-encoder rerank on torch (1: a query runs on its caller's "
                                "thread and never waits for a thread team)")
     blas_threads: int | None = Field(
         1, ge=1, description="numpy BLAS threads for query-time math (None = leave as is)")
@@ -295,7 +301,8 @@ class EngineConfig(BaseModel):
     def save(self, engine_dir: Path) -> None:
         """Write the persistent part of the configuration to ``engine_dir/config.json``."""
         data = self.model_dump(exclude={"chroma_url", "milvus_token", "torch_threads",
-                                        "blas_threads", "query_backend", "query_threads"})
+                                        "blas_threads", "query_backend", "query_threads",
+                                        "ingest_nice"})
         tmp = engine_dir / (CONFIG_FILE + ".tmp")
         tmp.write_text(json.dumps(data, indent=2, sort_keys=True), "utf-8")
         tmp.replace(engine_dir / CONFIG_FILE)

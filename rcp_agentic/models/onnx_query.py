@@ -35,6 +35,7 @@ EXPORT_FORMAT = "mean-pooled-v1"  # what the exported graph computes; a change r
 MAX_DELTA = 1e-5
 ONNX_FILE = "model.onnx"
 CHECK_FILE = "check.json"
+DIGESTS_FILE = "digests.json"  # weight digests by file path, size and mtime
 # Short, long (truncated at the model's max length), non-Latin, punctuation, empty-ish.
 CHECK_TEXTS = (
     "What causes bone loss in older adults?",
@@ -57,16 +58,48 @@ def cache_root() -> Path:
     return (Path(xdg) if xdg else Path.home() / ".cache") / "rcp-agentic"
 
 
-def weights_digest(model_path: str) -> str:
-    """sha256 of the model's weight files: an export belongs to exactly these weights."""
+def weights_digest(model_path: str, memo: Path | None = None) -> str:
+    """sha256 of the model's weight files: an export belongs to exactly these weights.
+
+    Hashing 90 MB costs a quarter of a second on every process start, so the digest is kept
+    in ``memo`` (a JSON file) under each file's path, size and mtime, and computed again only
+    when one of those changed."""
+    files = sorted(Path(model_path).glob("*.safetensors")) + sorted(Path(model_path).glob("*.bin"))
+    key = "|".join(f"{f.resolve()}:{f.stat().st_size}:{f.stat().st_mtime_ns}" for f in files)
+    known = _read_json(memo) if memo is not None else {}
+    if isinstance(known.get(key), str):
+        return str(known[key])
     h = hashlib.sha256()
-    for f in sorted(Path(model_path).glob("*.safetensors")) + sorted(
-            Path(model_path).glob("*.bin")):
+    for f in files:
         h.update(f.name.encode())
         with f.open("rb") as fh:
             for block in iter(lambda: fh.read(1 << 20), b""):
                 h.update(block)
-    return h.hexdigest()
+    digest = h.hexdigest()
+    if memo is not None:
+        _write_json_atomic(memo, {**known, key: digest})
+    return digest
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text("utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _write_json_atomic(path: Path, data: dict[str, Any]) -> None:
+    """Write ``data`` under a temporary name and rename it (a reader never sees half); a
+    cache that cannot be written is only slower next time."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".digests-", dir=path.parent)
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            json.dump(data, fh)
+        os.replace(tmp, path)
+    except OSError:
+        pass
 
 
 class OnnxUnavailable(RuntimeError):
@@ -110,12 +143,27 @@ def load_or_export(model_path: str, torch_model: Any, *, threads: int = 1,
     cannot be (no ``onnx`` package, an exporter error, a check that failed)."""
     from transformers import AutoTokenizer
 
-    folder = (root or cache_root()) / "onnx" / f"{weights_digest(model_path)[:16]}-{EXPORT_FORMAT}"
-    tokenizer = AutoTokenizer.from_pretrained(model_path, local_files_only=True)
-    with _export_lock:
-        if not _checked(folder):
-            model = torch_model()
-            _export(model, tokenizer, folder)
+    base = (root or cache_root()) / "onnx"
+    folder = base / f"{weights_digest(model_path, base / DIGESTS_FILE)[:16]}-{EXPORT_FORMAT}"
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(model_path, local_files_only=True)
+        with _export_lock:
+            if not _checked(folder):
+                _export(torch_model(), tokenizer, folder)
+            try:
+                return _open(folder, tokenizer, threads)
+            except Exception:  # noqa: BLE001 - a damaged cached export: make it again, once
+                shutil.rmtree(folder, ignore_errors=True)
+                _export(torch_model(), tokenizer, folder)
+                return _open(folder, tokenizer, threads)
+    except OnnxUnavailable:
+        raise
+    except Exception as exc:  # noqa: BLE001 - a corrupt cache, a missing tokenizer file, an ORT error
+        raise OnnxUnavailable(f"the ONNX query encoder could not be loaded from {folder}: "
+                              f"{type(exc).__name__}: {exc}") from exc
+
+
+def _open(folder: Path, tokenizer: Any, threads: int) -> OnnxQueryEncoder:
     check = json.loads((folder / CHECK_FILE).read_text("utf-8"))
     return OnnxQueryEncoder(folder / ONNX_FILE, tokenizer, int(check["max_length"]), threads)
 

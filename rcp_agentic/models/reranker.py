@@ -27,6 +27,7 @@ import numpy as np
 from rcp_agentic.errors import BackendUnavailable, InvalidParams
 
 from .llm import LC_LANGUAGE_MODEL, LC_RUNNABLE, LI_LLM, ChatLLM, mro_names
+from .threads import caller_torch_threads
 
 log = logging.getLogger(__name__)
 
@@ -68,14 +69,17 @@ class CrossEncoderReranker:
     """A sentence-transformers ``CrossEncoder`` from a local directory, on the CPU.
 
     The model loads on first use (once, under a lock) with ``local_files_only``;
-    inference is serialised because a fast tokenizer must not be shared across threads.
+    inference is serialised because a fast tokenizer must not be shared across threads, and
+    runs on the calling (request) thread with ``threads`` torch threads, the query path's
+    budget (:mod:`.threads`).
     Scores are the model's own activation (a sigmoid probability for one-label models).
     """
 
     method = "cross-encoder"
 
     def __init__(self, path: str | os.PathLike[str], *, batch_size: int = 32,
-                 max_length: int | None = None, identity: str | None = None) -> None:
+                 max_length: int | None = None, identity: str | None = None,
+                 threads: int = 1) -> None:
         if batch_size < 1:
             raise ValueError("batch_size must be at least 1")
         if max_length is not None and max_length < 1:
@@ -84,6 +88,7 @@ class CrossEncoderReranker:
         self.model = identity or f"cross-encoder:{self.path}"
         self.batch_size = batch_size
         self.max_length = max_length
+        self.threads = threads
         self._cross_encoder: Any = None
         self._load_lock = threading.Lock()
         self._predict_lock = threading.Lock()
@@ -126,7 +131,7 @@ class CrossEncoderReranker:
         cross_encoder = self._load()
         pairs = [(query, passage) for passage in passages]
         try:
-            with self._predict_lock:
+            with self._predict_lock, caller_torch_threads(self.threads):
                 raw = cross_encoder.predict(pairs, batch_size=self.batch_size,
                                             show_progress_bar=False, convert_to_numpy=True)
         except Exception as exc:
