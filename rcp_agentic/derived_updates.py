@@ -18,6 +18,7 @@ from typing import Any
 from .catalog import BuildFailures, Catalog
 from .catchup import CatchUp
 from .derived import DerivedBuilder, DerivedReport, builder_kinds
+from .heap import release_free_memory
 from .store.recall import RecallBackend
 
 
@@ -66,6 +67,7 @@ class BuilderSet:
             reports.append(report)
             if report.version is not None:
                 self._recall.after_commit()
+        release_free_memory()
         return reports
 
 

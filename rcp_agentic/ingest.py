@@ -30,6 +30,7 @@ from .corpus.metadata import check_meta_shape, filterable_meta
 from .derived import DerivedReport
 from .derived_updates import DerivedUpdates
 from .errors import EmbeddingMismatch, InvalidParams, NotFound, RCPError
+from .heap import release_free_memory
 from .models.embedder import TimedEmbedder
 from .pipeline.trust import InjectionScreen
 from .store.docstore import Docstore
@@ -148,6 +149,8 @@ class Ingest:
             exc.data["committedIds"] = list(result.ids)
             exc.data["pendingIds"] = []
             raise
+        finally:
+            release_free_memory()
 
     def _prepared(self, documents: Iterable[Any], grant: Grant,
                   on_invalid: Callable[[Any, InvalidParams], None] | None
