@@ -4,7 +4,8 @@ an ingest in the same server and with another process busy; then a slow-loris.
 A fresh engine of SciFact abstracts (``--docs``, default 300) is served by a real
 ``serve --http`` subprocess on loopback (a bearer token set, as writes need one). Every
 query is sent once in the whole run (SciFact claims, then sentences of abstracts the engine
-does not hold), so each one embeds its query: no cache hit flatters a number.
+does not hold, cut at 20 words), so each one embeds its query: no cache hit flatters a
+number.
 
 For each ``--clients`` count (default 1, 4, 16, 64; each client on its own keep-alive
 connection sending ``retrieve`` hybrid k=10 back to back, ``--seconds`` per cell) under each
@@ -132,8 +133,9 @@ class UniqueQueries:
 
 
 def unique_queries(corpus_ids: set[str]) -> list[str]:
-    """SciFact claims, then the sentences (8 words or more, cut at 40) of the abstracts the
-    engine does not hold, each text once."""
+    """SciFact claims, then the sentences (8 words or more, cut at 20: the length of a
+    multi-hop question; a query's embedding costs in proportion to its tokens) of the
+    abstracts the engine does not hold, each text once."""
     seen: set[str] = set()
     out: list[str] = []
     texts = list(load_queries().values())
@@ -142,7 +144,7 @@ def unique_queries(corpus_ids: set[str]) -> list[str]:
             texts.extend(re.split(r"(?<=[.!?])\s+", text))
     for text in texts:
         words = text.split()
-        q = " ".join(words[:40])
+        q = " ".join(words[:20])
         if len(words) >= 8 and q not in seen:
             seen.add(q)
             out.append(q)
