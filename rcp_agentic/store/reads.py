@@ -342,6 +342,78 @@ class Reader:
             f" AND {visible('u')} AND {valid('u')} ORDER BY rowid",
             (*kinds, version, version, version, version))
 
+    def derived_delta(self, kinds: Sequence[str], since: int, version: int
+                      ) -> tuple[list[tuple[int, str, str, str, str]], list[int]]:
+        """What changed among the level-0 units of the derived ``kinds`` from version
+        ``since`` to the later ``version``: (rowid, uid, unit, text, umeta JSON) of the rows
+        valid at ``version`` but not at ``since``, in rowid order, and the rowids of rows
+        that may have been valid at ``since`` and are not at ``version`` (retired, or a
+        covered leaf retired, in between; a superset: the caller ignores rows it never held).
+        ``since = 0`` reads every row valid at ``version``.
+
+        A row valid at ``version`` was valid at ``since`` unless it was added after it: a
+        unit covers only leaves that exist when it is written, and a retired leaf never
+        returns. So both sides read only rows added or retired in (since, version] (the
+        ``units_added``, ``units_retired`` and ``covers_leaf`` indexes)."""
+        marks = ",".join("?" * len(kinds))
+        entered = self._conn.query(
+            f"SELECT rowid, uid, unit, text, COALESCE(umeta, '{{}}') FROM units u"
+            f" WHERE unit IN ({marks}) AND level = 0 AND v_from > ? AND v_from <= ?"
+            f" AND (v_to IS NULL OR v_to > ?) AND {valid('u')} ORDER BY rowid",
+            (*kinds, since, version, version, version, version))
+        if since <= 0:
+            return entered, []
+        left = self._conn.query(
+            # unary + keeps SQLite on units_retired (units_added would scan every old row)
+            f"SELECT rowid FROM units WHERE v_to > ? AND v_to <= ? AND +unit IN ({marks})"
+            " AND +level = 0 AND +v_from <= ?"
+            " UNION SELECT c.urow FROM units l JOIN covers c ON c.leaf = l.rowid"
+            " WHERE l.v_to > ? AND l.v_to <= ? AND l.v_from <= ?",
+            (since, version, *kinds, since, since, version, since))
+        return entered, [r for (r,) in left]
+
+    def kind_delta(self, since: int, version: int) -> dict[tuple[str, int], int] | None:
+        """How many more units of each (unit, level) are valid at ``version`` than at the
+        earlier ``since`` (negative: fewer), which is :meth:`unit_kinds` at ``version`` from
+        :meth:`unit_kinds` at ``since``; None once ``since`` is no longer retained (its
+        retired rows may be collected). Rows added after ``since`` are found from the end
+        of the table (versions commit in order, so they hold the last rowids)."""
+        first = self._conn.query(
+            "SELECT COALESCE((SELECT rowid FROM units WHERE v_from <= ?"
+            " ORDER BY rowid DESC LIMIT 1), 0)", (since,))[0][0]
+        entered = self._conn.query(
+            f"SELECT unit, level, COUNT(*) FROM units u WHERE rowid > ? AND v_from > ?"
+            f" AND v_from <= ? AND (v_to IS NULL OR v_to > ?) AND {valid('u')}"
+            " GROUP BY unit, level", (first, since, version, version, version, version))
+        left = self._conn.query(
+            "SELECT unit, level, COUNT(*) FROM units u WHERE rowid IN (SELECT rowid FROM"
+            " units WHERE v_to > ? AND v_to <= ? AND +v_from <= ? UNION SELECT c.urow FROM"
+            " units l JOIN covers c ON c.leaf = l.rowid WHERE l.v_to > ? AND l.v_to <= ?"
+            f" AND l.v_from <= ?) AND {visible('u')} AND {valid('u')} GROUP BY unit, level",
+            (since, version, since, since, version, since, since, since, since, since))
+        if self._info.oldest_retained() > since:
+            return None
+        out: dict[tuple[str, int], int] = {}
+        for rows, sign in ((entered, 1), (left, -1)):
+            for unit, level, n in rows:
+                out[(unit, level)] = out.get((unit, level), 0) + sign * n
+        return out
+
+    def leaf_delta(self, since: int, version: int, unit: str = "chunk"
+                   ) -> tuple[list[tuple[int, str]], list[int]]:
+        """(rowid, doc_id) of the rows of a per-document kind visible at ``version`` but not
+        at the earlier ``since`` (rowid order), and the rowids visible at ``since`` but not
+        at ``version``: :meth:`leaf_docs` at ``version`` from :meth:`leaf_docs` at
+        ``since``."""
+        entered = self._conn.query(
+            "SELECT rowid, doc_id FROM units WHERE unit = ? AND level = 0 AND v_from > ?"
+            " AND v_from <= ? AND (v_to IS NULL OR v_to > ?) ORDER BY rowid",
+            (unit, since, version, version))
+        left = self._conn.query(
+            "SELECT rowid FROM units WHERE v_to > ? AND v_to <= ? AND +unit = ? AND +level = 0"
+            " AND +v_from <= ?", (since, version, unit, since))
+        return entered, [r for (r,) in left]
+
     def leaf_docs(self, version: int, unit: str = "chunk") -> list[tuple[int, str]]:
         """(rowid, doc_id) of every unit of a per-document kind visible at ``version``."""
         return self._conn.query(f"SELECT rowid, doc_id FROM units u WHERE unit = ? AND level = 0"
