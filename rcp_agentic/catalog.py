@@ -32,6 +32,8 @@ from .pipeline.filters import check_filter_size, compile_filter
 from .store.docstore import Docstore
 from .store.kind_counts import KindCounts
 from .store.memindex import UnitIndex
+from .store.reads import UnitArrays
+from .store.unit_merge import merged_arrays
 
 if TYPE_CHECKING:
     from .graph.community_index import CommunityStore
@@ -43,6 +45,9 @@ Kinds = list[tuple[str, int]]
 
 # Scoring indexes kept in memory: the current version of a few unit kinds, plus pinned ones.
 INDEX_CACHE = 6
+# A pool's index is merged from the previous version's while fewer than this share of its
+# rows changed (a merge moves every row once; past that, reading the rows whole is as cheap).
+MERGE_SHARE = 0.25
 # Graphs (and their PageRank views, and communities) kept in memory: the current version plus
 # a pinned one.
 GRAPH_CACHE = 2
@@ -142,6 +147,9 @@ class Catalog:
         self._composers = composers
         self._index_lock = threading.Lock()
         self._indexes: dict[tuple[tuple[tuple[str, int], ...], int], UnitIndex] = {}
+        # The newest index of each pool, kept past ``invalidate``: the next version's index
+        # is merged from it.
+        self._bases: dict[tuple[tuple[str, int], ...], UnitIndex] = {}
         self._offered: tuple[tuple[int, tuple[str, ...]], dict[str, tuple[int, ...]]] | None = None
         self.kinds = KindCounts(store)
         self._graph_lock = threading.Lock()
@@ -218,13 +226,36 @@ class Catalog:
         return index
 
     def _build_index(self, kinds: Kinds, version: int) -> UnitIndex:
-        count = sum(n for u, lv, n in self.kinds.at(version) if (u, lv) in kinds)
-        arrays = self.store.unit_arrays(
-            kinds, version,
-            with_vectors=self._in_memory and count <= self.config.dense_exact_max)
-        return UnitIndex("+".join(f"{u}/{lv}" for u, lv in kinds), arrays,
-                         self.store.vocab_size(), k1=self.config.bm25_k1, b=self.config.bm25_b,
-                         postings=self._in_memory, kinds=tuple(kinds), version=version)
+        count = sum(n for u, lv, n in self.kinds.at(version, self.follow_writes)
+                    if (u, lv) in kinds)
+        with_vectors = self._in_memory and count <= self.config.dense_exact_max
+        arrays = self._followed_arrays(kinds, version, with_vectors)
+        if arrays is None:
+            arrays = self.store.unit_arrays(kinds, version, with_vectors=with_vectors)
+        index = UnitIndex("+".join(f"{u}/{lv}" for u, lv in kinds), arrays,
+                          self.store.vocab_size(), k1=self.config.bm25_k1, b=self.config.bm25_b,
+                          postings=self._in_memory, kinds=tuple(kinds), version=version)
+        base = self._bases.get(tuple(kinds))
+        if base is None or base.version < version:
+            self._bases[tuple(kinds)] = index
+        return index
+
+    def _followed_arrays(self, kinds: Kinds, version: int,
+                         with_vectors: bool) -> UnitArrays | None:
+        """The pool's arrays at ``version`` merged from the newest older index of the same
+        pool and the rows changed since (``store/unit_merge.py``); None without such an
+        index or when more than :data:`MERGE_SHARE` of its rows changed."""
+        base = self._bases.get(tuple(kinds))
+        if (not self.follow_writes or base is None or base.version >= version
+                or (base.vectors is not None) != with_vectors):
+            return None
+        delta = self.store.unit_delta(kinds, base.version, version, with_vectors)
+        if delta is None:
+            return None
+        new, gone = delta
+        if len(new.rowids) + len(gone) > MERGE_SHARE * max(1, base.size):
+            return None
+        return merged_arrays(base.arrays, gone, new)
 
     def query_terms(self, query: str) -> list[int]:
         """Vocabulary ids of the analysed query terms (unknown terms dropped)."""
@@ -249,7 +280,7 @@ class Catalog:
         offered: dict[str, tuple[int, ...]] = {
             units.get(n).stored: (0,) for n in units.per_document_kinds()}
         levels: dict[str, set[int]] = {}
-        for unit, level, _n in self.kinds.at(v):
+        for unit, level, _n in self.kinds.at(v, self.follow_writes):
             if unit in units.known() and units.get(unit).derived:
                 levels.setdefault(unit, set()).add(level)
         offered.update({u: tuple(sorted(lv)) for u, lv in levels.items()})

@@ -24,6 +24,8 @@ from rcp_agentic.graph.index import load_graph
 from rcp_agentic.graph.ppr import GraphView
 
 from rcp_agentic import Engine
+from rcp_agentic import catalog as catalog_module
+from rcp_agentic.store.memindex import UnitIndex
 
 WIKI = REPO / "examples" / "wiki"
 GRAPH = {"build_graph": True, "graph_communities": False}
@@ -47,6 +49,7 @@ def always_patch(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
     if "keeps_limits" not in request.keywords:
         monkeypatch.setattr(follow, "FULL_SHARE", float("inf"))
         monkeypatch.setattr(view_patch, "DEAD_SHARE", 1.0)
+        monkeypatch.setattr(catalog_module, "MERGE_SHARE", float("inf"))
 
 
 @pytest.fixture(scope="module")
@@ -125,6 +128,26 @@ def assert_same_ranking(got: list[tuple[str, float]], want: list[tuple[str, floa
     assert [s for _k, s in got] == pytest.approx([s for _k, s in want], rel=1e-9)
 
 
+def assert_same_index(eng: Engine, version: int) -> None:
+    """The chunk index merged from the previous version's equals one read whole."""
+    catalog = eng.catalog
+    got = catalog.index([("chunk", 0)], version)
+    arrays = eng.store.unit_arrays([("chunk", 0)], version,
+                                   with_vectors=got.vectors is not None)
+    want = UnitIndex("chunk/0", arrays, eng.store.vocab_size(), k1=catalog.config.bm25_k1,
+                     b=catalog.config.bm25_b, kinds=(("chunk", 0),), version=version)
+    for name in ("rowids", "term_ids", "term_tfs", "offsets", "lengths", "page_start",
+                 "page_end", "tokens", "levels"):
+        assert np.array_equal(getattr(got.arrays, name), getattr(arrays, name)), name
+    assert (got.arrays.uids, got.arrays.doc_ids, got.arrays.units) == (
+        arrays.uids, arrays.doc_ids, arrays.units)
+    if arrays.vectors is not None:
+        assert np.array_equal(got.vectors, arrays.vectors)
+    assert np.array_equal(got.indptr, want.indptr)
+    assert np.array_equal(got.post_rows, want.post_rows)
+    assert np.array_equal(got.post_impact, want.post_impact)
+
+
 def hits(eng: Engine, version: int, **options: Any) -> list[tuple[str, float]]:
     res = eng.retrieve(QUERIES[0], k=8, graph_recall=True, index_version=f"v{version}",
                        **options)
@@ -138,6 +161,7 @@ def assert_follows(eng: Engine, since: int, **options: Any) -> None:
     for v in range(since + 1, eng.store.index_version() + 1):
         state = catalog.graph_state(v)
         assert state.graph == load_graph(eng.store, v)
+        assert_same_index(eng, v)
         view = catalog.graph_view(v)
         got = hits(eng, v, **options)
         if state.graph is None:
@@ -157,6 +181,7 @@ def test_adds_replacements_deletes_inline(built: Path, tmp_path: Path, embedder:
         assert_follows(eng, v)
         patched = eng.catalog.graph_state(eng.store.index_version())
         assert patched.change is not None  # followed, not read whole
+        assert eng.catalog._bases[(("chunk", 0),)].version == eng.store.index_version()
         v = eng.store.index_version()
         eng.add_documents([{"id": "new/a", "text": POOL[2]}])  # a replacement
         eng.delete_documents(["wiki/velvet-lanterns.md", "new/b"])

@@ -86,6 +86,7 @@ class Docstore:
         self.derived_delta = reader.derived_delta
         self.leaf_delta = reader.leaf_delta
         self.kind_delta = reader.kind_delta
+        self.unit_delta = reader.unit_delta
         self.counts = reader.counts
         self.document_ids = reader.document_ids
         self.outbox = feed.outbox

@@ -25,8 +25,9 @@ class KindCounts:
         self._lock = threading.Lock()
         self._counts: OrderedDict[int, list[tuple[str, int, int]]] = OrderedDict()
 
-    def at(self, version: int) -> list[tuple[str, int, int]]:
-        """The counts at ``version``, sorted by (unit, level), as ``Docstore.unit_kinds``."""
+    def at(self, version: int, follow: bool = True) -> list[tuple[str, int, int]]:
+        """The counts at ``version``, sorted by (unit, level), as ``Docstore.unit_kinds``
+        (``follow=False``: counted whole, as before the counts followed writes)."""
         with self._lock:
             got = self._counts.get(version)
             older = max((v for v in self._counts if v < version), default=None)
@@ -34,7 +35,7 @@ class KindCounts:
         if got is not None:
             return got
         delta = (self.store.kind_delta(older, version)
-                 if older is not None and base is not None else None)
+                 if follow and older is not None and base is not None else None)
         if delta is None or base is None:
             counts = list(self.store.unit_kinds(version))
         else:

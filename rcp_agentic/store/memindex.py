@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import scipy.sparse as sp
 
 from ..ranking import top
 from .reads import UnitArrays
@@ -67,6 +68,7 @@ class UnitIndex:
         self.unit = unit
         self.kinds = kinds or ((unit, 0),)  # the (unit, level) pairs pooled here
         self.version = version  # the index version this index is a snapshot of
+        self.arrays = arrays  # what an index of a later version is merged from
         self.rowids = arrays.rowids
         self.position = {int(r): i for i, r in enumerate(arrays.rowids)}
         self.vectors = arrays.vectors
@@ -98,20 +100,19 @@ class UnitIndex:
             avgdl = float(arrays.lengths[mine].mean())
             norm = k1 * (1.0 - b + b * arrays.lengths / max(avgdl, 1e-9))
             impact[at] = idf[cols[at]] * tf[at] * (k1 + 1.0) / (tf[at] + norm[rows[at]])
-        # CSC layout: postings of term t are rows[indptr[t]:indptr[t+1]].
-        order = np.argsort(cols, kind="stable")
-        self.indptr = np.zeros(vocab_size + 1, dtype=np.int64)
-        np.cumsum(np.bincount(cols, minlength=vocab_size), out=self.indptr[1:])
+        # CSC layout: postings of term t are rows[indptr[t]:indptr[t+1]], by row (scipy's
+        # counting transpose: no sort of every posting).
+        csc = sp.csr_matrix((impact, cols, arrays.offsets), shape=(n, vocab_size)).tocsc()
+        self.indptr = csc.indptr.astype(np.int64)
         self.postings = postings
         self.term_max = np.zeros(vocab_size, dtype=np.float32)
         if postings:
-            self.post_rows = rows[order]
-            self.post_impact = impact[order].astype(np.float32)
+            self.post_rows = csc.indices.astype(np.int32)
+            self.post_impact = csc.data.astype(np.float32)
         else:
             present = np.flatnonzero(np.diff(self.indptr))
             if len(present):
-                self.term_max[present] = np.maximum.reduceat(impact[order],
-                                                             self.indptr[present])
+                self.term_max[present] = np.maximum.reduceat(csc.data, self.indptr[present])
             self.post_rows = np.zeros(0, dtype=np.int32)
             self.post_impact = np.zeros(0, dtype=np.float32)
 

@@ -22,6 +22,12 @@ from .connection import Connection
 from .info import InfoTable
 from .schema import kinds_clause, load_json, valid, visible
 
+# Rows that may stop being valid between versions ``since`` and ``version`` (parameters
+# since, version, since, since, version, since): retired in between, or covering a leaf
+# retired in between (unary + keeps SQLite on ``units_retired``).
+_LEFT = ("SELECT rowid FROM units WHERE v_to > ? AND v_to <= ? AND +v_from <= ?"
+         " UNION SELECT c.urow FROM units l JOIN covers c ON c.leaf = l.rowid"
+         " WHERE l.v_to > ? AND l.v_to <= ? AND l.v_from <= ?")
 # Hydrated unit rows kept in memory (rows are immutable per rowid).
 _ROW_CACHE = 8192
 # Filter results kept: a committed version never changes what it shows, so the units a
@@ -84,14 +90,41 @@ class Reader:
         ``version``, in unit id order. A derived unit is valid only while every leaf it
         covers is visible (see :func:`_valid`), so a tree lagging behind a write never
         serves a summary of a deleted or replaced chunk."""
-        kinds = list(kinds)
+        where, params = kinds_clause("u", list(kinds))
+        return self._arrays(f"{where} AND {visible('u')}", (*params, version, version),
+                            version, with_vectors)
+
+    def unit_delta(self, kinds: Iterable[tuple[str, int]], since: int, version: int,
+                   with_vectors: bool) -> tuple[UnitArrays, list[int]] | None:
+        """What changed in :meth:`unit_arrays` from version ``since`` to the later
+        ``version``: the arrays of the rows valid at ``version`` but not at ``since`` (unit
+        id order) and the rowids of rows that may have been valid at ``since`` and are not
+        at ``version`` (a superset); None once ``since`` is no longer retained."""
+        where, params = kinds_clause("u", list(kinds))
+        entered = self._arrays(
+            f"{where} AND u.rowid > ? AND u.v_from > ? AND u.v_from <= ?"
+            " AND (u.v_to IS NULL OR u.v_to > ?)",
+            (*params, self._last_rowid_at(since), since, version, version), version,
+            with_vectors)
+        left = self._conn.query(_LEFT, (since, version, since, since, version, since))
+        if self._info.oldest_retained() > since:
+            return None
+        return entered, [r for (r,) in left]
+
+    def _last_rowid_at(self, version: int) -> int:
+        """The last rowid added by ``version`` or before (versions commit in order, so the
+        rows added later hold every larger rowid; read from the end of the table)."""
+        return int(self._conn.query(
+            "SELECT COALESCE((SELECT rowid FROM units WHERE v_from <= ?"
+            " ORDER BY rowid DESC LIMIT 1), 0)", (version,))[0][0])
+
+    def _arrays(self, where: str, params: tuple[Any, ...], version: int,
+                with_vectors: bool) -> UnitArrays:
         cols = ("rowid, term_ids, term_tfs, nterms, uid, COALESCE(doc_id, ''),"
                 " COALESCE(page_start, -1), COALESCE(page_end, -1), tokens, unit, level"
                 + (", vec" if with_vectors else ""))
-        where, params = kinds_clause("u", kinds)
-        rows = self._conn.query(f"SELECT {cols} FROM units u WHERE {where} AND {visible('u')}"
-                                f" AND {valid('u')} ORDER BY uid",
-                                (*params, version, version, version, version))
+        rows = self._conn.query(f"SELECT {cols} FROM units u WHERE {where}"
+                                f" AND {valid('u')} ORDER BY uid", (*params, version, version))
         n = len(rows)
         rowids = np.fromiter((r[0] for r in rows), dtype=np.int64, count=n)
         ids = [np.frombuffer(r[1], dtype=np.uint32) for r in rows]
@@ -363,13 +396,7 @@ class Reader:
             (*kinds, since, version, version, version, version))
         if since <= 0:
             return entered, []
-        left = self._conn.query(
-            # unary + keeps SQLite on units_retired (units_added would scan every old row)
-            f"SELECT rowid FROM units WHERE v_to > ? AND v_to <= ? AND +unit IN ({marks})"
-            " AND +level = 0 AND +v_from <= ?"
-            " UNION SELECT c.urow FROM units l JOIN covers c ON c.leaf = l.rowid"
-            " WHERE l.v_to > ? AND l.v_to <= ? AND l.v_from <= ?",
-            (since, version, *kinds, since, since, version, since))
+        left = self._conn.query(_LEFT, (since, version, since, since, version, since))
         return entered, [r for (r,) in left]
 
     def kind_delta(self, since: int, version: int) -> dict[tuple[str, int], int] | None:
@@ -378,18 +405,14 @@ class Reader:
         :meth:`unit_kinds` at ``since``; None once ``since`` is no longer retained (its
         retired rows may be collected). Rows added after ``since`` are found from the end
         of the table (versions commit in order, so they hold the last rowids)."""
-        first = self._conn.query(
-            "SELECT COALESCE((SELECT rowid FROM units WHERE v_from <= ?"
-            " ORDER BY rowid DESC LIMIT 1), 0)", (since,))[0][0]
+        first = self._last_rowid_at(since)
         entered = self._conn.query(
             f"SELECT unit, level, COUNT(*) FROM units u WHERE rowid > ? AND v_from > ?"
             f" AND v_from <= ? AND (v_to IS NULL OR v_to > ?) AND {valid('u')}"
             " GROUP BY unit, level", (first, since, version, version, version, version))
         left = self._conn.query(
-            "SELECT unit, level, COUNT(*) FROM units u WHERE rowid IN (SELECT rowid FROM"
-            " units WHERE v_to > ? AND v_to <= ? AND +v_from <= ? UNION SELECT c.urow FROM"
-            " units l JOIN covers c ON c.leaf = l.rowid WHERE l.v_to > ? AND l.v_to <= ?"
-            f" AND l.v_from <= ?) AND {visible('u')} AND {valid('u')} GROUP BY unit, level",
+            f"SELECT unit, level, COUNT(*) FROM units u WHERE rowid IN ({_LEFT})"
+            f" AND {visible('u')} AND {valid('u')} GROUP BY unit, level",
             (since, version, since, since, version, since, since, since, since, since))
         if self._info.oldest_retained() > since:
             return None
