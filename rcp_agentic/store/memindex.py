@@ -49,6 +49,8 @@ def _top(scores: np.ndarray, k: int, candidates: np.ndarray | None = None) -> Ra
 
 def _layers(units: list[str], levels: np.ndarray) -> np.ndarray:
     """Each row's layer number: one per distinct (unit, level), in order of first appearance."""
+    if len(set(units)) <= 1 and (not len(levels) or levels.min() == levels.max()):
+        return np.zeros(len(units), dtype=np.int64)
     seen: dict[tuple[str, int], int] = {}
     return np.fromiter((seen.setdefault((u, int(lv)), len(seen)) for u, lv in zip(units, levels)),
                        dtype=np.int64, count=len(units))
@@ -90,8 +92,14 @@ class UnitIndex:
         # Each kind of a pool (chunks, each tree level) keeps its own BM25 statistics, so
         # a chunk scores as it does in a chunk-only index whatever else shares the pool.
         layer = self.layer = _layers(self.units, self.levels)
-        impact = np.zeros(len(cols), dtype=np.float64)
-        for k in range(int(layer.max()) + 1 if n else 0):
+        layers = int(layer.max()) + 1 if n else 0
+        if layers == 1:  # one kind (the usual pool): the same sums without per-layer masks
+            df = np.bincount(cols, minlength=vocab_size).astype(np.float64)
+            norm = k1 * (1.0 - b + b * arrays.lengths / max(float(arrays.lengths.mean()), 1e-9))
+            impact = bm25_idf(n, df)[cols] * tf * (k1 + 1.0) / (tf + norm[rows])
+        else:
+            impact = np.zeros(len(cols), dtype=np.float64)
+        for k in range(layers if layers > 1 else 0):
             mine = layer == k
             count = int(mine.sum())
             at = mine[rows]
