@@ -150,20 +150,70 @@ class Lexicon:
     def __init__(self, titles: Iterable[str], *, expand: bool = True) -> None:
         self.trie: dict[str, Any] = {}
         self.titles: dict[str, str] = {}   # token key -> a title (the first seen, sorted)
-        entries = {e for t in titles for e in title_entries(t)} if expand else set(titles)
-        for title in sorted(entries):
-            toks = tuple(t for t, _a, _b in tokens(title))
-            if not toks or all(t in STOPWORDS for t in toks) or (len(toks) == 1
-                                                                  and len(toks[0]) < 2):
-                continue
-            key = " ".join(toks)
-            if key in self.titles:
-                continue
-            self.titles[key] = title
-            node = self.trie
-            for t in toks:
-                node = node.setdefault(t, {})
-            node[""] = (key, title[:1].islower())
+        self._expand = expand
+        # How many titles give each entry, and the entries of each key: what ``changed`` needs.
+        self._count: dict[str, int] = {}
+        self._entries: dict[str, frozenset[str]] = {}
+        for title in titles:
+            for entry in self._entries_of(title):
+                self._count[entry] = self._count.get(entry, 0) + 1
+        by_key: dict[str, set[str]] = {}
+        for entry in self._count:
+            key = _lexicon_key(entry)
+            if key is not None:
+                by_key.setdefault(key, set()).add(entry)
+        own = {id(self.trie)}
+        for key in sorted(by_key):
+            self._entries[key] = frozenset(by_key[key])
+            self._place(key, own)
+
+    def _entries_of(self, title: str) -> tuple[str, ...]:
+        return title_entries(title) if self._expand else (title,)
+
+    def _place(self, key: str, own: set[int]) -> None:
+        """Set (or clear) ``key``'s title in ``titles`` and the trie from its entries (the
+        first in sorted order). Trie nodes not in ``own`` (ids of the nodes this lexicon
+        made) may be shared with the lexicon this one was ``changed`` from: copied first."""
+        entries = self._entries.get(key)
+        node = self.trie
+        for t in key.split(" "):
+            child = node.get(t)
+            if child is None or id(child) not in own:
+                child = dict(child or {})
+                own.add(id(child))
+                node[t] = child
+            node = child
+        if not entries:
+            self.titles.pop(key, None)
+            node.pop("", None)
+            return
+        title = min(entries)
+        self.titles[key] = title
+        node[""] = (key, title[:1].islower())
+
+    def changed(self, removed: Iterable[str], added: Iterable[str]) -> Lexicon:
+        """This lexicon less the titles ``removed`` (one count each) plus ``added``: equal
+        to one built from the changed titles, sharing the unchanged part of the trie."""
+        new = Lexicon((), expand=self._expand)
+        new.trie, new.titles = dict(self.trie), dict(self.titles)
+        new._count, new._entries = dict(self._count), dict(self._entries)
+        keys: set[str] = set()
+        own = {id(new.trie)}
+        for title, step in [*((t, -1) for t in removed), *((t, 1) for t in added)]:
+            for entry in self._entries_of(title):
+                count = new._count.get(entry, 0) + step
+                if count > 0:
+                    new._count[entry] = count
+                else:
+                    new._count.pop(entry, None)
+                key = _lexicon_key(entry)
+                if key is not None and (count == 0 or (step > 0 and count == 1)):
+                    held = new._entries.get(key, frozenset())
+                    new._entries[key] = held | {entry} if count else held - {entry}
+                    keys.add(key)
+        for key in sorted(keys):
+            new._place(key, own)
+        return new
 
     def __len__(self) -> int:
         return len(self.titles)
@@ -224,6 +274,15 @@ def choose_mentions(mentions: Iterable[RawMention]) -> list[RawMention]:
         taken.append((m.start, m.end))
         out.append(m)
     return sorted(out, key=lambda m: (m.start, m.end, m.surface))
+
+
+def _lexicon_key(entry: str) -> str | None:
+    """A lexicon entry's key (its folded tokens), None when it is left out: only stop
+    words, or a single token of fewer than 2 characters."""
+    toks = tuple(t for t, _a, _b in tokens(entry))
+    if not toks or all(t in STOPWORDS for t in toks) or (len(toks) == 1 and len(toks[0]) < 2):
+        return None
+    return " ".join(toks)
 
 
 def title_key(text: str) -> str:

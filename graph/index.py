@@ -254,17 +254,9 @@ def _graph_from_rows(rows: Sequence[tuple[str, str, str, str]],
     key_of: dict[str, str] = {}
     pairs: dict[tuple[str, str], float] = {}
     for uid, unit, text, m in metas:
-        if unit != NODE:
-            continue
-        key = m["key"]
-        key_of[uid] = key
-        header = node_header(m["name"], m["aliases"])
-        entities[key] = Entity(
-            key=key, name=m["name"], kind=m["kind"], aliases=tuple(m["aliases"]),
-            description=text[len(header) + 1:] if text.startswith(header + "\n") else "",
-            spans=tuple(Span(s["doc_id"], s["start"], s["end"]) for s in m["spans"]),
-            mentions={f"r{r}": float(w) for r, w in m["mentions"].items()},
-            about=tuple(f"r{r}" for r in m["about"]))
+        if unit == NODE:
+            key_of[uid] = m["key"]
+            entities[m["key"]] = entity_of(text, m)
     if not entities:
         return None
     for uid, unit, _text, m in metas:
@@ -273,22 +265,41 @@ def _graph_from_rows(rows: Sequence[tuple[str, str, str, str]],
                 if other in key_of:  # a partner that is not visible here takes its edge along
                     a, b = sorted((key_of[uid], key_of[other]))
                     pairs[(a, b)] = float(similarity)
-    relations = []
-    for _uid, unit, text, m in metas:
-        if unit != TRIPLET or m["subject_key"] not in entities or m["object_key"] not in entities:
-            continue
-        names = (m["subject_name"], m["object_name"])
-        first, second = names[::-1] if m.get("reading") == "object-first" else names
-        header = triplet_header(first, m["relation"], second)
-        span = m.get("span")
-        relations.append(Relation(
-            m["subject_key"], m["object_key"], m["relation"],
-            text[len(header) + 1:] if text.startswith(header + "\n") else "",
-            Span(span["doc_id"], span["start"], span["end"]) if span else None,
-            tuple(f"r{r}" for r in m["chunks"]), float(m["weight"]), bool(m["typed"])))
-    relations.sort(key=lambda r: (r.subject, r.object, r.relation, r.evidence))
+    relations = [relation_of(text, m) for _uid, unit, text, m in metas
+                 if unit == TRIPLET and m["subject_key"] in entities
+                 and m["object_key"] in entities]
+    relations.sort(key=relation_order)
     return GraphData(dict(sorted(entities.items())), relations,
                      [Synonym(a, b, s) for (a, b), s in sorted(pairs.items())], dict(chunk_docs))
+
+
+def entity_of(text: str, m: Mapping[str, Any]) -> Entity:
+    """The entity a stored ``node`` unit holds (its text and parsed umeta)."""
+    header = node_header(m["name"], m["aliases"])
+    return Entity(
+        key=m["key"], name=m["name"], kind=m["kind"], aliases=tuple(m["aliases"]),
+        description=text[len(header) + 1:] if text.startswith(header + "\n") else "",
+        spans=tuple(Span(s["doc_id"], s["start"], s["end"]) for s in m["spans"]),
+        mentions={f"r{r}": float(w) for r, w in m["mentions"].items()},
+        about=tuple(f"r{r}" for r in m["about"]))
+
+
+def relation_of(text: str, m: Mapping[str, Any]) -> Relation:
+    """The relation a stored ``triplet`` unit holds (its text and parsed umeta)."""
+    names = (m["subject_name"], m["object_name"])
+    first, second = names[::-1] if m.get("reading") == "object-first" else names
+    header = triplet_header(first, m["relation"], second)
+    span = m.get("span")
+    return Relation(
+        m["subject_key"], m["object_key"], m["relation"],
+        text[len(header) + 1:] if text.startswith(header + "\n") else "",
+        Span(span["doc_id"], span["start"], span["end"]) if span else None,
+        tuple(f"r{r}" for r in m["chunks"]), float(m["weight"]), bool(m["typed"]))
+
+
+def relation_order(r: Relation) -> tuple[str, str, str, str]:
+    """How a graph orders its relations (a stable sort: rows in rowid order break ties)."""
+    return (r.subject, r.object, r.relation, r.evidence)
 
 
 def live_chunks(store: Docstore) -> list[ChunkText]:
@@ -322,9 +333,11 @@ def find_entity(graph: GraphData, name: str,
     if key in graph.entities:
         return key
     wanted = fold(" ".join(name.split()))
-    for k, e in graph.entities.items():
-        if fold(e.name) == wanted or any(fold(a) == wanted for a in e.aliases):
-            return k
+    # The smallest key: a graph derived from an older one does not keep its entities in order.
+    found = [k for k, e in graph.entities.items()
+             if fold(e.name) == wanted or any(fold(a) == wanted for a in e.aliases)]
+    if found:
+        return min(found)
     if search is not None:
         by_uid = {node_uid(k): k for k in graph.entities}
         for uid in search(name):

@@ -31,12 +31,12 @@ import numpy as np
 import scipy.sparse as sp
 
 from ..ranking import MASS_TOLERANCE, top
+from .edges import LOW_KINDS, EdgeList, entity_edges, relation_edges, synonym_edges, transition
 from .extract import BuiltinExtractor, Lexicon, choose_mentions
 from .model import GraphData, Relation
 from .resolve import entity_key
 
 Embed = Callable[[list[str]], np.ndarray]
-LOW_KINDS = frozenset({"date", "number"})
 
 
 @dataclass(frozen=True)
@@ -68,29 +68,6 @@ class Subgraph:
     edges: list[tuple[str, str, float, Relation | None]] = field(default_factory=list)
 
 
-@dataclass
-class _EdgeList:
-    """Symmetric weighted edges as coordinate triples (each edge in both directions)."""
-
-    rows: list[int] = field(default_factory=list)
-    cols: list[int] = field(default_factory=list)
-    vals: list[float] = field(default_factory=list)
-
-    def add(self, a: int, b: int, w: float) -> None:
-        """Add the edge a-b of weight ``w`` both ways (no self-loops, no weight <= 0)."""
-        if w > 0 and a != b:
-            self.rows.extend((a, b))
-            self.cols.extend((b, a))
-            self.vals.extend((w, w))
-
-    def matrix(self, n: int) -> sp.csr_matrix:
-        """The ``n`` x ``n`` sparse matrix of the edges, parallel edges summed."""
-        adj = sp.csr_matrix((np.asarray(self.vals, dtype=np.float64), (self.rows, self.cols)),
-                            shape=(n, n))
-        adj.sum_duplicates()
-        return adj
-
-
 class GraphView:
     """The sparse matrix of one GraphData, with query linking, PageRank, neighbours and paths."""
 
@@ -103,13 +80,12 @@ class GraphView:
         self.word_df = word_df
         self._specificity: dict[str, float] = {}
         self._index_nodes()
-        edges = _EdgeList()
-        about_of = self._add_entity_passage_edges(edges)
-        self._add_relation_edges(edges)
-        self._add_synonym_edges(edges)
-        if weights.p2p > 0:
-            self._add_passage_passage_edges(edges, about_of)
-        self._set_matrices(edges.matrix(self.n))
+        edges = EdgeList()
+        entity_edges(edges, ((self.e_index[k], e) for k, e in graph.entities.items()),
+                     self.c_index, self.n_entities, weights)
+        relation_edges(edges, graph.relations, graph.entities, self.e_index, weights)
+        synonym_edges(edges, graph.synonyms, self.e_index, weights)
+        self.set_matrix(edges.matrix(self.n))
         self.lexicon = Lexicon(e.name for e in graph.entities.values() if e.kind == "title")
         self.extractor = BuiltinExtractor()
         self.by_word = self._entities_by_word()
@@ -130,6 +106,9 @@ class GraphView:
         self.entity_keys = sorted(graph.entities)
         self.chunk_keys = sorted(graph.chunk_docs, key=_rowid_order)
         self.e_index = {k: i for i, k in enumerate(self.entity_keys)}
+        # Every entity key holding a slot: a patched view (.view_patch) keeps the slots of
+        # entities that left (isolated) for when they come back.
+        self.entity_slot = self.e_index
         self.c_index = {k: i for i, k in enumerate(self.chunk_keys)}
         ne, nc = len(self.entity_keys), len(self.chunk_keys)
         self.n = ne + nc
@@ -138,68 +117,10 @@ class GraphView:
         self.df = np.array([max(1, len(set(graph.entities[k].mentions) | set(
             graph.entities[k].about))) for k in self.entity_keys], dtype=np.float64)
 
-    def _add_entity_passage_edges(self, edges: _EdgeList) -> dict[str, list[int]]:
-        """Mention and about edges; returns each entity's about-passage nodes."""
-        w = self.weights
-        ne = self.n_entities
-        about_of: dict[str, list[int]] = {}
-        for i, k in enumerate(self.entity_keys):
-            e = self.graph.entities[k]
-            scale = w.date if e.kind in LOW_KINDS else 1.0
-            about = set(e.about)
-            for ck, mw in e.mentions.items():
-                j = self.c_index.get(ck)
-                if j is not None and ck not in about:
-                    edges.add(i, ne + j, w.mention * mw * scale)
-            for ck in e.about:
-                j = self.c_index.get(ck)
-                if j is not None:
-                    edges.add(i, ne + j, w.about)
-                    about_of.setdefault(k, []).append(ne + j)
-        return about_of
-
-    def _add_relation_edges(self, edges: _EdgeList) -> None:
-        """Entity-entity edges of the relations (dates and numbers scaled down)."""
-        w = self.weights
-        entities = self.graph.entities
-        for r in self.graph.relations:
-            a, b = self.e_index.get(r.subject), self.e_index.get(r.object)
-            if a is None or b is None:
-                continue
-            scale = min(w.date if entities[r.subject].kind in LOW_KINDS else 1.0,
-                        w.date if entities[r.object].kind in LOW_KINDS else 1.0)
-            edges.add(a, b, w.relation * max(r.weight, 0.0) * scale)
-
-    def _add_synonym_edges(self, edges: _EdgeList) -> None:
-        """Entity-entity edges of the synonyms, weighted by name cosine."""
-        for s in self.graph.synonyms:
-            a, b = self.e_index.get(s.a), self.e_index.get(s.b)
-            if a is not None and b is not None:
-                edges.add(a, b, self.weights.synonym * s.similarity)
-
-    def _add_passage_passage_edges(self, edges: _EdgeList,
-                                   about_of: Mapping[str, list[int]]) -> None:
-        """Edges from each passage mentioning an entity to the passages about that entity."""
-        ne = self.n_entities
-        for k, targets in about_of.items():
-            e = self.graph.entities[k]
-            if len(targets) > 8:  # a title shared by many documents is no pointer
-                continue
-            for ck, mw in e.mentions.items():
-                j = self.c_index.get(ck)
-                if j is None or ck in e.about:
-                    continue
-                for t in targets:
-                    edges.add(ne + j, t, self.weights.p2p * mw)
-
-    def _set_matrices(self, adj: sp.csr_matrix) -> None:
+    def set_matrix(self, adj: sp.csr_matrix) -> None:
         """Keep the adjacency, its dangling nodes and its column-stochastic transition."""
         self.adjacency = adj
-        out = np.asarray(adj.sum(axis=0)).ravel()
-        self.dangling = out == 0
-        inv = np.where(out > 0, 1.0 / np.where(out > 0, out, 1.0), 0.0)
-        # Column-stochastic transition: mass at j moves to i in proportion to w(i, j).
-        self.transition = (adj @ sp.diags(inv)).tocsr()
+        self.dangling, self.transition = transition(adj)
 
     def _entities_by_word(self) -> dict[str, list[str]]:
         """Each word of an entity key -> the entities (no dates or numbers) holding it."""
@@ -238,7 +159,7 @@ class GraphView:
             df = float(self.df[i])
             if self.word_df is not None and not self.graph.entities[key].about:
                 df = max(df, float(self.word_df(key)))
-            self._specificity[key] = (math.log(1 + len(self.chunk_keys) / df) if mode == "idf"
+            self._specificity[key] = (math.log(1 + len(self.graph.chunk_docs) / df) if mode == "idf"
                                       else 1.0 / df)
         return self._specificity[key]
 

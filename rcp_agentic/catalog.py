@@ -30,10 +30,14 @@ from .models.analyzer import analyze
 from .options import TREE_SEARCHES
 from .pipeline.filters import check_filter_size, compile_filter
 from .store.docstore import Docstore
+from .store.kind_counts import KindCounts
 from .store.memindex import UnitIndex
+from .store.reads import UnitArrays
+from .store.unit_merge import merged_arrays
 
 if TYPE_CHECKING:
     from .graph.community_index import CommunityStore
+    from .graph.follow import GraphState
     from .graph.model import GraphData
     from .graph.ppr import GraphView
 
@@ -41,6 +45,9 @@ Kinds = list[tuple[str, int]]
 
 # Scoring indexes kept in memory: the current version of a few unit kinds, plus pinned ones.
 INDEX_CACHE = 6
+# A pool's index is merged from the previous version's while fewer than this share of its
+# rows changed (a merge moves every row once; past that, reading the rows whole is as cheap).
+MERGE_SHARE = 0.25
 # Graphs (and their PageRank views, and communities) kept in memory: the current version plus
 # a pinned one.
 GRAPH_CACHE = 2
@@ -140,8 +147,16 @@ class Catalog:
         self._composers = composers
         self._index_lock = threading.Lock()
         self._indexes: dict[tuple[tuple[tuple[str, int], ...], int], UnitIndex] = {}
+        # The newest index of each pool, kept past ``invalidate``: the next version's index
+        # is merged from it.
+        self._bases: dict[tuple[tuple[str, int], ...], UnitIndex] = {}
         self._offered: tuple[tuple[int, tuple[str, ...]], dict[str, tuple[int, ...]]] | None = None
+        self.kinds = KindCounts(store)
         self._graph_lock = threading.Lock()
+        self._follow_lock = threading.Lock()
+        # A write's graph is patched from the last one cached (False: read whole each
+        # version, the behaviour before; bench/graph_write.py measures both).
+        self.follow_writes = True
         self._per_version: dict[str, OrderedDict[int, Any]] = {
             "graph": OrderedDict(), "view": OrderedDict(), "communities": OrderedDict()}
 
@@ -211,13 +226,36 @@ class Catalog:
         return index
 
     def _build_index(self, kinds: Kinds, version: int) -> UnitIndex:
-        count = sum(n for u, lv, n in self.store.unit_kinds(version) if (u, lv) in kinds)
-        arrays = self.store.unit_arrays(
-            kinds, version,
-            with_vectors=self._in_memory and count <= self.config.dense_exact_max)
-        return UnitIndex("+".join(f"{u}/{lv}" for u, lv in kinds), arrays,
-                         self.store.vocab_size(), k1=self.config.bm25_k1, b=self.config.bm25_b,
-                         postings=self._in_memory, kinds=tuple(kinds), version=version)
+        count = sum(n for u, lv, n in self.kinds.at(version, self.follow_writes)
+                    if (u, lv) in kinds)
+        with_vectors = self._in_memory and count <= self.config.dense_exact_max
+        arrays = self._followed_arrays(kinds, version, with_vectors)
+        if arrays is None:
+            arrays = self.store.unit_arrays(kinds, version, with_vectors=with_vectors)
+        index = UnitIndex("+".join(f"{u}/{lv}" for u, lv in kinds), arrays,
+                          self.store.vocab_size(), k1=self.config.bm25_k1, b=self.config.bm25_b,
+                          postings=self._in_memory, kinds=tuple(kinds), version=version)
+        base = self._bases.get(tuple(kinds))
+        if base is None or base.version < version:
+            self._bases[tuple(kinds)] = index
+        return index
+
+    def _followed_arrays(self, kinds: Kinds, version: int,
+                         with_vectors: bool) -> UnitArrays | None:
+        """The pool's arrays at ``version`` merged from the newest older index of the same
+        pool and the rows changed since (``store/unit_merge.py``); None without such an
+        index or when more than :data:`MERGE_SHARE` of its rows changed."""
+        base = self._bases.get(tuple(kinds))
+        if (not self.follow_writes or base is None or base.version >= version
+                or (base.vectors is not None) != with_vectors):
+            return None
+        delta = self.store.unit_delta(kinds, base.version, version, with_vectors)
+        if delta is None:
+            return None
+        new, gone = delta
+        if len(new.rowids) + len(gone) > MERGE_SHARE * max(1, base.size):
+            return None
+        return merged_arrays(base.arrays, gone, new)
 
     def query_terms(self, query: str) -> list[int]:
         """Vocabulary ids of the analysed query terms (unknown terms dropped)."""
@@ -242,7 +280,7 @@ class Catalog:
         offered: dict[str, tuple[int, ...]] = {
             units.get(n).stored: (0,) for n in units.per_document_kinds()}
         levels: dict[str, set[int]] = {}
-        for unit, level, _n in self.store.unit_kinds(v):
+        for unit, level, _n in self.kinds.at(v, self.follow_writes):
             if unit in units.known() and units.get(unit).derived:
                 levels.setdefault(unit, set()).add(level)
         offered.update({u: tuple(sorted(lv)) for u, lv in levels.items()})
@@ -350,10 +388,25 @@ class Catalog:
     def graph_data(self, version: int | None = None) -> GraphData | None:
         """The knowledge graph as stored and visible at ``version`` (default: the current
         one), or None when that version holds no graph."""
-        from .graph.index import load_graph
+        return self.graph_state(version).graph
 
-        return self._cached("graph", version,  # type: ignore[no-any-return]
-                            lambda v: load_graph(self.store, v))
+    def graph_state(self, version: int | None = None) -> GraphState:
+        """The graph at ``version`` (default: the current one) with what patching it to a
+        later version needs: patched from the newest older version cached (see
+        :mod:`graph.follow`) unless ``follow_writes`` is off, else read whole."""
+        return self._cached("graph", version, self._follow_graph)  # type: ignore[no-any-return]
+
+    def _follow_graph(self, v: int) -> GraphState:
+        from .graph.follow import advance
+
+        with self._follow_lock:
+            with self._graph_lock:
+                cached = self._per_version["graph"]
+                if v in cached:
+                    return cached[v]  # type: ignore[no-any-return]
+                older = [s for u, s in cached.items() if u < v and s.rows is not None]
+            base = max(older, key=lambda s: s.version) if older and self.follow_writes else None
+            return advance(base, self.store, v)
 
     def graph_view(self, version: int | None = None) -> GraphView | None:
         """The PageRank view of the graph at ``version`` (default: the current one), or None
@@ -361,18 +414,26 @@ class Catalog:
         return self._cached("view", version, self._make_graph_view)  # type: ignore[no-any-return]
 
     def _make_graph_view(self, v: int) -> GraphView | None:
-        graph = self.graph_data(v)
+        state = self.graph_state(v)
+        graph = state.graph
         if graph is None:
             return None
         from .graph.ppr import GraphView
-
-        chunks = self.index([("chunk", 0)], v)
+        from .graph.view_patch import patched_view
 
         def word_df(name: str) -> int:
             # Passages holding the name's rarest word (an upper bound of the name's own count).
+            chunks = self.index([("chunk", 0)], v)
             return min((chunks.doc_freq(self.store.term_id(w)) for w in analyze(name)),
                        default=0)
 
+        if state.change is not None and self.follow_writes:
+            with self._graph_lock:
+                older = self._per_version["view"].get(state.base)
+            if older is not None:
+                view = patched_view(older, graph, state.change, word_df)
+                if view is not None:
+                    return view
         return GraphView(graph, word_df=word_df)
 
     def communities(self, version: int | None = None) -> CommunityStore | None:

@@ -83,6 +83,10 @@ class Docstore:
         self.live_derived = reader.live_derived
         self.derived_rows = reader.derived_rows
         self.leaf_docs = reader.leaf_docs
+        self.derived_delta = reader.derived_delta
+        self.leaf_delta = reader.leaf_delta
+        self.kind_delta = reader.kind_delta
+        self.unit_delta = reader.unit_delta
         self.counts = reader.counts
         self.document_ids = reader.document_ids
         self.outbox = feed.outbox

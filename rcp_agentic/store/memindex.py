@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import scipy.sparse as sp
 
 from ..ranking import top
 from .reads import UnitArrays
@@ -48,6 +49,8 @@ def _top(scores: np.ndarray, k: int, candidates: np.ndarray | None = None) -> Ra
 
 def _layers(units: list[str], levels: np.ndarray) -> np.ndarray:
     """Each row's layer number: one per distinct (unit, level), in order of first appearance."""
+    if len(set(units)) <= 1 and (not len(levels) or levels.min() == levels.max()):
+        return np.zeros(len(units), dtype=np.int64)
     seen: dict[tuple[str, int], int] = {}
     return np.fromiter((seen.setdefault((u, int(lv)), len(seen)) for u, lv in zip(units, levels)),
                        dtype=np.int64, count=len(units))
@@ -67,6 +70,7 @@ class UnitIndex:
         self.unit = unit
         self.kinds = kinds or ((unit, 0),)  # the (unit, level) pairs pooled here
         self.version = version  # the index version this index is a snapshot of
+        self.arrays = arrays  # what an index of a later version is merged from
         self.rowids = arrays.rowids
         self.position = {int(r): i for i, r in enumerate(arrays.rowids)}
         self.vectors = arrays.vectors
@@ -88,8 +92,14 @@ class UnitIndex:
         # Each kind of a pool (chunks, each tree level) keeps its own BM25 statistics, so
         # a chunk scores as it does in a chunk-only index whatever else shares the pool.
         layer = self.layer = _layers(self.units, self.levels)
-        impact = np.zeros(len(cols), dtype=np.float64)
-        for k in range(int(layer.max()) + 1 if n else 0):
+        layers = int(layer.max()) + 1 if n else 0
+        if layers == 1:  # one kind (the usual pool): the same sums without per-layer masks
+            df = np.bincount(cols, minlength=vocab_size).astype(np.float64)
+            norm = k1 * (1.0 - b + b * arrays.lengths / max(float(arrays.lengths.mean()), 1e-9))
+            impact = bm25_idf(n, df)[cols] * tf * (k1 + 1.0) / (tf + norm[rows])
+        else:
+            impact = np.zeros(len(cols), dtype=np.float64)
+        for k in range(layers if layers > 1 else 0):
             mine = layer == k
             count = int(mine.sum())
             at = mine[rows]
@@ -98,20 +108,19 @@ class UnitIndex:
             avgdl = float(arrays.lengths[mine].mean())
             norm = k1 * (1.0 - b + b * arrays.lengths / max(avgdl, 1e-9))
             impact[at] = idf[cols[at]] * tf[at] * (k1 + 1.0) / (tf[at] + norm[rows[at]])
-        # CSC layout: postings of term t are rows[indptr[t]:indptr[t+1]].
-        order = np.argsort(cols, kind="stable")
-        self.indptr = np.zeros(vocab_size + 1, dtype=np.int64)
-        np.cumsum(np.bincount(cols, minlength=vocab_size), out=self.indptr[1:])
+        # CSC layout: postings of term t are rows[indptr[t]:indptr[t+1]], by row (scipy's
+        # counting transpose: no sort of every posting).
+        csc = sp.csr_matrix((impact, cols, arrays.offsets), shape=(n, vocab_size)).tocsc()
+        self.indptr = csc.indptr.astype(np.int64)
         self.postings = postings
         self.term_max = np.zeros(vocab_size, dtype=np.float32)
         if postings:
-            self.post_rows = rows[order]
-            self.post_impact = impact[order].astype(np.float32)
+            self.post_rows = csc.indices.astype(np.int32)
+            self.post_impact = csc.data.astype(np.float32)
         else:
             present = np.flatnonzero(np.diff(self.indptr))
             if len(present):
-                self.term_max[present] = np.maximum.reduceat(impact[order],
-                                                             self.indptr[present])
+                self.term_max[present] = np.maximum.reduceat(csc.data, self.indptr[present])
             self.post_rows = np.zeros(0, dtype=np.int32)
             self.post_impact = np.zeros(0, dtype=np.float32)
 

@@ -22,6 +22,12 @@ from .connection import Connection
 from .info import InfoTable
 from .schema import kinds_clause, load_json, valid, visible
 
+# Rows that may stop being valid between versions ``since`` and ``version`` (parameters
+# since, version, since, since, version, since): retired in between, or covering a leaf
+# retired in between (unary + keeps SQLite on ``units_retired``).
+_LEFT = ("SELECT rowid FROM units WHERE v_to > ? AND v_to <= ? AND +v_from <= ?"
+         " UNION SELECT c.urow FROM units l JOIN covers c ON c.leaf = l.rowid"
+         " WHERE l.v_to > ? AND l.v_to <= ? AND l.v_from <= ?")
 # Hydrated unit rows kept in memory (rows are immutable per rowid).
 _ROW_CACHE = 8192
 # Filter results kept: a committed version never changes what it shows, so the units a
@@ -84,14 +90,41 @@ class Reader:
         ``version``, in unit id order. A derived unit is valid only while every leaf it
         covers is visible (see :func:`_valid`), so a tree lagging behind a write never
         serves a summary of a deleted or replaced chunk."""
-        kinds = list(kinds)
+        where, params = kinds_clause("u", list(kinds))
+        return self._arrays(f"{where} AND {visible('u')}", (*params, version, version),
+                            version, with_vectors)
+
+    def unit_delta(self, kinds: Iterable[tuple[str, int]], since: int, version: int,
+                   with_vectors: bool) -> tuple[UnitArrays, list[int]] | None:
+        """What changed in :meth:`unit_arrays` from version ``since`` to the later
+        ``version``: the arrays of the rows valid at ``version`` but not at ``since`` (unit
+        id order) and the rowids of rows that may have been valid at ``since`` and are not
+        at ``version`` (a superset); None once ``since`` is no longer retained."""
+        where, params = kinds_clause("u", list(kinds))
+        entered = self._arrays(
+            f"{where} AND u.rowid > ? AND u.v_from > ? AND u.v_from <= ?"
+            " AND (u.v_to IS NULL OR u.v_to > ?)",
+            (*params, self._last_rowid_at(since), since, version, version), version,
+            with_vectors)
+        left = self._conn.query(_LEFT, (since, version, since, since, version, since))
+        if self._info.oldest_retained() > since:
+            return None
+        return entered, [r for (r,) in left]
+
+    def _last_rowid_at(self, version: int) -> int:
+        """The last rowid added by ``version`` or before (versions commit in order, so the
+        rows added later hold every larger rowid; read from the end of the table)."""
+        return int(self._conn.query(
+            "SELECT COALESCE((SELECT rowid FROM units WHERE v_from <= ?"
+            " ORDER BY rowid DESC LIMIT 1), 0)", (version,))[0][0])
+
+    def _arrays(self, where: str, params: tuple[Any, ...], version: int,
+                with_vectors: bool) -> UnitArrays:
         cols = ("rowid, term_ids, term_tfs, nterms, uid, COALESCE(doc_id, ''),"
                 " COALESCE(page_start, -1), COALESCE(page_end, -1), tokens, unit, level"
                 + (", vec" if with_vectors else ""))
-        where, params = kinds_clause("u", kinds)
-        rows = self._conn.query(f"SELECT {cols} FROM units u WHERE {where} AND {visible('u')}"
-                                f" AND {valid('u')} ORDER BY uid",
-                                (*params, version, version, version, version))
+        rows = self._conn.query(f"SELECT {cols} FROM units u WHERE {where}"
+                                f" AND {valid('u')} ORDER BY uid", (*params, version, version))
         n = len(rows)
         rowids = np.fromiter((r[0] for r in rows), dtype=np.int64, count=n)
         ids = [np.frombuffer(r[1], dtype=np.uint32) for r in rows]
@@ -341,6 +374,68 @@ class Reader:
             f"SELECT uid, unit, text, COALESCE(umeta, '{{}}') FROM units u WHERE unit IN ({marks})"
             f" AND {visible('u')} AND {valid('u')} ORDER BY rowid",
             (*kinds, version, version, version, version))
+
+    def derived_delta(self, kinds: Sequence[str], since: int, version: int
+                      ) -> tuple[list[tuple[int, str, str, str, str]], list[int]]:
+        """What changed among the level-0 units of the derived ``kinds`` from version
+        ``since`` to the later ``version``: (rowid, uid, unit, text, umeta JSON) of the rows
+        valid at ``version`` but not at ``since``, in rowid order, and the rowids of rows
+        that may have been valid at ``since`` and are not at ``version`` (retired, or a
+        covered leaf retired, in between; a superset: the caller ignores rows it never held).
+        ``since = 0`` reads every row valid at ``version``.
+
+        A row valid at ``version`` was valid at ``since`` unless it was added after it: a
+        unit covers only leaves that exist when it is written, and a retired leaf never
+        returns. So both sides read only rows added or retired in (since, version] (the
+        ``units_added``, ``units_retired`` and ``covers_leaf`` indexes)."""
+        marks = ",".join("?" * len(kinds))
+        entered = self._conn.query(
+            f"SELECT rowid, uid, unit, text, COALESCE(umeta, '{{}}') FROM units u"
+            f" WHERE unit IN ({marks}) AND level = 0 AND v_from > ? AND v_from <= ?"
+            f" AND (v_to IS NULL OR v_to > ?) AND {valid('u')} ORDER BY rowid",
+            (*kinds, since, version, version, version, version))
+        if since <= 0:
+            return entered, []
+        left = self._conn.query(_LEFT, (since, version, since, since, version, since))
+        return entered, [r for (r,) in left]
+
+    def kind_delta(self, since: int, version: int) -> dict[tuple[str, int], int] | None:
+        """How many more units of each (unit, level) are valid at ``version`` than at the
+        earlier ``since`` (negative: fewer), which is :meth:`unit_kinds` at ``version`` from
+        :meth:`unit_kinds` at ``since``; None once ``since`` is no longer retained (its
+        retired rows may be collected). Rows added after ``since`` are found from the end
+        of the table (versions commit in order, so they hold the last rowids)."""
+        first = self._last_rowid_at(since)
+        entered = self._conn.query(
+            f"SELECT unit, level, COUNT(*) FROM units u WHERE rowid > ? AND v_from > ?"
+            f" AND v_from <= ? AND (v_to IS NULL OR v_to > ?) AND {valid('u')}"
+            " GROUP BY unit, level", (first, since, version, version, version, version))
+        left = self._conn.query(
+            f"SELECT unit, level, COUNT(*) FROM units u WHERE rowid IN ({_LEFT})"
+            f" AND {visible('u')} AND {valid('u')} GROUP BY unit, level",
+            (since, version, since, since, version, since, since, since, since, since))
+        if self._info.oldest_retained() > since:
+            return None
+        out: dict[tuple[str, int], int] = {}
+        for rows, sign in ((entered, 1), (left, -1)):
+            for unit, level, n in rows:
+                out[(unit, level)] = out.get((unit, level), 0) + sign * n
+        return out
+
+    def leaf_delta(self, since: int, version: int, unit: str = "chunk"
+                   ) -> tuple[list[tuple[int, str]], list[int]]:
+        """(rowid, doc_id) of the rows of a per-document kind visible at ``version`` but not
+        at the earlier ``since`` (rowid order), and the rowids visible at ``since`` but not
+        at ``version``: :meth:`leaf_docs` at ``version`` from :meth:`leaf_docs` at
+        ``since``."""
+        entered = self._conn.query(
+            "SELECT rowid, doc_id FROM units WHERE unit = ? AND level = 0 AND v_from > ?"
+            " AND v_from <= ? AND (v_to IS NULL OR v_to > ?) ORDER BY rowid",
+            (unit, since, version, version))
+        left = self._conn.query(
+            "SELECT rowid FROM units WHERE v_to > ? AND v_to <= ? AND +unit = ? AND +level = 0"
+            " AND +v_from <= ?", (since, version, unit, since))
+        return entered, [r for (r,) in left]
 
     def leaf_docs(self, version: int, unit: str = "chunk") -> list[tuple[int, str]]:
         """(rowid, doc_id) of every unit of a per-document kind visible at ``version``."""
