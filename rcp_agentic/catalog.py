@@ -141,6 +141,7 @@ class Catalog:
         self._index_lock = threading.Lock()
         self._indexes: dict[tuple[tuple[tuple[str, int], ...], int], UnitIndex] = {}
         self._offered: tuple[tuple[int, tuple[str, ...]], dict[str, tuple[int, ...]]] | None = None
+        self._kinds: tuple[int, list[tuple[str, int, int]]] | None = None
         self._graph_lock = threading.Lock()
         self._per_version: dict[str, OrderedDict[int, Any]] = {
             "graph": OrderedDict(), "view": OrderedDict(), "communities": OrderedDict()}
@@ -211,7 +212,7 @@ class Catalog:
         return index
 
     def _build_index(self, kinds: Kinds, version: int) -> UnitIndex:
-        count = sum(n for u, lv, n in self.store.unit_kinds(version) if (u, lv) in kinds)
+        count = sum(n for u, lv, n in self.unit_kinds(version) if (u, lv) in kinds)
         arrays = self.store.unit_arrays(
             kinds, version,
             with_vectors=self._in_memory and count <= self.config.dense_exact_max)
@@ -225,6 +226,14 @@ class Catalog:
                        if t is not None})
 
     # --- what a version offers --------------------------------------------------------
+
+    def unit_kinds(self, version: int) -> list[tuple[str, int, int]]:
+        """(unit, level, count) of every kind of unit visible at ``version``; the last
+        version's kept (a committed version never changes, and the count scans every unit)."""
+        cached = self._kinds
+        if cached is None or cached[0] != version:
+            cached = self._kinds = (version, self.store.unit_kinds(version))
+        return cached[1]
 
     def filter_fields(self) -> dict[str, str]:
         """Every filterable field and its type: built-ins, declared and inferred fields."""
@@ -242,7 +251,7 @@ class Catalog:
         offered: dict[str, tuple[int, ...]] = {
             units.get(n).stored: (0,) for n in units.per_document_kinds()}
         levels: dict[str, set[int]] = {}
-        for unit, level, _n in self.store.unit_kinds(v):
+        for unit, level, _n in self.unit_kinds(v):
             if unit in units.known() and units.get(unit).derived:
                 levels.setdefault(unit, set()).add(level)
         offered.update({u: tuple(sorted(lv)) for u, lv in levels.items()})
@@ -255,7 +264,7 @@ class Catalog:
         """Per built derived kind: its levels, unit counts, the index version it reflects and
         whether writes since then are still to be folded in (``current``)."""
         out: dict[str, dict[str, Any]] = {}
-        counts = self.store.unit_kinds()
+        counts = self.unit_kinds(self.current_version())
         data_version = self._data_version()
         for name in units.known():
             levels = {lv: n for u, lv, n in counts if u == name and units.get(name).derived}
