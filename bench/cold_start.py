@@ -22,7 +22,7 @@ same questions in both modes). Per server:
 first request after the ready line, the warm median; the client's own first-request costs
 are paid on a throwaway local server first).
 
-    python bench/cold_start.py [--engine DIR] [--warm 5] [--http]
+    python bench/cold_start.py [--engine DIR] [--warm 5] [--http] [--ops retrieve local ...]
 
 Results go to ``bench/results/cold_start.json``. The machine's other load shows in every
 number; ratios compare the two modes within one run.
@@ -220,6 +220,8 @@ def main() -> None:
     ap.add_argument("--engine", default=str(REPO / "bench/.cache/communities-engine-hotpotqa"))
     ap.add_argument("--warm", type=int, default=5, help="warm requests after the first")
     ap.add_argument("--http", action="store_true", help="also serve --http (retrieve)")
+    ap.add_argument("--ops", nargs="+", choices=list(OPS), default=list(OPS),
+                    help="the ops measured over stdio (default: all)")
     ap.add_argument("--out", default=str(REPO / "bench/results/cold_start.json"))
     args = ap.parse_args()
     rows = [json.loads(line) for line in
@@ -233,6 +235,8 @@ def main() -> None:
         engine = Path(tmp) / "engine"
         shutil.copytree(args.engine, engine)
         for n, op in enumerate(OPS):
+            if op not in args.ops:
+                continue
             qs = questions[n * per_op:(n + 1) * per_op]
             row = {mode: stdio_run(engine, op, mode, qs) for mode in MODES}
             row["after_over_before"] = compare(row["before"], row["after"])

@@ -140,7 +140,9 @@ class CommunityOps:
         self.ctx.retriever.warm({"query": query, "unit": "community",
                                  "level": default_level(store), "indexVersion": f"v{version}"})
         if self.ctx.llm is None:
-            _ = self.ctx.embedder.dimension  # reading it loads the model, embedding nothing
+            # One point loads the model and runs its first (slower) pass; kept with the
+            # points, so warming again embeds nothing.
+            self._point_vectors([query], checked(None))
         return True
 
     # --- communities ------------------------------------------------------------------------
