@@ -37,8 +37,8 @@ from ..models.tokenizer import count_tokens
 from ..pipeline import cursor as cursors
 from ..raptor.summarize import cut_to_tokens, split_sentences
 from ..wire import CommunityEntry, GraphResult, Hit, Trust, Usage
-from .community_reads import (MAX_PAGE, CommunityReader, count_param, filter_key,
-                              filter_param, level_param, version_of)
+from .community_reads import (MAX_PAGE, CommunityReader, count_param, default_level,
+                              filter_key, filter_param, level_param, version_of)
 from .drift import DriftSearch, Frontiers
 from .reports import KEY_RELATIONS
 from .sources import SourceTrust
@@ -129,6 +129,21 @@ class CommunityOps:
         """Whether the served version holds community units."""
         store = self.reader.store()
         return store is not None and bool(store.by_id)
+
+    def warm(self, version: int, query: str) -> bool:
+        """Load what ``global`` and ``drift`` read lazily at ``version``: its community store,
+        the retrieve pool that ranks the default level, and (offline ``global`` embeds report
+        points) the document embedder; ``query``: any text. Whether it holds communities."""
+        store = self.reader.store(version)
+        if store is None or not store.by_id:
+            return False
+        self.ctx.retriever.warm({"query": query, "unit": "community",
+                                 "level": default_level(store), "indexVersion": f"v{version}"})
+        if self.ctx.llm is None:
+            # One point loads the model and runs its first (slower) pass; kept with the
+            # points, so warming again embeds nothing.
+            self._point_vectors([query], checked(None))
+        return True
 
     # --- communities ------------------------------------------------------------------------
 

@@ -56,6 +56,7 @@ from .index import node_uid
 from .memory import SessionMemory
 from .ppr import GraphView
 from .sources import SourceTrust
+from .warm import warm_view
 
 if TYPE_CHECKING:
     from ..config import EngineConfig
@@ -121,6 +122,19 @@ class GraphOps:
 
     def _sources(self) -> SourceTrust:
         return SourceTrust(self.ctx.store.reader, self.ctx.screen)
+
+    def warm(self, version: int, query: str) -> bool:
+        """Load what the graph ops and graph recall read lazily at ``version`` (its graph
+        view and what the view caches, :func:`.warm.warm_view`; node ids; the communities'
+        store and search pool, :meth:`.community_ops.CommunityOps.warm`), ``query`` being
+        any text to link and embed. Whether ``version`` holds communities; nothing to do
+        without a graph."""
+        view = self.ctx.catalog.graph_view(version)
+        if view is None:
+            return False
+        warm_view(view, self.ctx.catalog.index([("chunk", 0)], version), query)
+        self._keys_of(view)
+        return self.community.warm(version, query)
 
     def ops(self) -> list[str]:
         """The ``graph`` ops that work now (``graph.ops`` of the capabilities): none without

@@ -226,8 +226,7 @@ class Catalog:
         return index
 
     def _build_index(self, kinds: Kinds, version: int) -> UnitIndex:
-        count = sum(n for u, lv, n in self.kinds.at(version, self.follow_writes)
-                    if (u, lv) in kinds)
+        count = sum(n for u, lv, n in self.unit_kinds(version) if (u, lv) in kinds)
         with_vectors = self._in_memory and count <= self.config.dense_exact_max
         arrays = self._followed_arrays(kinds, version, with_vectors)
         if arrays is None:
@@ -264,6 +263,11 @@ class Catalog:
 
     # --- what a version offers --------------------------------------------------------
 
+    def unit_kinds(self, version: int) -> list[tuple[str, int, int]]:
+        """(unit, level, count) of every kind of unit visible at ``version`` (followed from
+        the last version counted, see ``store/kind_counts.py``)."""
+        return self.kinds.at(version, self.follow_writes)
+
     def filter_fields(self) -> dict[str, str]:
         """Every filterable field and its type: built-ins, declared and inferred fields."""
         return self.store.filter_fields.filterable()
@@ -280,7 +284,7 @@ class Catalog:
         offered: dict[str, tuple[int, ...]] = {
             units.get(n).stored: (0,) for n in units.per_document_kinds()}
         levels: dict[str, set[int]] = {}
-        for unit, level, _n in self.kinds.at(v, self.follow_writes):
+        for unit, level, _n in self.unit_kinds(v):
             if unit in units.known() and units.get(unit).derived:
                 levels.setdefault(unit, set()).add(level)
         offered.update({u: tuple(sorted(lv)) for u, lv in levels.items()})
@@ -293,7 +297,7 @@ class Catalog:
         """Per built derived kind: its levels, unit counts, the index version it reflects and
         whether writes since then are still to be folded in (``current``)."""
         out: dict[str, dict[str, Any]] = {}
-        counts = self.store.unit_kinds()
+        counts = self.unit_kinds(self.current_version())
         data_version = self._data_version()
         for name in units.known():
             levels = {lv: n for u, lv, n in counts if u == name and units.get(name).derived}

@@ -8,18 +8,23 @@ printed as ``error: <message> [RCP <code>]`` on stderr with exit status 2.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
 import sys
 import textwrap
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import units
 from .errors import CapabilityMissing, InvalidParams, RCPError
 from .protocol.listener import ServerLimits
 from .vocabulary import MODES
+
+if TYPE_CHECKING:
+    from .engine import Engine
+    from .warm import WarmReport
 
 
 def _engine_dir(arg: str | None) -> Path:
@@ -445,41 +450,69 @@ def _positive(kind: type) -> Any:
     return parse
 
 
-def cmd_serve(args: argparse.Namespace) -> int:
-    from .engine import Engine
+def _warm(engine: Engine, args: argparse.Namespace) -> WarmReport | None:
+    """``engine.warm()`` unless ``--no-warm`` (then None); anything loading prints goes to
+    stderr (over stdio, stdout carries only protocol frames)."""
+    if args.no_warm:
+        return None
+    with contextlib.redirect_stdout(sys.stderr):
+        return engine.warm()
 
+
+def _say_ready(transport: str, engine: Engine, report: WarmReport | None,
+               url: str | None = None) -> None:
+    from .warm import ready_line
+
+    print(ready_line(transport, report, engine.index_version, url), file=sys.stderr,
+          flush=True)
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
     engine = _open(args, create=True, catch_up=True)
     if args.http:
-        from .protocol.http import serve_http
-
-        # The hosted-API route serves the main engine as "default" and each --index
-        # NAME=DIR beside it; they share the main engine's embedding model.
-        hosted = {"default": engine}
-        try:
-            for name, path in _hosted_indexes(args.index).items():
-                hosted[name] = Engine(path, embedder=engine.embedder.inner,
-                                      **_backend_overrides(args))
-            token = os.environ.get("RCP_AGENTIC_TOKEN") or None
-            _warn_if_exposed(args.host, token, args.allow_anonymous_writes)
-            limits = ServerLimits(header_timeout=args.header_timeout,
-                                  body_timeout=args.body_timeout,
-                                  keep_alive_timeout=args.timeout_keep_alive,
-                                  max_connections=args.limit_concurrency)
-            serve_http(engine, host=args.host, port=args.port, token=token,
-                       cors_origins=args.cors_origin, hosted_engines=hosted,
-                       stateful=args.stateful, allowed_hosts=args.allowed_host,
-                       allow_anonymous_writes=args.allow_anonymous_writes, limits=limits,
-                       on_listening=lambda url: print(f"rcp-agentic: serving RCP/1 on {url}/rcp",
-                                                      file=sys.stderr, flush=True))
-        finally:
-            for other in hosted.values():
-                other.close()
+        _serve_http(engine, args)
     else:
         from .protocol.stdio import serve_stdio
 
+        report = _warm(engine, args)
+        _say_ready("stdio", engine, report)
         serve_stdio(engine)
         engine.close()
     return 0
+
+
+def _serve_http(engine: Engine, args: argparse.Namespace) -> None:
+    """``serve --http``: the hosted-API route serves the main engine as "default" and each
+    --index NAME=DIR beside it (sharing the main engine's embedding model); every engine is
+    warmed before the socket listens."""
+    from .engine import Engine
+    from .protocol.http import serve_http
+
+    hosted = {"default": engine}
+    try:
+        for name, path in _hosted_indexes(args.index).items():
+            hosted[name] = Engine(path, embedder=engine.embedder.inner,
+                                  **_backend_overrides(args))
+        token = os.environ.get("RCP_AGENTIC_TOKEN") or None
+        _warn_if_exposed(args.host, token, args.allow_anonymous_writes)
+        reports = [_warm(e, args) for e in hosted.values()]
+
+        def listening(url: str) -> None:
+            print(f"rcp-agentic: serving RCP/1 on {url}/rcp", file=sys.stderr, flush=True)
+            _say_ready("http", engine, reports[0], url)
+
+        limits = ServerLimits(header_timeout=args.header_timeout,
+                              body_timeout=args.body_timeout,
+                              keep_alive_timeout=args.timeout_keep_alive,
+                              max_connections=args.limit_concurrency)
+        serve_http(engine, host=args.host, port=args.port, token=token,
+                   cors_origins=args.cors_origin, hosted_engines=hosted,
+                   stateful=args.stateful, allowed_hosts=args.allowed_host,
+                   allow_anonymous_writes=args.allow_anonymous_writes, limits=limits,
+                   on_listening=listening)
+    finally:
+        for other in hosted.values():
+            other.close()
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -598,6 +631,10 @@ def _serve_command(sub: Any) -> None:
     srv.add_argument("--port", type=int, default=8750)
     srv.add_argument("--engine", metavar="DIR")
     _add_backend_args(srv)
+    srv.add_argument("--no-warm", action="store_true",
+                     help="serve at once, loading the model and the index's structures on "
+                     "first use (the first requests are slower); by default they are loaded "
+                     "before the ready line")
     srv.add_argument("--index", action="append", default=[], metavar="NAME=DIR",
                      help="(HTTP) also serve the engine in DIR as index_id NAME on "
                      "/api/v1/retrieval/retrieve; the main engine is index_id 'default'")

@@ -21,6 +21,7 @@ from __future__ import annotations
 import os
 import secrets
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
@@ -48,6 +49,7 @@ from .store.chroma import ChromaVectors
 from .store.docstore import Docstore
 from .store.feedback import FeedbackLog
 from .store.recall import EmbeddedRecall
+from .warm import WARM_QUERY, WarmReport, warm_models
 from .wire import RerankResult, RetrieveResult
 
 if TYPE_CHECKING:
@@ -171,6 +173,31 @@ class Engine:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    def warm(self) -> WarmReport:
+        """Load now what the first read at the served version would otherwise load on first
+        use, so it runs as fast as the next one: the offer; the chunk pool's index (BM25
+        postings and vectors) and the query encoder (one query embedded); the token counter
+        and a local cross-encoder reranker; with a graph, its PageRank view and what the
+        graph ops cache on it, and with communities their store, the pool that ranks them
+        and (offline ``global``) the document embedder. Other pools (pages, documents, tree
+        or graph units) are still built by their first request. Each part warms through its
+        own methods; results never change. Cheap once warm (every part is cached);
+        ``rcp-agentic serve`` calls it before it serves unless ``--no-warm``."""
+        started = time.perf_counter()
+        version = self.catalog.current_version()
+        graph = "node" in self.catalog.offered(version)
+        if graph and self._graph_ops is None:
+            self._serve_graph()  # its composers join the offer before the retriever reads it
+        self.retriever.warm({"query": WARM_QUERY, "mode": "hybrid",
+                             "indexVersion": f"v{version}"})
+        note = warm_models(self.reranker)
+        communities = graph and self.graph_ops.warm(version, WARM_QUERY)
+        return WarmReport(version=version,
+                          chunks=self.catalog.index([("chunk", 0)], version).size,
+                          graph=graph, communities=communities,
+                          seconds=time.perf_counter() - started,
+                          notes=(note,) if note else ())
 
     # --- the parts tests and tools reach -------------------------------------------------
 

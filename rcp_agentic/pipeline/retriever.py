@@ -107,6 +107,13 @@ class Retriever:
         self._rank(query, cands)
         return self._page(query, cands)
 
+    def warm(self, raw: dict[str, Any]) -> int:
+        """Load what a retrieve with ``raw`` reads before recall — the offer, the plan's pool
+        index at the served version, the query's vector (the query encoder on first use)
+        and its terms — without recalling, ranking or touching a session; returns the
+        version served."""
+        return self._query(self._request(raw, checked(None))).snapshot.version
+
     # --- the stored-unit path, stage by stage ---------------------------------------------
 
     def _request(self, raw: dict[str, Any], ctl: RequestControl) -> Request:
