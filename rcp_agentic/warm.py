@@ -5,7 +5,7 @@ request of a process pays for them (the query encoder alone is seconds). ``Engin
 loads them up front through each part's own methods — the retriever its pool and query
 encoder, the graph ops their graph view and communities — and returns a
 :class:`WarmReport`; ``rcp-agentic serve`` warms before it serves and prints
-:meth:`WarmReport.ready_line` on stderr.
+:func:`ready_line` on stderr.
 """
 
 from __future__ import annotations

@@ -25,6 +25,7 @@ import pytest
 from conftest import REPO, child_env, free_port
 
 from rcp_agentic import Engine
+from rcp_agentic.models.reranker import CrossEncoderReranker
 
 WIKI = REPO / "examples" / "wiki"
 QUESTION = "In which city was the group behind the single Midnight Harbor founded?"
@@ -101,6 +102,16 @@ def test_an_engine_without_a_graph_warms_too(engine_dir: Path, tmp_path: Path,
         assert (report.graph, report.communities) == (False, False)
         assert report.chunks == eng.stats()["chunk"]
         assert "no graph" in report.describe()
+
+
+def test_a_reranker_that_cannot_load_is_a_note_not_a_failure(engine_dir: Path, tmp_path: Path,
+                                                             embedder: Any) -> None:
+    shutil.copytree(engine_dir, tmp_path / "e")
+    missing = CrossEncoderReranker(tmp_path / "no-such-model")
+    with Engine(tmp_path / "e", embedder=embedder, reranker=missing, catch_up=False) as eng:
+        report = eng.warm()
+    assert len(report.notes) == 1 and report.notes[0].startswith("reranker not loaded: ")
+    assert report.describe().endswith(report.notes[0])
 
 
 # --- the servers ------------------------------------------------------------------------------

@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import scipy.sparse as sp
 
 from ..ranking import top
 from .reads import UnitArrays
@@ -108,19 +107,21 @@ class UnitIndex:
             avgdl = float(arrays.lengths[mine].mean())
             norm = k1 * (1.0 - b + b * arrays.lengths / max(avgdl, 1e-9))
             impact[at] = idf[cols[at]] * tf[at] * (k1 + 1.0) / (tf[at] + norm[rows[at]])
-        # CSC layout: postings of term t are rows[indptr[t]:indptr[t+1]], by row (scipy's
-        # counting transpose: no sort of every posting).
-        csc = sp.csr_matrix((impact, cols, arrays.offsets), shape=(n, vocab_size)).tocsc()
-        self.indptr = csc.indptr.astype(np.int64)
+        # CSC layout: postings of term t are rows[indptr[t]:indptr[t+1]], by row (a stable
+        # sort of the term ids; numpy only: the query path does not import scipy).
+        order = np.argsort(cols, kind="stable")
+        self.indptr = np.zeros(vocab_size + 1, dtype=np.int64)
+        np.cumsum(np.bincount(cols, minlength=vocab_size), out=self.indptr[1:])
         self.postings = postings
         self.term_max = np.zeros(vocab_size, dtype=np.float32)
         if postings:
-            self.post_rows = csc.indices.astype(np.int32)
-            self.post_impact = csc.data.astype(np.float32)
+            self.post_rows = rows[order].astype(np.int32)
+            self.post_impact = impact[order].astype(np.float32)
         else:
             present = np.flatnonzero(np.diff(self.indptr))
             if len(present):
-                self.term_max[present] = np.maximum.reduceat(csc.data, self.indptr[present])
+                self.term_max[present] = np.maximum.reduceat(impact[order],
+                                                             self.indptr[present])
             self.post_rows = np.zeros(0, dtype=np.int32)
             self.post_impact = np.zeros(0, dtype=np.float32)
 
