@@ -84,11 +84,11 @@ def rss_mb(pid: int) -> float:
     return int(match.group(1)) / 1024 if match else float("nan")
 
 
-def start_server(engine_dir: Path, log: Path, root: Path = REPO,
-                 env: dict[str, str] | None = None) -> tuple[subprocess.Popen[bytes], str]:
+def start_server(engine_dir: Path, log: Path,
+                 root: Path = REPO) -> tuple[subprocess.Popen[bytes], str]:
     """A ``serve --http`` subprocess of the checkout at ``root`` on a free port (stderr to
     ``log``); its base URL, from the start-up line."""
-    env = {**os.environ, "RCP_AGENTIC_TOKEN": TOKEN, "RCP_ROOT": str(root), **(env or {})}
+    env = {**os.environ, "RCP_AGENTIC_TOKEN": TOKEN, "RCP_ROOT": str(root)}
     with open(log, "wb") as err:
         proc = subprocess.Popen([sys.executable, "-m", "rcp_agentic.cli", "serve", "--http",
                                  "--engine", str(engine_dir), "--port", "0"], cwd=root,
@@ -278,13 +278,13 @@ async def warm(url: str, texts: list[str]) -> None:
         (await client.post(f"{url}/rcp/index/add", json=body)).raise_for_status()
 
 
-def measure_server(label: str, root: Path, env: dict[str, str], engine: Path, tmp: Path,
+def measure_server(label: str, root: Path, engine: Path, tmp: Path,
                    queries: list[str], texts: list[str], cells: list[Cell]
                    ) -> list[dict[str, Any]]:
     """Every cell against one fresh copy of ``engine`` served from the checkout ``root``."""
     copy = tmp / f"engine-{label}"
     shutil.copytree(engine, copy)
-    proc, url = start_server(copy, tmp / f"server-{label}.log", root, env)
+    proc, url = start_server(copy, tmp / f"server-{label}.log", root)
     stream = UniqueQueries(queries)
     written = [0]
     results = []
@@ -403,7 +403,7 @@ def main() -> None:
         for label, root in servers:
             mine = cells + ([Cell("slow", 64, args.seconds, args.slow)]
                             if args.slow and label == "current" else [])
-            rows.extend(measure_server(label, root.resolve(), {}, engine_dir, Path(tmp),
+            rows.extend(measure_server(label, root.resolve(), engine_dir, Path(tmp),
                                        queries, texts, mine))
     text = report(args, len(corpus), rows)
     args.out.parent.mkdir(parents=True, exist_ok=True)
