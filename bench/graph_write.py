@@ -13,9 +13,13 @@ MiniLM), a copy of each is opened with background derived updates and timed, in 
   up (``wait_for_derived``);
 
 first with ``Catalog.follow_writes = False`` (every new version's graph read whole and its
-PageRank view built again: the behaviour before) and then with it on (patched from the
-last version). Prints the medians and writes ``bench/results/graph_write.json``. No timed
-assertion: numbers only.
+PageRank view built again, by the first read: the behaviour before) and then with it on
+(patched from the last version by the commit, ``Catalog.follow``). With it on, a last phase
+writes ``--writes`` more documents and retrieves back to back while each background build
+runs: the reads' p50 / p90 / max, how long the build took and how long it paused for reads
+(``rcp_agentic/read_first.py``). Prints the medians and writes
+``bench/results/graph_write.json``. No timed assertion: numbers only. To compare with an
+earlier checkout in the same run, run its own copy of this file with ``RCP_ROOT`` set to it.
 
     python bench/graph_write.py [--sizes small large] [--writes 5]
 """
@@ -28,6 +32,7 @@ import shutil
 import statistics
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -98,6 +103,37 @@ def measure(engine: Engine, queries: list[str], writes: list[dict[str, Any]],
     return out
 
 
+def during_builds(engine: Engine, queries: list[str], writes: list[dict[str, Any]]
+                  ) -> dict[str, Any]:
+    """Graph-recall retrieves back to back while each write's background build runs."""
+    engine.wait_for_derived(3600)
+    reads: list[float] = []
+    builds: list[float] = []
+    paused = engine.read_first.paused_seconds
+    for i, doc in enumerate(writes):
+        done = threading.Event()
+        t0 = time.perf_counter()
+        engine.add_documents([doc])
+
+        def catch_up(done: threading.Event = done) -> None:
+            engine.wait_for_derived(3600)
+            done.set()
+
+        waiter = threading.Thread(target=catch_up)
+        waiter.start()
+        n = 0
+        while not done.is_set():
+            reads.append(timed(engine, queries[(i + n) % len(queries)]))
+            n += 1
+        waiter.join()
+        builds.append(time.perf_counter() - t0)
+    ordered = sorted(reads)
+    return {"reads": len(reads), "read_p50_ms": statistics.median(reads),
+            "read_p90_ms": ordered[int(0.9 * (len(ordered) - 1))], "read_max_ms": ordered[-1],
+            "build_median_s": statistics.median(builds),
+            "paused_for_reads_s": round(engine.read_first.paused_seconds - paused, 2)}
+
+
 def run_size(label: str, docs: list[dict[str, Any]], spare: list[dict[str, Any]],
              queries: list[str], n_writes: int) -> dict[str, Any]:
     t0 = time.perf_counter()
@@ -113,14 +149,18 @@ def run_size(label: str, docs: list[dict[str, Any]], spare: list[dict[str, Any]]
         with Engine(copy, embedder=HashedEmbeddings(), build_graph=True, chunk_size=size,
                     chunk_overlap=overlap, derived_updates="background") as engine:
             chunks = sum(n for u, lv, n in engine.store.unit_kinds() if (u, lv) == ("chunk", 0))
-            writes = write_docs(docs, spare, 2 * n_writes)
+            writes = write_docs(docs, spare, 3 * n_writes)
             result: dict[str, Any] = {"chunks": chunks, "documents": len(docs), "build": record}
             for name, follow, part in (("full reload", False, writes[:n_writes]),
-                                       ("followed", True, writes[n_writes:])):
+                                       ("followed", True, writes[n_writes:2 * n_writes])):
                 result[name] = measure(engine, queries, part, follow)
                 print(f"{label} ({chunks} chunks) {name}: " + json.dumps(
                     {k: round(v, 2) for k, v in result[name].items()
                      if isinstance(v, float)}), flush=True)
+            result["during builds"] = during_builds(engine, queries, writes[2 * n_writes:])
+            print(f"{label} ({chunks} chunks) reads during builds: "
+                  + json.dumps({k: round(v, 2) for k, v in result["during builds"].items()}),
+                  flush=True)
     return result
 
 

@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..models.tokenizer import count_tokens, count_tokens_batch
+from ..read_first import checkpoint
 from .extract import (ChunkExtraction, Extractor, Lexicon, RawMention, choose_mentions,
                       sentence_spans,
                       title_entries, title_key, title_name)
@@ -154,6 +155,7 @@ def update_graph(cache: GraphCache, extractor: Extractor, *, added: Sequence[Chu
     new_lexicon = (Lexicon([titles[t] for t in sorted(new_titles)], expand=False)
                    if new_titles else None)
     for key, c in cache.chunks.items():
+        checkpoint()
         x = cache.extractions[key]
         if key in added_keys:
             assert full_lexicon is not None
@@ -235,6 +237,7 @@ def _aggregate(cache: GraphCache, embed: Embed | None, config: GraphConfig,
     title_keys, about = _title_index(cache, order)
     tally = _Tally()
     for key in order:
+        checkpoint()
         _tally_chunk(tally, key, cache, title_keys, stats)
     stats.seconds_aggregate += time.perf_counter() - t0
 
@@ -379,6 +382,7 @@ def _entities(tally: _Tally, names: Mapping[str, str], title_keys: Mapping[str, 
     """One entity per key, in key order, with its mention weights ``1 + ln(count)``."""
     entities: dict[str, Entity] = {}
     for k in sorted(tally.counts):
+        checkpoint()
         mention_w = {ck: round(1.0 + math.log(n), 6) if n > 0 else 1.0
                      for ck, n in sorted(tally.counts[k].items(),
                                          key=lambda kv: _rowid_order(kv[0]))}
@@ -404,6 +408,7 @@ def _sentence_pairs(sents: list[_Sent], config: GraphConfig
     df: Counter[str] = Counter()
     pairs: dict[tuple[str, str], list[int]] = {}
     for si, s in enumerate(sents):
+        checkpoint()
         df.update(s.keys)
         keys = s.keys[:config.max_sentence_entities]
         for i, a in enumerate(keys):
@@ -444,6 +449,7 @@ def _strongest_pairs(scored: Mapping[tuple[str, str], float],
 def _cooccurrence_relation(pair: tuple[str, str], where: list[int], score: float,
                            sents: list[_Sent], cache: GraphCache) -> Relation:
     """The relation of one pair, attested by its first sentence, weighted by its NPMI."""
+    checkpoint()
     s = sents[where[0]]
     c = cache.chunks[s.chunk]
     evidence = c.text[s.start:s.end]
@@ -472,6 +478,7 @@ def _add_descriptions(entities: dict[str, Entity], tally: _Tally, cache: GraphCa
                   for s in tally.sents]
     sent_tokens = dict(zip(sent_texts, count_tokens_batch(sent_texts)))
     for k, e in entities.items():
+        checkpoint()
         if tally.llm_desc.get(k):
             e.description = _cap(" ".join(tally.llm_desc[k]), config.description_tokens)
             continue

@@ -45,6 +45,7 @@ import numpy as np
 from ..config import CommunitySection
 from ..derived import BuildContext, DerivedBuilder, DerivedReport, Diff, Run, diff_units
 from ..models.tokenizer import count_tokens
+from ..read_first import checkpoint
 from ..store.docstore import Docstore
 from ..store.writes import UnitRecord
 from .communities import (Budget, Community, CommunityBudgetExceeded, CommunityConfig,
@@ -348,6 +349,7 @@ class CommunityIndex(DerivedBuilder[CommunitySection]):
             for c in hier.communities.values():
                 if c.height != height:
                     continue
+                checkpoint()
                 inp = ReportInput(community=c, graph=graph, chunks=chunks, edges=edges,
                                   children=tuple(made_reports[x] if x in made_reports
                                                  else _kept_report(out[x], identity)
@@ -381,6 +383,7 @@ class CommunityIndex(DerivedBuilder[CommunitySection]):
         """The unit of every community: uid, level, text, umeta, covers (chunk rowids)."""
         out = []
         for c in sorted(hier.communities.values(), key=lambda c: (c.height, c.id)):
+            checkpoint()
             rep = reports[c.id]
             levels = hier.levels(c.id)
             covers = sorted({int(k[1:]) for m in c.members for k in graph.entities[m].mentions}

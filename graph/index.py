@@ -48,6 +48,7 @@ from ..config import GraphSection
 from ..derived import (BuildContext, DerivedBuilder, DerivedReport, Diff, EmbedTimer, Run,
                        diff_units)
 from ..errors import InvalidParams
+from ..read_first import checkpoint
 from ..store.docstore import Docstore
 from ..store.writes import UnitRecord
 from .build import GraphCache, GraphConfig, build_graph
@@ -98,6 +99,7 @@ def canonical(graph: GraphData) -> GraphData:
     row. ``load_graph`` of a version returns exactly the canonical graph written there."""
     entities: dict[str, Entity] = {}
     for key in sorted(graph.entities):
+        checkpoint()
         e = graph.entities[key]
         if not e.mentions and not e.about:
             continue
@@ -111,7 +113,7 @@ def canonical(graph: GraphData) -> GraphData:
         (Relation(r.subject, r.object, _flat(r.relation), r.evidence.strip(), r.span,
                   tuple(sorted(set(r.chunks), key=_row)), float(r.weight), bool(r.typed))
          for r in graph.relations
-         if r.subject in entities and r.object in entities and r.chunks),
+         if r.subject in entities and r.object in entities and r.chunks and _yield()),
         key=lambda r: (r.subject, r.object, r.relation, r.evidence))
     synonyms = sorted((Synonym(min(y.a, y.b), max(y.a, y.b), float(y.similarity))
                        for y in graph.synonyms
@@ -144,6 +146,7 @@ def graph_units(graph: GraphData, chunks: Sequence[ChunkText] = ()) -> list[_Uni
         synonyms.setdefault(y.a, []).append([node_uid(y.b), y.similarity])
         synonyms.setdefault(y.b, []).append([node_uid(y.a), y.similarity])
     for key, e in graph.entities.items():
+        checkpoint()
         header = node_header(e.name, e.aliases)
         text = header + ("\n" + e.description if e.description else "")
         covers = sorted({_row(k) for k in e.mentions} | {_row(k) for k in e.about})
@@ -154,6 +157,7 @@ def graph_units(graph: GraphData, chunks: Sequence[ChunkText] = ()) -> list[_Uni
                 "spans": _spans(e.spans, text, len(header) + 1, texts)}
         units.append(_Unit(node_uid(key), NODE, text, meta, covers))
     for uid, r in zip(triplet_uids(graph), graph.relations):
+        checkpoint()
         subject, obj = graph.entities[r.subject], graph.entities[r.object]
         # An offline relation is the words between two mentions: shown in reading order.
         swap = object_first(subject, obj, r)
@@ -249,11 +253,15 @@ def graph_from_rows(rows: Sequence[tuple[str, str, str, str]],
 
 def _graph_from_rows(rows: Sequence[tuple[str, str, str, str]],
                      chunk_docs: Mapping[str, str]) -> GraphData | None:
-    metas = [(uid, unit, text, _loads(m)) for uid, unit, text, m in rows]
+    metas = []
+    for uid, unit, text, m in rows:
+        checkpoint()
+        metas.append((uid, unit, text, _loads(m)))
     entities: dict[str, Entity] = {}
     key_of: dict[str, str] = {}
     pairs: dict[tuple[str, str], float] = {}
     for uid, unit, text, m in metas:
+        checkpoint()
         if unit == NODE:
             key_of[uid] = m["key"]
             entities[m["key"]] = entity_of(text, m)
@@ -265,9 +273,11 @@ def _graph_from_rows(rows: Sequence[tuple[str, str, str, str]],
                 if other in key_of:  # a partner that is not visible here takes its edge along
                     a, b = sorted((key_of[uid], key_of[other]))
                     pairs[(a, b)] = float(similarity)
-    relations = [relation_of(text, m) for _uid, unit, text, m in metas
-                 if unit == TRIPLET and m["subject_key"] in entities
-                 and m["object_key"] in entities]
+    relations = []
+    for _uid, unit, text, m in metas:
+        if unit == TRIPLET and m["subject_key"] in entities and m["object_key"] in entities:
+            checkpoint()
+            relations.append(relation_of(text, m))
     relations.sort(key=relation_order)
     return GraphData(dict(sorted(entities.items())), relations,
                      [Synonym(a, b, s) for (a, b), s in sorted(pairs.items())], dict(chunk_docs))
@@ -579,6 +589,12 @@ def _close(old: Any, new: Any, tolerance: float) -> bool:
         return isinstance(old, list) and len(old) == len(new) and all(
             _close(a, b, tolerance) for a, b in zip(old, new))
     return bool(old == new)
+
+
+def _yield() -> bool:
+    """A checkpoint inside a comprehension's condition (always true)."""
+    checkpoint()
+    return True
 
 
 def _unit(v: np.ndarray) -> np.ndarray:

@@ -7,12 +7,15 @@ levels, its filterable fields, its scoring indexes (:class:`~.store.memindex.Uni
 built from the docstore and cached per version), its knowledge graph and PageRank view,
 its communities, and whether a derived kind lags the documents it was built from.
 
-A committed version never changes, so everything cached per version stays valid; a write
-drops the index cache (:meth:`Catalog.invalidate`) only to bound memory.
+A committed version never changes, so everything cached per version stays valid. A commit
+made in this process is followed (:meth:`Catalog.follow`): before the write returns, the
+committer prepares the new version's hot scoring indexes and graph view from the last ones,
+so the reads after a write find it ready instead of paying for it (issue 24).
 """
 
 from __future__ import annotations
 
+import logging
 import re
 import threading
 from collections import OrderedDict
@@ -42,12 +45,15 @@ if TYPE_CHECKING:
     from .graph.ppr import GraphView
 
 Kinds = list[tuple[str, int]]
+log = logging.getLogger(__name__)
 
 # Scoring indexes kept in memory: the current version of a few unit kinds, plus pinned ones.
 INDEX_CACHE = 6
 # A pool's index is merged from the previous version's while fewer than this share of its
 # rows changed (a merge moves every row once; past that, reading the rows whole is as cheap).
 MERGE_SHARE = 0.25
+# Pools a commit prepares (:meth:`Catalog.follow`): the ones read most recently, at most this many.
+HOT_POOLS = 4
 # Graphs (and their PageRank views, and communities) kept in memory: the current version plus
 # a pinned one.
 GRAPH_CACHE = 2
@@ -150,6 +156,9 @@ class Catalog:
         # The newest index of each pool, kept past ``invalidate``: the next version's index
         # is merged from it.
         self._bases: dict[tuple[tuple[str, int], ...], UnitIndex] = {}
+        # The pools read most recently, last at the end: what a commit prepares.
+        self._hot: OrderedDict[tuple[tuple[str, int], ...], None] = OrderedDict()
+        self._hot_lock = threading.Lock()  # never held while an index builds
         self._offered: tuple[tuple[int, tuple[str, ...]], dict[str, tuple[int, ...]]] | None = None
         self.kinds = KindCounts(store)
         self._graph_lock = threading.Lock()
@@ -159,6 +168,9 @@ class Catalog:
         self.follow_writes = True
         self._per_version: dict[str, OrderedDict[int, Any]] = {
             "graph": OrderedDict(), "view": OrderedDict(), "communities": OrderedDict()}
+        # One load per name at a time: a read that comes while a commit prepares the same
+        # version waits for it instead of doing the work twice.
+        self._load_locks = {name: threading.Lock() for name in self._per_version}
 
     # --- versions ---------------------------------------------------------------------
 
@@ -204,14 +216,53 @@ class Catalog:
     # --- unit indexes -----------------------------------------------------------------
 
     def invalidate(self) -> None:
-        """Drop the cached scoring indexes (after a write: they only bound memory)."""
+        """Drop the cached scoring indexes (they only bound memory)."""
         with self._index_lock:
             self._indexes.clear()
+
+    def follow(self, version: int) -> None:
+        """Prepare ``version``, just committed by this process, from the versions held.
+
+        The scoring indexes of the :data:`HOT_POOLS` pools read most recently are merged
+        from their last index (or taken as they are when none of their rows changed), and
+        the graph, its PageRank view and the communities are patched or loaded when an
+        older version of them is held. Indexes of older versions are dropped (a pinned read
+        rebuilds its own). The committer calls this before its write returns, so the reads
+        after a write find the version ready; a read that comes meanwhile waits for the
+        same work instead of repeating it. With ``follow_writes`` off it only drops.
+        """
+        with self._index_lock:
+            for key in [key for key in self._indexes if key[1] < version]:
+                del self._indexes[key]
+        with self._hot_lock:
+            pools = list(self._hot)
+        if not self.follow_writes:
+            return
+        try:
+            for kinds in pools:
+                self._index_at(list(kinds), version)
+            for name, load in (("view", self.graph_view), ("communities", self.communities)):
+                with self._graph_lock:
+                    held = any(v < version for v in self._per_version[name])
+                if held:
+                    load(version)
+        except Exception as exc:  # noqa: BLE001 - the write committed; a read redoes this work
+            log.warning("could not prepare index version v%d after a commit (the next read "
+                        "builds it): %s", version, exc)
 
     def index(self, kinds: Kinds, version: int | None = None) -> UnitIndex:
         """The scoring index of a pool of (unit, level) kinds as of ``version`` (default:
         the current one), cached."""
         v = self.current_version() if version is None else version
+        pool = tuple(kinds)
+        with self._hot_lock:
+            self._hot[pool] = None
+            self._hot.move_to_end(pool)
+            while len(self._hot) > HOT_POOLS:
+                self._hot.popitem(last=False)
+        return self._index_at(kinds, v)
+
+    def _index_at(self, kinds: Kinds, v: int) -> UnitIndex:
         key = (tuple(kinds), v)
         index = self._indexes.get(key)
         if index is not None:
@@ -228,23 +279,27 @@ class Catalog:
     def _build_index(self, kinds: Kinds, version: int) -> UnitIndex:
         count = sum(n for u, lv, n in self.unit_kinds(version) if (u, lv) in kinds)
         with_vectors = self._in_memory and count <= self.config.dense_exact_max
-        arrays = self._followed_arrays(kinds, version, with_vectors)
-        if arrays is None:
-            arrays = self.store.unit_arrays(kinds, version, with_vectors=with_vectors)
-        index = UnitIndex("+".join(f"{u}/{lv}" for u, lv in kinds), arrays,
-                          self.store.vocab_size(), k1=self.config.bm25_k1, b=self.config.bm25_b,
-                          postings=self._in_memory, kinds=tuple(kinds), version=version)
         base = self._bases.get(tuple(kinds))
+        followed = self._followed_arrays(base, kinds, version, with_vectors)
+        if base is not None and followed is base:  # none of the pool's rows changed
+            index = base.at_version(version)
+        else:
+            arrays = (followed if isinstance(followed, UnitArrays) else
+                      self.store.unit_arrays(kinds, version, with_vectors=with_vectors))
+            index = UnitIndex("+".join(f"{u}/{lv}" for u, lv in kinds), arrays,
+                              self.store.vocab_size(), k1=self.config.bm25_k1,
+                              b=self.config.bm25_b, postings=self._in_memory,
+                              kinds=tuple(kinds), version=version)
         if base is None or base.version < version:
             self._bases[tuple(kinds)] = index
         return index
 
-    def _followed_arrays(self, kinds: Kinds, version: int,
-                         with_vectors: bool) -> UnitArrays | None:
-        """The pool's arrays at ``version`` merged from the newest older index of the same
-        pool and the rows changed since (``store/unit_merge.py``); None without such an
-        index or when more than :data:`MERGE_SHARE` of its rows changed."""
-        base = self._bases.get(tuple(kinds))
+    def _followed_arrays(self, base: UnitIndex | None, kinds: Kinds, version: int,
+                         with_vectors: bool) -> UnitArrays | UnitIndex | None:
+        """The pool's arrays at ``version`` merged from ``base``, the newest older index of
+        the same pool, and the rows changed since (``store/unit_merge.py``); ``base`` itself
+        when no row changed; None without such an index or when more than
+        :data:`MERGE_SHARE` of its rows changed."""
         if (not self.follow_writes or base is None or base.version >= version
                 or (base.vectors is not None) != with_vectors):
             return None
@@ -252,6 +307,8 @@ class Catalog:
         if delta is None:
             return None
         new, gone = delta
+        if not len(new.rowids) and not len(gone):
+            return base
         if len(new.rowids) + len(gone) > MERGE_SHARE * max(1, base.size):
             return None
         return merged_arrays(base.arrays, gone, new)
@@ -382,11 +439,15 @@ class Catalog:
             if v in cache:
                 cache.move_to_end(v)
                 return cache[v]
-        value = load(v)
-        with self._graph_lock:
-            cache[v] = value
-            while len(cache) > GRAPH_CACHE:
-                cache.popitem(last=False)
+        with self._load_locks[name]:
+            with self._graph_lock:
+                if v in cache:
+                    return cache[v]
+            value = load(v)
+            with self._graph_lock:
+                cache[v] = value
+                while len(cache) > GRAPH_CACHE:
+                    cache.popitem(last=False)
         return value
 
     def graph_data(self, version: int | None = None) -> GraphData | None:

@@ -34,6 +34,7 @@ from .models.analyzer import term_counts
 from .models.embedder import TimedEmbedder
 from .models.tokenizer import count_tokens
 from .pipeline.trust import InjectionScreen
+from .read_first import checkpoint
 from .store.docstore import Docstore
 from .store.writes import UnitRecord
 
@@ -137,6 +138,7 @@ def diff_units(stored: list[dict[str, Any]], new: Iterable[U], *, uid: Callable[
     reuse: dict[str, dict[str, Any]] = {}
     seen: set[str] = set()
     for u in new:
+        checkpoint()
         key = uid(u)
         seen.add(key)
         row = live.get(key)

@@ -19,6 +19,7 @@ from .catalog import BuildFailures, Catalog
 from .catchup import CatchUp
 from .derived import DerivedBuilder, DerivedReport, builder_kinds
 from .heap import release_free_memory
+from .read_first import ReadFirst
 from .store.recall import RecallBackend
 
 
@@ -33,8 +34,10 @@ class BuilderSet:
     """
 
     def __init__(self, builders: Mapping[str, DerivedBuilder[Any]], *, catalog: Catalog,
-                 recall: RecallBackend, write_lock: threading.Lock) -> None:
+                 recall: RecallBackend, write_lock: threading.Lock,
+                 read_first: ReadFirst) -> None:
         self.builders = dict(builders)
+        self._read_first = read_first
         self._catalog = catalog
         self._recall = recall
         self._write_lock = write_lock
@@ -56,17 +59,16 @@ class BuilderSet:
         for builder in self.builders.values():
             if only is not None and only not in builder_kinds(builder):
                 continue
-            with self._build_lock:
+            with self._build_lock, self._read_first.building():
                 report = builder.update(full=full)
-                self._catalog.invalidate()
                 if report.contended:
                     with self._write_lock:
                         report = builder.update(full=full)
-                        self._catalog.invalidate()
                     report.contended = True
             reports.append(report)
             if report.version is not None:
                 self._recall.after_commit()
+                self._catalog.follow(report.version)
         release_free_memory()
         return reports
 

@@ -44,6 +44,7 @@ from .models import calls
 from .pipeline.confidence import Calibrator
 from .pipeline.retriever import Retriever
 from .pipeline.trust import InjectionScreen
+from .read_first import ReadFirst
 from .sessions import SessionStore
 from .store.chroma import ChromaVectors
 from .store.docstore import Docstore
@@ -148,8 +149,11 @@ class Engine:
         self._write_lock = threading.Lock()
         ctx = BuildContext(store=self.store, embedder=self.embedder, screen=self.screen,
                            llm=self._llm)
+        # Reads in flight; a derived build pauses for them (rcp_agentic/read_first.py).
+        self.read_first = ReadFirst()
         builders = BuilderSet(make_builders(ctx, self.config), catalog=self.catalog,
-                              recall=self.recall, write_lock=self._write_lock)
+                              recall=self.recall, write_lock=self._write_lock,
+                              read_first=self.read_first)
         self.derived = DerivedUpdates(builders, directory=self.path,
                                       inline=self.config.derived_updates == "inline",
                                       failures=self.failures)
@@ -340,13 +344,15 @@ class Engine:
         document; ``filter`` (§8); ``min_score``; ``include_text``; ``include_vectors``.
         The result's ``to_wire()`` is the exact RCP result object.
         """
-        return self.retriever.retrieve(query, k, **options)
+        with self.read_first.reading():
+            return self.retriever.retrieve(query, k, **options)
 
     def retrieve_params(self, raw: dict[str, Any],
                         control: RequestControl | None = None) -> RetrieveResult:
         """``retrieve`` from a raw params object (wire camelCase or snake_case); ``control``
         carries the request's deadline, cancellation and progress."""
-        return self.retriever.retrieve_params(raw, control)
+        with self.read_first.reading():
+            return self.retriever.retrieve_params(raw, control)
 
     def query_terms(self, query: str) -> list[int]:
         """Vocabulary ids of the analysed query terms (unknown terms dropped)."""
@@ -466,10 +472,11 @@ class Engine:
         its frontier). ``filter`` (RCP §8) scopes every op: each text, id and count comes
         only from chunks that pass it. ``control`` carries the request's deadline and
         cancellation (checked between stages)."""
-        return self.graph_ops.graph(op, query=query, k=k, seed_ids=seed_ids, hops=hops,
-                                    level=level, session_id=session_id, cursor=cursor,
-                                    token_budget=token_budget, filter=filter,
-                                    control=control)
+        with self.read_first.reading():
+            return self.graph_ops.graph(op, query=query, k=k, seed_ids=seed_ids, hops=hops,
+                                        level=level, session_id=session_id, cursor=cursor,
+                                        token_budget=token_budget, filter=filter,
+                                        control=control)
 
     def memory_build(self, documents: list[dict[str, Any]] | None = None, *,
                      memory_id: str | None = None, scope: str = "global",
@@ -487,7 +494,8 @@ class Engine:
                       control: RequestControl | None = None) -> MemoryRecallResult:
         """RCP ``memory/recall`` (§7.17): clues (seed node ids, surrogate queries) and draft
         hits, all from chunks that pass ``filter``."""
-        return self.graph_ops.memory_recall(query, memory_id=memory_id,
-                                            session_id=session_id, n=n, filter=filter,
-                                            control=control)
+        with self.read_first.reading():
+            return self.graph_ops.memory_recall(query, memory_id=memory_id,
+                                                session_id=session_id, n=n, filter=filter,
+                                                control=control)
 

@@ -135,6 +135,7 @@ class Ingest:
         if batch:
             write(batch, [])
         if result.ids:
+            self.catalog.follow(self.store.index_version())
             self._after_write(result)
         result.index_version = f"v{self.store.index_version()}"
         result.seconds = time.perf_counter() - start
@@ -306,9 +307,10 @@ class Ingest:
                 if missing:
                     raise NotFound(f"no such document(s): {', '.join(missing[:10])}",
                                    field="ids", ids=missing[:100])
-            deleted, _version = self.store.delete_documents(ids)
+            deleted, version = self.store.delete_documents(ids)
             self.catalog.invalidate()
         self.recall.after_commit()
         if deleted:
+            self.catalog.follow(version)
             self.derived.after_write()
         return deleted

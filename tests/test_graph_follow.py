@@ -25,6 +25,7 @@ from rcp_agentic.graph.ppr import GraphView
 
 from rcp_agentic import Engine
 from rcp_agentic import catalog as catalog_module
+from rcp_agentic.catalog import Catalog
 from rcp_agentic.store.memindex import UnitIndex
 
 WIKI = REPO / "examples" / "wiki"
@@ -212,6 +213,40 @@ def test_filtered_graph_recall_follows(built: Path, tmp_path: Path, embedder: An
         v = eng.store.index_version()
         eng.add_documents([{"id": "new/a", "text": POOL[5], "meta": {"lang": "no"}}])
         assert_follows(eng, v, filter={"field": "lang", "op": "eq", "value": "no"})
+
+
+@pytest.mark.parametrize("updates", ["inline", "background"])
+def test_a_commit_prepares_the_reads_after_it(built: Path, tmp_path: Path, embedder: Any,
+                                              monkeypatch: pytest.MonkeyPatch,
+                                              updates: str) -> None:
+    """The committer prepares the version it committed (``Catalog.follow``): the graph-recall
+    retrieve after a write (inline builders) and after the background graph caught up
+    builds no scoring index and no PageRank view, and returns what a full load does."""
+    with opened(built, tmp_path / "e", embedder, updates) as eng:
+        eng.retrieve(QUERIES[0], k=8, graph_recall=True)  # the chunk pool and view are hot
+        built_now: list[tuple[str, int]] = []
+        build_index, make_view = Catalog._build_index, Catalog._make_graph_view
+
+        def counted_index(self: Catalog, kinds: Any, version: int) -> Any:
+            built_now.append(("index", version))
+            return build_index(self, kinds, version)
+
+        def counted_view(self: Catalog, version: int) -> Any:
+            built_now.append(("view", version))
+            return make_view(self, version)
+
+        monkeypatch.setattr(Catalog, "_build_index", counted_index)
+        monkeypatch.setattr(Catalog, "_make_graph_view", counted_view)
+        for i, text in enumerate(POOL[:3]):
+            eng.add_documents([{"id": f"prep/{i}", "text": text}])
+            eng.wait_for_derived(300)
+            v = eng.store.index_version()
+            assert ("view", v) in built_now  # prepared by the commit ...
+            mark = len(built_now)
+            got = hits(eng, v)
+            assert built_now[mark:] == []    # ... so the read built nothing
+            with full_loads(eng):
+                assert_same_ranking(got, hits(eng, v))
 
 
 @pytest.mark.keeps_limits

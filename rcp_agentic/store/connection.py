@@ -1,5 +1,11 @@
-"""The docstore's one SQLite connection, shared by its parts: WAL mode behind a lock, write
-transactions that wait for other processes, and notice of their commits.
+"""The docstore's SQLite connections, shared by its parts: one for writes behind a lock (WAL
+mode), a few for reads, write transactions that wait for other processes, and notice of
+their commits.
+
+Reads go to a small pool of their own connections (WAL lets them read beside a writer), so
+a derived builder reading every live unit (hundreds of ms at SciFact scale) does not hold
+up a retrieve's reads; a thread inside a write transaction reads through the writer's
+connection, where its own uncommitted rows are.
 
 Several processes may open one engine directory (a server that stays open while
 ``rcp-agentic index`` writes into it, or two writers at once). SQLite serialises them: a
@@ -12,6 +18,7 @@ their next read: :meth:`Connection.refresh` notices another connection's commit
 
 from __future__ import annotations
 
+import queue
 import sqlite3
 import threading
 import time
@@ -27,6 +34,8 @@ from .schema import install
 BUSY_TIMEOUT_SECONDS = 30.0
 # SQLite's own wait per attempt (ms): short, because this process's lock is held meanwhile.
 _BUSY_SLICE_MS = 100
+# Read connections beside the writer's: one for a builder's long reads, one for requests.
+READERS = 2
 
 
 class Follower(Protocol):
@@ -43,12 +52,17 @@ class Follower(Protocol):
 
 
 class Connection:
-    """A thread-safe SQLite connection in WAL mode: one connection behind a lock."""
+    """Thread-safe SQLite in WAL mode: the writer's connection behind a lock, and a pool of
+    :data:`READERS` read connections (module doc)."""
 
     def __init__(self, path: Path, *, busy_timeout: float = BUSY_TIMEOUT_SECONDS) -> None:
         self.path = path
         self.busy_timeout = busy_timeout
         self.lock = threading.RLock()
+        self._writing: int | None = None  # the thread inside a write transaction
+        self._readers: queue.LifoQueue[sqlite3.Connection] = queue.LifoQueue()
+        self._opened: list[sqlite3.Connection] = []
+        self._readers_lock = threading.Lock()
         # Opening may meet another process creating the schema: wait for it in full.
         self.db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None,
                                   timeout=busy_timeout)
@@ -67,6 +81,10 @@ class Connection:
     def close(self) -> None:
         with self.lock:
             self.db.close()
+        with self._readers_lock:
+            for reader in self._opened:
+                reader.close()
+            self._opened.clear()
 
     def _read_data_version(self) -> int:
         return int(self.db.execute("PRAGMA data_version").fetchone()[0])
@@ -118,6 +136,7 @@ class Connection:
         on rollback they forget what this transaction added.
         """
         self._begin()
+        outer, self._writing = self._writing, threading.get_ident()
         try:
             try:
                 for follower in self._followers:
@@ -130,16 +149,45 @@ class Connection:
                     follower.rollback()
                 raise
         finally:
+            self._writing = outer
             self.lock.release()
 
     def query(self, sql: str, params: Iterable[Any] = ()) -> list[tuple[Any, ...]]:
-        with self.lock:
-            try:
-                return self.db.execute(sql, tuple(params)).fetchall()
-            except sqlite3.OperationalError as exc:
-                if _is_busy(exc):  # WAL readers wait only while another process recovers
-                    raise _busy_error(_BUSY_SLICE_MS / 1000.0, write=False) from exc
-                raise
+        """Every row of one read: on a read connection, or on the writer's inside a write
+        transaction of this thread (which sees its own rows)."""
+        if self._writing == threading.get_ident():
+            with self.lock:
+                return _fetch(self.db, sql, params)
+        reader = self._reader()
+        try:
+            return _fetch(reader, sql, params)
+        finally:
+            self._readers.put(reader)
+
+    def _reader(self) -> sqlite3.Connection:
+        """A read connection from the pool (opened on first need, at most :data:`READERS`)."""
+        try:
+            return self._readers.get_nowait()
+        except queue.Empty:
+            pass
+        with self._readers_lock:
+            if len(self._opened) < READERS:
+                reader = sqlite3.connect(str(self.path), check_same_thread=False,
+                                         isolation_level=None, timeout=self.busy_timeout)
+                reader.execute(f"PRAGMA busy_timeout={_BUSY_SLICE_MS}")
+                reader.execute("PRAGMA query_only=ON")
+                self._opened.append(reader)
+                return reader
+        return self._readers.get()
+
+
+def _fetch(db: sqlite3.Connection, sql: str, params: Iterable[Any]) -> list[tuple[Any, ...]]:
+    try:
+        return db.execute(sql, tuple(params)).fetchall()
+    except sqlite3.OperationalError as exc:
+        if _is_busy(exc):  # WAL readers wait only while another process recovers
+            raise _busy_error(_BUSY_SLICE_MS / 1000.0, write=False) from exc
+        raise
 
 
 def _is_busy(exc: sqlite3.OperationalError) -> bool:

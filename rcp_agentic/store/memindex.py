@@ -10,6 +10,7 @@ query, most of the latency budget); this costs a fraction of that.
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 from typing import Any
 
@@ -124,6 +125,13 @@ class UnitIndex:
                                                              self.indptr[present])
             self.post_rows = np.zeros(0, dtype=np.int32)
             self.post_impact = np.zeros(0, dtype=np.float32)
+
+    def at_version(self, version: int) -> UnitIndex:
+        """This index as the snapshot of a later ``version`` at which none of its rows
+        changed (its arrays shared, not copied)."""
+        later = copy.copy(self)
+        later.version = version
+        return later
 
     def kind_positions(self, unit: str, level: int) -> np.ndarray:
         """Positions of the rows of one (unit, level) in this pool."""

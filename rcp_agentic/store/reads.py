@@ -9,6 +9,7 @@ without invalidation.
 from __future__ import annotations
 
 import json
+import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -16,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from ..read_first import checkpoint
 from ..units import derived_kinds
 from ..vocabulary import TRUST_LEVELS, TrustLevel
 from .connection import Connection
@@ -67,6 +69,7 @@ class Reader:
         self._info = info
         self._rows: OrderedDict[int, dict[str, Any]] = OrderedDict()
         self._filtered: OrderedDict[tuple[Any, ...], np.ndarray] = OrderedDict()
+        self._cache_lock = threading.Lock()  # the two caches above (not the writer's lock)
 
     def unit_kinds(self, version: int | None = None) -> list[tuple[str, int, int]]:
         """(unit, level, count) of every kind of unit visible at ``version`` (default: current)."""
@@ -191,7 +194,7 @@ class Reader:
                       rows: Callable[[], list[tuple[Any, ...]]]) -> np.ndarray:
         """The rowids ``rows()`` selects, kept under ``key`` (which names a committed version:
         what it selects there never changes); read-only, shared by every caller."""
-        with self._conn.lock:
+        with self._cache_lock:
             cached = self._filtered.get(key)
             if cached is not None:
                 self._filtered.move_to_end(key)
@@ -199,7 +202,7 @@ class Reader:
         found = rows()
         out = np.fromiter((r[0] for r in found), dtype=np.int64, count=len(found))
         out.flags.writeable = False
-        with self._conn.lock:
+        with self._cache_lock:
             self._filtered[key] = out
             while len(self._filtered) > _FILTER_CACHE:
                 self._filtered.popitem(last=False)
@@ -236,7 +239,7 @@ class Reader:
         """
         out: dict[int, dict[str, Any]] = {}
         missing: list[int] = []
-        with self._conn.lock:
+        with self._cache_lock:
             for r in rowids:
                 row = self._rows.get(r)
                 if row is None:
@@ -261,7 +264,7 @@ class Reader:
             derived = [r for r, row in fresh.items() if row["doc_id"] is None]
             if derived:
                 self._hydrate_derived(derived, fresh)
-            with self._conn.lock:
+            with self._cache_lock:
                 for r, row in fresh.items():
                     out[r] = self._rows[r] = row
                 while len(self._rows) > _ROW_CACHE:
@@ -362,9 +365,12 @@ class Reader:
                 "SELECT c.urow, c.leaf FROM covers c JOIN units u ON u.rowid = c.urow"
                 " WHERE u.unit = ? AND u.v_to IS NULL ORDER BY c.urow, c.leaf", (unit,)):
             covers.setdefault(urow, []).append(leaf)
-        return [{"rowid": r, "uid": uid, "level": lv, "tokens": tk, "text": text,
-                 "umeta": load_json(m) if m else {}, "covers": covers.get(r, [])}
-                for r, uid, lv, tk, text, m in rows]
+        out = []
+        for r, uid, lv, tk, text, m in rows:
+            checkpoint()
+            out.append({"rowid": r, "uid": uid, "level": lv, "tokens": tk, "text": text,
+                        "umeta": load_json(m) if m else {}, "covers": covers.get(r, [])})
+        return out
 
     def derived_rows(self, kinds: Sequence[str], version: int) -> list[tuple[str, str, str, str]]:
         """(uid, unit, text, umeta JSON) of every unit of the derived ``kinds`` valid at
