@@ -96,6 +96,8 @@ class GraphCache:
     title_hits: dict[str, tuple[RawMention, ...]] = field(default_factory=dict)
     lexicon: frozenset[str] = frozenset()           # the titles the hits were scanned for
     name_vectors: dict[str, np.ndarray] = field(default_factory=dict)
+    # Token counts of the sentences descriptions are made of, kept to the current ones.
+    sentence_tokens: dict[str, int] = field(default_factory=dict)
     stats: BuildStats = field(default_factory=BuildStats)
 
 
@@ -476,7 +478,11 @@ def _add_descriptions(entities: dict[str, Entity], tally: _Tally, cache: GraphCa
             by_entity[k].append(si)
     sent_texts = [" ".join(cache.chunks[s.chunk].text[s.start:s.end].split())
                   for s in tally.sents]
-    sent_tokens = dict(zip(sent_texts, count_tokens_batch(sent_texts)))
+    known = cache.sentence_tokens
+    new = sorted({t for t in sent_texts if t not in known})
+    sent_tokens = {t: known[t] for t in sent_texts if t in known}
+    sent_tokens.update(zip(new, count_tokens_batch(new)))
+    cache.sentence_tokens = sent_tokens
     for k, e in entities.items():
         checkpoint()
         if tally.llm_desc.get(k):
