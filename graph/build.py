@@ -139,11 +139,12 @@ def update_graph(cache: GraphCache, extractor: Extractor, *, added: Sequence[Chu
         cache.extractions.pop(key, None)
         cache.title_hits.pop(key, None)
     added = sorted({c.key: c for c in added}.values(), key=lambda c: _rowid_order(c.key))
-    for c in added:
+    # Extract first: an extractor that fails (an LLM down, a spent budget) leaves the cache
+    # as it was, so the next build retries these chunks.
+    extracted = extractor.extract(added) if added else []
+    for c, x in zip(added, extracted):
         cache.chunks[c.key] = c
-    if added:
-        for c, x in zip(added, extractor.extract(added)):
-            cache.extractions[c.key] = x
+        cache.extractions[c.key] = x
     stats.chunks_extracted = len(added)
 
     titles = {title_key(e): e for c in cache.chunks.values() if c.title

@@ -13,6 +13,7 @@ from .corpus.metadata import is_valid_field_name
 from .derived import BuildContext, DerivedBuilder
 from .errors import EmbeddingMismatch, InvalidParams
 from .models.embedder import SentenceTransformerEmbedder, TimedEmbedder, as_embedder
+from .models.llm import ChatLLM
 from .models.reranker import CrossEncoderReranker, Reranker, as_reranker
 from .pipeline.confidence import Calibrator
 from .store.docstore import Docstore
@@ -85,6 +86,26 @@ def check_directory(store: Docstore, config: EngineConfig, embedder: TimedEmbedd
     if changed:
         with store.transaction() as db:
             store.set_fields(db, changed, "declared")
+
+
+def open_llm(llm: Any, config: EngineConfig, store: Docstore,
+             suspected: Any = None) -> ChatLLM | None:
+    """The engine's door to its LLM (None: offline): ``llm`` given in code, else the
+    endpoint ``config`` names; build replies cached in ``store``, replies screened by
+    ``suspected``, calls bounded by the ``llm_*`` settings."""
+    from .models.endpoint import endpoint_from_config
+    from .models.llm_retry import CallPolicy
+    from .store.llm_cache import LLMCache
+
+    if isinstance(llm, ChatLLM):
+        return llm
+    if llm is None:
+        llm = endpoint_from_config(config)
+        if llm is None:
+            return None
+    policy = CallPolicy(timeout_seconds=config.llm_timeout_seconds, retries=config.llm_retries,
+                        concurrency=config.llm_concurrency)
+    return ChatLLM(llm, policy=policy, cache=LLMCache(store.connection), screen=suspected)
 
 
 def make_recall(store: Docstore, config: EngineConfig, path: Path, engine_id: str,

@@ -5,7 +5,7 @@ unit kinds it serves, its derived status, its graph ops); :func:`build` turns th
 engine's capability objects. A protocol session passes its :class:`TransportLimits` as well:
 the document then also holds what only a server answers (``index``, ``streaming``,
 ``feedback``) and ``x-rcp-agentic.limits`` — the transport's limits, the configuration's
-and, while ``graph`` is offered, the graph's.
+and, while ``graph`` or ``transform`` is offered, theirs.
 """
 
 from __future__ import annotations
@@ -29,6 +29,9 @@ GRAPH_LIMITS = {"maxGraphHops": "MAX_HOPS", "maxGraphNodes": "MAX_NODES",
                 "maxSeedIds": "MAX_SEEDS", "maxClues": "MAX_CLUES",
                 "maxMemoryDocuments": "MAX_MEMORY_DOCS", "maxCommunities": "MAX_COMMUNITIES",
                 "maxSummaryTokens": "MAX_TOKEN_BUDGET"}
+# The most queries one query/transform call returns: its ``n`` is clamped to it (§15.5 asks for
+# a bounded fan-out), advertised as x-rcp-agentic.limits.maxTransformQueries.
+MAX_TRANSFORM_QUERIES = 10
 # The configuration bounds advertised under x-rcp-agentic.limits, by EngineConfig field.
 CONFIG_LIMITS = {"maxQueryChars": "max_query_chars", "maxSessionIdChars": "max_session_id_chars",
                  "sessionMaxBytes": "session_max_bytes", "maxTokenBudget": "max_token_budget",
@@ -44,7 +47,8 @@ class Offer:
 
     ``offered`` maps each stored unit kind served to the levels it holds; ``derived`` is the
     ``x-rcp-agentic.units`` status; ``graph_ops`` is None without a graph; ``memory`` is
-    whether ``memory/build`` can update the graph.
+    whether ``memory/build`` can update the graph; ``transform`` is the query transformations
+    offered (None without an LLM).
     """
 
     config: EngineConfig
@@ -57,6 +61,7 @@ class Offer:
     derived: dict[str, dict[str, Any]]
     graph_ops: list[str] | None = None
     memory: bool = False
+    transform: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -91,12 +96,15 @@ def build(offer: Offer, transport: TransportLimits | None = None) -> dict[str, A
         if offer.memory:
             caps["memory"] = {"scopes": list(MEMORY_SCOPES), "clues": True}
         caps.setdefault(VENDOR, {})["graphRecall"] = True
+    if offer.transform:
+        caps["transform"] = {"methods": list(offer.transform)}
     if transport is not None:
         caps["index"] = {"writable": True, "chunking": True}
         caps["streaming"] = {}
         caps["feedback"] = {}
         caps.setdefault(VENDOR, {})["limits"] = _limits(offer.config, transport,
-                                                        graph="graph" in caps)
+                                                        graph="graph" in caps,
+                                                        transform="transform" in caps)
     return caps
 
 
@@ -120,7 +128,8 @@ def _retrieve(offer: Offer) -> dict[str, Any]:
     return retrieve
 
 
-def _limits(config: EngineConfig, transport: TransportLimits, *, graph: bool) -> dict[str, int]:
+def _limits(config: EngineConfig, transport: TransportLimits, *, graph: bool,
+            transform: bool = False) -> dict[str, int]:
     """``x-rcp-agentic.limits``: bounds RCP has no key for (§6.2)."""
     limits = {"maxBatch": transport.max_batch,
               "requestTimeoutMs": int(transport.request_timeout * 1000)}
@@ -132,4 +141,6 @@ def _limits(config: EngineConfig, transport: TransportLimits, *, graph: bool) ->
 
         limits.update({name: int(getattr(graph_ops, const))
                        for name, const in GRAPH_LIMITS.items()})
+    if transform:
+        limits["maxTransformQueries"] = MAX_TRANSFORM_QUERIES
     return limits

@@ -15,6 +15,7 @@ so the reads after a write find it ready instead of paying for it (issue 24).
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 import threading
@@ -369,6 +370,9 @@ class Catalog:
             error = self.failures.of_kind(name)
             if error:
                 entry["error"] = error
+            llm = self.store.info(f"llm.{name}")
+            if llm:  # what the last build's LLM calls cost
+                entry["llm"] = json.loads(llm)
             out[name] = entry
         if "node" in out:  # composed from the graph: they reflect what the nodes reflect
             for name in units.composed_kinds():
@@ -401,7 +405,7 @@ class Catalog:
                 return (f"{unit} units reflect index version v{reflects}; documents written "
                         f"since (up to v{data_version}) are not folded in yet, and units "
                         "covering changed chunks are left out until the update"
-                        + (f" (its last background update failed: {error}; the next write "
+                        + (f" (its last update failed: {error}; the next write "
                            "retries)" if error else ""))
         return None
 

@@ -158,7 +158,6 @@ class CatchUp:
                     self._cond.notify_all()
 
     def _pass(self) -> None:
-        unit = ""
         try:
             with self._directory_lock() as held:
                 if not held:
@@ -166,12 +165,10 @@ class CatchUp:
                 for unit in self._builders.lagging():  # again: another process may have caught up
                     if self._stopping:
                         return
+                    # The builder set keeps (and clears) each builder's failure.
                     self.reports.extend(self._builders.update(only=unit))
-                    self.failures.clear(unit)
         except Exception as exc:  # noqa: BLE001 - a thread has no caller to raise to
             self.error = exc
-            if unit:
-                self.failures.record(unit, self._builders.kinds(unit), exc)
             log.warning("derived units did not catch up (the next write retries): %s", exc)
 
     @contextmanager

@@ -45,9 +45,71 @@ def _open(args: argparse.Namespace, *, create: bool, catch_up: bool = False,
     if not create and not (path / "engine.db").exists():
         raise InvalidParams(f"no engine at {path}: run `rcp-agentic index PATH --engine {path}` "
                             "first", field="engine")
-    return Engine(path, catch_up=catch_up,
-                  derived_updates=None if catch_up else "inline",
-                  **_backend_overrides(args), **overrides)
+    engine = Engine(path, catch_up=catch_up,
+                    derived_updates=None if catch_up else "inline",
+                    **_backend_overrides(args), **_llm_overrides(args), **overrides)
+    if engine.chat is not None and not catch_up and not getattr(args, "quiet", False):
+        engine.chat.progress = _llm_progress()
+    return engine
+
+
+def _llm_overrides(args: argparse.Namespace) -> dict[str, Any]:
+    """The LLM flags of a command (unset ones leave the engine's saved config)."""
+    return {name: getattr(args, name, None) for name in (
+        "llm_base_url", "llm_model", "llm_api_key_env", "llm_max_tokens", "llm_timeout_seconds",
+        "llm_retries", "llm_concurrency", "llm_build_token_budget")}
+
+
+def _add_llm_args(parser: argparse.ArgumentParser) -> None:
+    llm = parser.add_argument_group(
+        "LLM", "an OpenAI-compatible endpoint for LLM summaries, graph extraction, community "
+        "reports and query transforms (the key is read from the environment, never saved)")
+    llm.add_argument("--llm-base-url", metavar="URL",
+                     help="e.g. http://127.0.0.1:8080/v1 (llama.cpp, vLLM, Ollama) or "
+                     "https://api.openai.com/v1")
+    llm.add_argument("--llm-model", metavar="NAME", help="the model to call")
+    llm.add_argument("--llm-api-key-env", metavar="VAR",
+                     help="environment variable holding the key (default OPENAI_API_KEY)")
+    llm.add_argument("--llm-token-budget", dest="llm_build_token_budget", type=_positive(int),
+                     metavar="N", help="LLM tokens one build may spend; past it the build stops "
+                     "cleanly and the next run goes on from the LLM cache")
+
+
+def _llm_progress() -> Any:
+    """A progress callback drawing one bar per LLM stage on stderr."""
+    from tqdm import tqdm
+
+    bars: dict[str, Any] = {}
+
+    def progress(stage: str, done: int, total: int) -> None:
+        bar = bars.get(stage)
+        if bar is None or bar.total != total:
+            if bar is not None:
+                bar.close()
+            bar = bars[stage] = tqdm(total=total, desc=f"LLM {stage}", unit="call",
+                                     file=sys.stderr, leave=False)
+        bar.n = done
+        bar.refresh()
+        if done >= total:
+            bar.close()
+            del bars[stage]
+
+    return progress
+
+
+def _llm_part(report: Any) -> str:
+    """What a build's LLM calls cost, as a clause (empty without any)."""
+    u = report.llm
+    if not u:
+        return ""
+    fallbacks = sum(u.get("fallbacks", {}).values())
+    extra = [f"{u['cached']} cached"] if u.get("cached") else []
+    if u.get("retries"):
+        extra.append(f"{u['retries']} retried")
+    if fallbacks:
+        extra.append(f"{fallbacks} replies unused")
+    return (f"; LLM: {u['calls']} calls" + (f" ({', '.join(extra)})" if extra else "")
+            + f", {u['promptTokens']:,} prompt + {u['completionTokens']:,} completion tokens")
 
 
 def _backend_overrides(args: argparse.Namespace) -> dict[str, Any]:
@@ -79,7 +141,7 @@ def cmd_index(args: argparse.Namespace) -> int:
     if args.graph:
         _enable(_engine_dir(args.engine), "build_graph")
     engine = _open(args, create=True, build_tree=args.tree or None,
-                   build_graph=args.graph or None)
+                   build_graph=args.graph or None, graph_extractor=args.graph_extractor)
     with tqdm(desc="indexing", unit="doc", disable=args.quiet or None, file=sys.stderr) as bar:
         result = engine.index_paths(args.paths, on_document=lambda _id: bar.update(1),
                                     follow_symlinks=args.follow_symlinks)
@@ -122,6 +184,10 @@ def _enable(path: Path, switch: str) -> None:
 
 def _derived_line(report: Any) -> str:
     """One line saying what a derived-unit builder run did (a ``DerivedReport``)."""
+    return _plain_line(report) + _llm_part(report)
+
+
+def _plain_line(report: Any) -> str:
     if report.unit == "node":
         return _graph_line(report)
     if report.unit == "community":
@@ -535,12 +601,16 @@ def _index_command(sub: Any) -> None:
     idx.add_argument("--engine", metavar="DIR", help="engine directory (default: "
                      "$RCP_AGENTIC_ENGINE or ./.rcp-agentic)")
     _add_backend_args(idx)
+    _add_llm_args(idx)
     idx.add_argument("--follow-symlinks", action="store_true",
                      help="follow symlinks that lead outside the folders given (skipped otherwise)")
     idx.add_argument("--quiet", action="store_true", help="no progress bar")
     idx.add_argument("--tree", action="store_true",
                      help="build a RAPTOR tree (tree-node units) over the chunks, and keep it up "
                      "to date on every later write (saved in the engine's config)")
+    idx.add_argument("--graph-extractor", metavar="NAME",
+                     help="with --graph: 'builtin' (default), 'llm' (the --llm-* endpoint) or "
+                     "'spacy:<pipeline>'")
     idx.add_argument("--graph", action="store_true",
                      help="build a knowledge graph (node and triplet units) over the chunks, and "
                      "keep it up to date on every later write (saved in the engine's config)")
@@ -555,6 +625,7 @@ def _query_command(sub: Any) -> None:
     q.add_argument("text", metavar="TEXT")
     q.add_argument("--engine", metavar="DIR")
     _add_backend_args(q)
+    _add_llm_args(q)
     q.add_argument("--k", type=int, default=5)
     q.add_argument("--mode", choices=list(MODES))
     q.add_argument("--unit", choices=units.known())
@@ -581,6 +652,7 @@ def _tree_command(sub: Any) -> None:
                       "rebuild: build the whole tree again now")
     tree.add_argument("--engine", metavar="DIR")
     _add_backend_args(tree)
+    _add_llm_args(tree)
     tree.add_argument("--samples", type=_at_least_zero, default=2, metavar="N",
                       help="summaries shown per level (%(default)s)")
     tree.set_defaults(func=cmd_tree)
@@ -597,6 +669,7 @@ def _graph_command(sub: Any) -> None:
     graph.add_argument("entity", nargs="*", metavar="ENTITY", help="(show) an entity's name")
     graph.add_argument("--engine", metavar="DIR")
     _add_backend_args(graph)
+    _add_llm_args(graph)
     graph.add_argument("--neighbours", type=_at_least_zero, default=10, metavar="N",
                        help="relations shown (%(default)s)")
     graph.add_argument("--chunks", type=_at_least_zero, default=10, metavar="N",
@@ -631,6 +704,7 @@ def _serve_command(sub: Any) -> None:
     srv.add_argument("--port", type=int, default=8750)
     srv.add_argument("--engine", metavar="DIR")
     _add_backend_args(srv)
+    _add_llm_args(srv)
     srv.add_argument("--no-warm", action="store_true",
                      help="serve at once, loading the model and the index's structures on "
                      "first use (the first requests are slower); by default they are loaded "

@@ -233,6 +233,25 @@ class EngineConfig(BaseModel):
                                "thread and never waits for a thread team)")
     blas_threads: int | None = Field(
         1, ge=1, description="numpy BLAS threads for query-time math (None = leave as is)")
+    llm_base_url: str | None = Field(
+        None, description="an OpenAI-compatible chat endpoint the engine uses as its LLM when "
+        "none is given in code (e.g. http://127.0.0.1:8080/v1); needs llm_model")
+    llm_model: str | None = Field(None, description="the model llm_base_url serves")
+    llm_api_key_env: str = Field(
+        "OPENAI_API_KEY", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", description="the environment "
+        "variable holding the endpoint's key (read when the engine opens; the key itself is "
+        "never saved)")
+    llm_max_tokens: int = Field(512, ge=1, le=32_768, description="completion tokens per call")
+    llm_temperature: float = Field(0.0, ge=0, le=2, description="sampling temperature")
+    llm_timeout_seconds: float = Field(120.0, gt=0, description="one LLM call's timeout")
+    llm_retries: int = Field(4, ge=0, le=20, description="retries of a rate-limited, overloaded "
+                             "or unreachable LLM call (backoff with jitter; Retry-After "
+                             "honoured)")
+    llm_concurrency: int = Field(4, ge=1, le=256, description="LLM calls in flight at most")
+    llm_build_token_budget: int | None = Field(
+        None, ge=1, description="LLM tokens (prompt + completion) one derived build may spend; "
+        "past it the build stops cleanly, the last good build stays served, and the next run "
+        "goes on from the LLM cache (None = no limit)")
 
     def _section(self, section: type[S], prefix: str) -> S:
         """The fields named ``prefix`` + a field of ``section``, as that section."""
@@ -302,7 +321,8 @@ class EngineConfig(BaseModel):
         """Write the persistent part of the configuration to ``engine_dir/config.json``."""
         data = self.model_dump(exclude={"chroma_url", "milvus_token", "torch_threads",
                                         "blas_threads", "query_backend", "query_threads",
-                                        "ingest_nice"})
+                                        "ingest_nice", "llm_timeout_seconds", "llm_retries",
+                                        "llm_concurrency", "llm_build_token_budget"})
         tmp = engine_dir / (CONFIG_FILE + ".tmp")
         tmp.write_text(json.dumps(data, indent=2, sort_keys=True), "utf-8")
         tmp.replace(engine_dir / CONFIG_FILE)

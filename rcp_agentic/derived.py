@@ -22,6 +22,7 @@ LLM) and its own configuration section, never the engine.
 
 from __future__ import annotations
 
+import json
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Mapping
@@ -32,6 +33,8 @@ import numpy as np
 
 from .models.analyzer import term_counts
 from .models.embedder import TimedEmbedder
+from .models.llm import ChatLLM
+from .models.llm_usage import BUILD_STAGES, LLMUsage, StageUsage
 from .models.tokenizer import count_tokens
 from .pipeline.trust import InjectionScreen
 from .read_first import checkpoint
@@ -69,17 +72,22 @@ class DerivedReport:
     # What the build holds, by name (the graph: nodes, triplets, synonyms, chunks read,
     # chunks extracted this run, unit texts embedded this run).
     counts: dict[str, int] = field(default_factory=dict)
+    # What its LLM calls cost (StageUsage.wire(); empty: no LLM asked or answered).
+    llm: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
 class BuildContext:
     """What a builder needs of its engine: the store it reads and writes, the embedder, the
-    injection screen every unit text passes, and the LLM (None: offline)."""
+    injection screen every unit text passes, the LLM (the engine's
+    :class:`~rcp_agentic.models.llm.ChatLLM`; None: offline) and the LLM tokens one build
+    may spend (None: no limit)."""
 
     store: Docstore
     embedder: TimedEmbedder
     screen: InjectionScreen
     llm: Any = None
+    llm_token_budget: int | None = None
 
     def dimension(self) -> int:
         """The embedding dimension (the index's when it has one; else the model's)."""
@@ -180,6 +188,22 @@ class DerivedBuilder(ABC, Generic[S]):
         blocked = self.blocked()
         if blocked is not None:
             return blocked
+        chat = self.ctx.llm
+        if not isinstance(chat, ChatLLM):
+            return self._attempts(full)
+        before = chat.usage.snapshot()
+        spent = StageUsage()
+        try:
+            with chat.budget(self.ctx.llm_token_budget):
+                report = self._attempts(full)
+        finally:
+            # The last build's cost, shown by derived_status (zero when it asked nothing).
+            spent = LLMUsage.since(before, chat.usage.snapshot(), BUILD_STAGES)
+            self.store.set_info(f"llm.{self.unit}", json.dumps(spent.wire()))
+        report.llm = spent.wire()
+        return report
+
+    def _attempts(self, full: bool) -> DerivedReport:
         for _ in range(ATTEMPTS):
             store = self.store
             started = time.perf_counter()

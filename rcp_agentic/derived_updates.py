@@ -54,17 +54,25 @@ class BuilderSet:
                 if self._catalog.lagging(builder_kinds(b))]
 
     def update(self, *, full: bool = False, only: str | None = None) -> list[DerivedReport]:
-        """Run each builder (``only``: the one writing that kind), each result one commit."""
+        """Run each builder (``only``: the one writing that kind), each result one commit. A
+        builder that raises stops the run; its failure is kept (the catalog's ``failures``,
+        shown by ``derived_status``) until it next succeeds."""
         reports = []
-        for builder in self.builders.values():
+        failures = self._catalog.failures
+        for unit, builder in self.builders.items():
             if only is not None and only not in builder_kinds(builder):
                 continue
-            with self._build_lock, self._read_first.building():
-                report = builder.update(full=full)
-                if report.contended:
-                    with self._write_lock:
-                        report = builder.update(full=full)
-                    report.contended = True
+            try:
+                with self._build_lock, self._read_first.building():
+                    report = builder.update(full=full)
+                    if report.contended:
+                        with self._write_lock:
+                            report = builder.update(full=full)
+                        report.contended = True
+            except Exception as exc:
+                failures.record(unit, builder_kinds(builder), exc)
+                raise
+            failures.clear(unit)
             reports.append(report)
             if report.version is not None:
                 self._recall.after_commit()

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .assembly import (CALIBRATION_FILE, check_directory, make_builders, make_graph_ops,
-                       make_recall, open_models)
+                       make_recall, open_llm, open_models)
 from .bounded import ByteBudget
 from .capabilities import Offer, build as build_capabilities
 from .catalog import BuildFailures, Catalog
@@ -38,9 +38,10 @@ from .control import RequestControl
 from .corpus.loaders import SkippedFile
 from .derived import BuildContext, DerivedBuilder, DerivedReport
 from .derived_updates import BuilderSet, DerivedUpdates
-from .errors import EmbeddingMismatch
+from .errors import CapabilityMissing, EmbeddingMismatch
 from .ingest import AddResult, Ingest
 from .models import calls
+from .models.llm import ChatLLM
 from .pipeline.confidence import Calibrator
 from .pipeline.retriever import Retriever
 from .pipeline.trust import InjectionScreen
@@ -50,10 +51,12 @@ from .store.chroma import ChromaVectors
 from .store.docstore import Docstore
 from .store.feedback import FeedbackLog
 from .store.recall import EmbeddedRecall
+from .vocabulary import TRANSFORM_METHODS
 from .warm import WARM_QUERY, WarmReport, warm_models
 from .wire import RerankResult, RetrieveResult
 
 if TYPE_CHECKING:
+    from .agentic.transform import Transformed
     from .graph.community_index import CommunityStore
     from .graph.model import GraphData
     from .graph.ops import GraphOps
@@ -100,9 +103,9 @@ class Engine:
             self.config.save(self.path)
         models = open_models(self.config, self.path, embedder, reranker)
         self.embedder, self.reranker = models.embedder, models.reranker
-        # The LLM the engine was opened with (None: offline): builders write abstractive
-        # summaries and reports with it, the community ops map-reduce with it.
+        # The LLM the engine was opened with (None: offline; see ``chat``).
         self._llm = llm
+        self.chat: ChatLLM | None = None
         self.screen = InjectionScreen()
         # One byte budget for everything session-scoped: retrieve's sessions here, the graph
         # memory and DRIFT frontiers (graph/ops.py, graph/drift.py) draw on it too.
@@ -131,6 +134,7 @@ class Engine:
         self._secret = bytes.fromhex(self.store.info_default("cursor_secret",
                                                              secrets.token_hex(32)))
         self.recall = make_recall(self.store, self.config, self.path, engine_id, self.dimension)
+        self.chat = open_llm(self._llm, self.config, self.store, self._suspected)
         # Composers of the composed kinds (path, subgraph) by name, set by the graph ops. A
         # composed kind is offered only while its composer is set here and the served
         # version holds a graph.
@@ -143,12 +147,12 @@ class Engine:
                                    embedder=self.embedder, reranker=self.reranker,
                                    calibrator=calibrator, sessions=self.sessions,
                                    config=self.config, composers=self.composers,
-                                   secret=self._secret)
+                                   secret=self._secret, chat=lambda: self.chat)
         # A Chroma or Milvus that is down leaves the engine open, degraded.
         self.recall.after_commit()
         self._write_lock = threading.Lock()
         ctx = BuildContext(store=self.store, embedder=self.embedder, screen=self.screen,
-                           llm=self._llm)
+                           llm=self.chat, llm_token_budget=self.config.llm_build_token_budget)
         # Reads in flight; a derived build pauses for them (rcp_agentic/read_first.py).
         self.read_first = ReadFirst()
         builders = BuilderSet(make_builders(ctx, self.config), catalog=self.catalog,
@@ -214,15 +218,32 @@ class Engine:
 
     @property
     def llm(self) -> Any:
-        """The LLM (a LangChain chat model or LlamaIndex LLM; None: offline). Builders took it
-        at open; the community ops use the one set here."""
+        """The LLM given (a LangChain chat model or LlamaIndex LLM; None: offline, or the
+        endpoint the configuration names, see ``chat``). Builders took it at open; the
+        community ops use the one set here."""
         return self._llm
 
     @llm.setter
     def llm(self, llm: Any) -> None:
         self._llm = llm
+        self.chat = open_llm(llm, self.config, self.store, self._suspected)
         if self._graph_ops is not None:
-            self._graph_ops.ctx.llm = llm
+            self._graph_ops.ctx.llm = self.chat
+
+    def _suspected(self, text: str) -> bool:
+        """Whether the injection screen flags ``text`` (an LLM reply)."""
+        return self.screen.screen(text).suspected
+
+    def llm_usage(self) -> dict[str, Any]:
+        """What the engine's LLM cost since it opened, by stage (calls, cache hits, retries,
+        failures, tokens, fallbacks), and the LLM cache's entries by stage; ``{}``
+        offline."""
+        if self.chat is None:
+            return {}
+        cache = self.chat.cache
+        return {"model": self.chat.identity,
+                "stages": {k: v.wire() for k, v in sorted(self.chat.usage.snapshot().items())},
+                "cached": cache.stats() if cache is not None else {}}
 
     @property
     def calibrator(self) -> Calibrator | None:
@@ -402,9 +423,21 @@ class Engine:
             embedder_identity=self.embedder.identity, reranker=self.reranker,
             calibrated=self.calibrator is not None, filter_fields=self.filter_fields(),
             derived=self.derived_status(), graph_ops=self.graph_ops.ops() if graph else None,
-            memory=graph and "node" in self.builders)
+            memory=graph and "node" in self.builders,
+            transform=TRANSFORM_METHODS if self.chat is not None else None)
 
     # --- models -------------------------------------------------------------------------
+
+    def transform(self, query: str, method: str, n: int = 3) -> Transformed:
+        """RCP ``query/transform`` (§7.8) with the engine's LLM: ``rewrite``, ``hyde`` (the
+        passage in ``hypothetical``), ``multi-query`` / ``decompose`` (at most ``n``
+        queries, clamped to 10) or ``step-back``; an unusable reply gives ``[query]`` back.
+        CapabilityMissing without an LLM; BackendUnavailable when it cannot be reached."""
+        from .agentic.transform import transform  # the agentic package imports this module
+
+        if self.chat is None:
+            raise CapabilityMissing("query/transform needs an LLM, and this engine has none")
+        return transform(self.chat, query, method, n, max_chars=self.config.max_query_chars)
 
     def embed(self, inputs: list[Any], *, kind: str = "document",
               encoding: str = "json") -> dict[str, Any]:
@@ -455,7 +488,7 @@ class Engine:
             catalog=self.catalog, retriever=self.retriever, ingest=self.ingest,
             builders=self.derived.builders, store=self.store, embedder=self.embedder,
             screen=self.screen, config=self.config, session_budget=self.session_budget,
-            secret=self._secret, llm=self._llm), self.composers)
+            secret=self._secret, llm=self.chat), self.composers)
         return self._graph_ops
 
     def graph(self, op: str, *, query: Any = None, k: int | None = None,

@@ -171,3 +171,14 @@ def error_from_wire(error: dict[str, Any]) -> RCPError:
     if cls is None and isinstance(code, int):
         exc.code = code
     return exc
+
+
+class BudgetExhausted(BackendUnavailable):
+    """A build's LLM token budget is spent: the build stopped before its next LLM call.
+    The units of the last good build stay served; what was asked is in the LLM cache, so
+    running the build again goes on from where it stopped. On the wire it is
+    ``BackendUnavailable`` (RCP defines no code of its own for it) with ``data.reason``
+    ``"llm-budget"``."""
+
+    def __init__(self, message: str, **data: Any) -> None:
+        super().__init__(message, reason="llm-budget", **data)

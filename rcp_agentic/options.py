@@ -65,8 +65,9 @@ OPTIONS: tuple[RetrieveOption, ...] = (
                    "disable it.", field=True),
     RetrieveOption("mmr", "mmr", "MMR diversification, e.g. {'lambda': 0.5} (0 = max diversity, "
                    "1 = pure relevance).", field=True),
-    RetrieveOption("rewrite", "rewrite", "Transform the query before recall: rewrite, hyde, "
-                   "multi-query, decompose, or False."),
+    RetrieveOption("rewrite", "rewrite", "Transform the query with the engine's LLM before "
+                   "recall: rewrite, hyde, multi-query, decompose, step-back, or False.",
+                   field=True),
     RetrieveOption("filter", "filter", "Metadata filter tree (RCP §8), e.g. {'field': 'lang', "
                    "'op': 'eq', 'value': 'en'}.", field=True),
     RetrieveOption("min_score", "minScore", "Drop hits scoring below this (engine-scaled score).",

@@ -1,5 +1,5 @@
-"""The names of retrieval modes, fusions, recall sources, trust levels, graph ops and memory
-scopes, each defined once; every module that lists them reads this one.
+"""The names of retrieval modes, fusions, recall sources, trust levels, graph ops, query
+transformations and memory scopes, each defined once; every module that lists them reads this one.
 
 The protocol schema (``tests/schema/rcp-1.0.json``) is the authority for the wire enums among
 them; ``tests/test_vocabulary.py`` fails when this module and the schema disagree. Each name
@@ -37,6 +37,13 @@ ENTITY_OPS: tuple[str, ...] = ("local", "neighbors")
 COMMUNITY_OPS: tuple[str, ...] = ("global", "drift", "communities")
 GraphOp = Literal["local", "global", "drift", "communities", "neighbors"]
 GRAPH_OPS: tuple[str, ...] = get_args(GraphOp)  # in the schema's order
+
+# Query transformations (§7.8 ``query/transform`` ``method``, §7.7 ``retrieve.rewrite``), offered
+# only by an engine with an LLM.
+TransformMethod = Literal["rewrite", "hyde", "multi-query", "decompose", "step-back"]
+TRANSFORM_METHODS: tuple[str, ...] = get_args(TransformMethod)
+# The transformations that yield several queries (one retrieve each, fused by rank).
+MULTI_QUERY_METHODS: tuple[str, ...] = ("multi-query", "decompose")
 
 # ``memory/build`` scopes (§7.17).
 MemoryScope = Literal["global", "session"]

@@ -103,13 +103,22 @@ class Usage(WireModel):
 
 
 class RetrieveResult(WireModel):
-    """The result of ``retrieve``."""
+    """The result of ``retrieve``; ``rewritten_query`` is the query the ``rewrite`` option
+    searched with (several joined by `` | ``; the hypothetical passage for ``hyde``)."""
 
     hits: list[Hit] = Field(default_factory=list)
     next_cursor: str | None = None
     index_version: str | None = None
     usage: Usage | None = None
     rewritten_query: str | None = None
+
+
+class TransformResult(WireModel):
+    """The result of ``query/transform`` (§7.8): the queries to search with and, for
+    ``hyde``, the hypothetical passage to embed."""
+
+    queries: list[str]
+    hypothetical: str | None = None
 
 
 class RerankResult(WireModel):

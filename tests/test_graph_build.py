@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from langchain_core.language_models.fake_chat_models import FakeListChatModel
 
+from rcp_agentic.models.llm import ChatLLM
 from rcp_agentic.graph import (BuiltinExtractor, ChunkExtraction, ChunkText, GraphCache,
                                GraphConfig, Lexicon, LLMExtractor, build_graph, entity_key,
                                parse_llm_reply, synonym_edges, update_graph)
@@ -193,8 +194,8 @@ def test_llm_extractor_parses_json_tuples_and_falls_back() -> None:
                         "Steely Dan": PASSAGES["Steely Dan"],
                         "Katy Lied": PASSAGES["Katy Lied"]})
     llm = FakeListChatModel(responses=[json_reply, tuple_reply, "sorry, I cannot"])
-    ex = LLMExtractor(llm, concurrency=1)
-    assert ex.identity.startswith("llm/1:llm:langchain:")
+    ex = LLMExtractor(ChatLLM(llm, concurrency=1))
+    assert ex.identity.startswith("llm/2:llm:langchain:")
     out = ex.extract(chunks)
     kinds = {(m.surface, m.kind) for m in out[0].mentions}
     assert ("Walter Becker", "person") in kinds

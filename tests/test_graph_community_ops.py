@@ -201,11 +201,19 @@ def test_global_with_an_llm_maps_and_reduces(engine: Engine, ops: GraphOps) -> N
         assert res.usage and any("LLM map-reduce" in n for n in res.usage.notes or [])
         # Map replies that are not JSON: the reports' own sentences stand in; the answer is
         # cut to the budget.
-        long = " ".join(["Bergen"] * 400)
+        long = " ".join(f"Bergen {i * 7919 % 1000:03d}" for i in range(300))
         engine.llm = FakeListChatModel(responses=["no json here"] * 3 + [long])
         cut = ops.graph("global", query=QUESTION, k=3, token_budget=30)
         assert cut.summary and count_tokens(cut.summary) <= 30 and "Bergen" in cut.summary
         assert any("not JSON" in n for n in (cut.usage.notes if cut.usage else []) or [])
+        # A reply that loops on itself is not used: the best points stand in.
+        engine.llm = FakeListChatModel(responses=[point] * 3 + [" ".join(["Bergen"] * 400)])
+        looped = ops.graph("global", query=QUESTION, k=3, token_budget=30)
+        assert looped.summary == "Velvet Lanterns formed in Bergen."
+        assert any("reduce reply was empty" in n for n in (looped.usage.notes if looped.usage
+                                                             else []) or [])
+        assert engine.chat is not None
+        assert engine.chat.usage.of("global").fallbacks["repetitive"] == 1
     finally:
         engine.llm = None
 

@@ -311,7 +311,7 @@ def test_llm_reports_are_written_once_and_only_for_changed_communities(
         for row in live.values():
             m = row["umeta"]
             assert row["text"].startswith(m["title"] + "\n") and m["title"].startswith("Region ")
-            assert m["rating"] == 4.5 and m["report"]["identity"].startswith("reports/llm/1;")
+            assert m["rating"] == 4.5 and m["report"]["identity"].startswith("reports/llm/2;")
             assert m["findings"] == [{"summary": "A finding", "explanation": "Why it holds."}]
         # The source texts reach the model as delimited data.
         assert all("<data>" in p for p in asked)

@@ -17,6 +17,7 @@ from langchain_core.language_models.fake_chat_models import FakeListChatModel
 from langchain_core.runnables import RunnableLambda
 
 from rcp_agentic import Engine
+from rcp_agentic.models.llm import ChatLLM
 from rcp_agentic.errors import BackendUnavailable, InvalidParams
 from rcp_agentic.graph.communities import (Community, CommunityConfig, CommunityHierarchy,
                                            build_communities, community_id, entity_edges)
@@ -249,8 +250,8 @@ REPLY: dict[str, Any] = {
 def test_llm_reply_is_parsed_and_rendered(built: Built) -> None:
     c = built.largest()
     fenced = "Here is the report:\n```json\n" + json.dumps(REPLY) + "\n```\nThanks."
-    reporter = LLMReporter(FakeListChatModel(responses=[fenced]), count_tokens, screen=screen,
-                           concurrency=1)
+    reporter = LLMReporter(ChatLLM(FakeListChatModel(responses=[fenced]), concurrency=1),
+                           count_tokens, screen=screen)
     r = reporter.report_many([built.input(c)], 300)[0]
     assert reporter.fallbacks == 0
     assert r.title == REPLY["title"] and r.summary == REPLY["summary"] and r.rating == 3.5
@@ -258,7 +259,7 @@ def test_llm_reply_is_parsed_and_rendered(built: Built) -> None:
     assert r.text == (f"{REPLY['title']}\n{REPLY['summary']}\n"
                       "- Jeff Porcaro drummed for Toto: He was the drummer of Toto until 1992.\n"
                       "- Toto IV won Grammy Awards: Released 1982.")
-    assert r.identity.startswith("reports/llm/1;") and "FakeListChatModel" in r.identity
+    assert r.identity.startswith("reports/llm/2;") and "FakeListChatModel" in r.identity
     assert r.entities == centrality(built, c) and r.spans == []
     small = reporter.report_many([built.input(c)], 20)[0]  # FakeListChatModel cycles replies
     assert count_tokens(small.text) <= 20 and small.title == REPLY["title"]
@@ -298,7 +299,7 @@ def test_llamaindex_mock_llm_echo_is_not_json_and_falls_back(built: Built) -> No
     from llama_index.core.llms import MockLLM
 
     inputs = built.inputs()[:3]
-    reporter = LLMReporter(MockLLM(), count_tokens, concurrency=2)
+    reporter = LLMReporter(ChatLLM(MockLLM(), concurrency=2), count_tokens)
     reports = reporter.report_many(inputs, 150)
     assert reporter.fallbacks == 3
     expected = ExtractiveReporter(count_tokens).report_many(inputs, 150)

@@ -303,7 +303,8 @@ def test_every_option_reaches_the_engine_and_overrides_win(
         "recency": {"field": "modified", "half_life_days": 30}, "min_score": -1.0,
         "candidate_k": 50, "fusion": {"method": "rrf", "rrf_k": 60}, "include_text": True,
         "index_version": _index_version(filled_engine), "seed": 7, "strict": True,
-        "graph_recall": False}  # no graph here; True: test_graph_retrievers.py
+        "graph_recall": False,  # no graph here; True: test_graph_retrievers.py
+        "rewrite": False}  # no LLM here; a method: test_transform.py
     assert set(fields) == set(RETRIEVE_OPTIONS)  # a new option needs a case here
     overrides: dict[str, Any] = {
         "mode": "sparse", "unit": "document", "level": None, "token_budget": 300,
@@ -311,7 +312,7 @@ def test_every_option_reaches_the_engine_and_overrides_win(
         "rerank": None, "recency": None, "min_score": -2.0, "candidate_k": 20,
         "fusion": {"method": "weighted", "weights": {"dense": 0.2, "sparse": 0.8}},
         "include_text": False, "index_version": None, "seed": 8, "strict": False,
-        "graph_recall": None}
+        "graph_recall": None, "rewrite": None}
     retriever = RCPRetriever.from_engine(filled_engine, k=3, **fields)
 
     def run(query: str, **kw: Any) -> list[Document]:

@@ -246,7 +246,8 @@ ALL_OPTIONS: dict[str, Any] = {
     "recency": {"field": "published", "half_life_days": 365}, "min_score": -5.0,
     "candidate_k": 40, "fusion": {"method": "rrf", "rrf_k": 30}, "include_text": True,
     "index_version": None, "seed": 7, "strict": True,
-    "graph_recall": False}  # this engine has no graph; True is tested in test_graph_retrievers
+    "graph_recall": False,  # this engine has no graph; True is tested in test_graph_retrievers
+    "rewrite": False}  # no LLM either; a method is tested in test_transform
 WIRE_NAMES = {"token_budget": "tokenBudget", "session_id": "sessionId", "min_score": "minScore",
               "candidate_k": "candidateK", "include_text": "includeText",
               "index_version": "indexVersion", "graph_recall": "x-rcp-agentic-graphRecall"}

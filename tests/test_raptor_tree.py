@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from rcp_agentic.models.llm import ChatLLM
 from rcp_agentic.models.tokenizer import count_tokens
 from rcp_agentic.raptor import (ExtractiveSummarizer, Leaf, LLMSummarizer, Node, Passage,
                                 TreeConfig, build_tree, cluster, node_id, reduce,
@@ -220,20 +221,25 @@ def test_extractive_summary_respects_budget_and_spans(summarizer) -> None:
 def test_llm_summarizer_with_langchain_fake() -> None:
     from langchain_core.language_models import FakeListChatModel
 
+    varied = " ".join(f"Finding {i * 7919 % 1000:03d} holds." for i in range(120))
     replies = ["Vitamin D protects bones. It also matters in multiple sclerosis.",
-               "word " * 500, ""]
-    llm = LLMSummarizer(FakeListChatModel(responses=replies), count_tokens, concurrency=1)
-    assert llm.identity.startswith("abstractive/1:llm:langchain:")
+               varied, "", "word " * 500]
+    chat = ChatLLM(FakeListChatModel(responses=replies), concurrency=1)
+    llm = LLMSummarizer(chat, count_tokens)
+    assert llm.identity.startswith("abstractive/2:llm:langchain:")
     jobs = [([passage("a", "Vitamin D is needed. Bones need it.")], 50),
             ([passage("b", "Long text here. More of it.")], 20),
-            ([passage("c", "An empty reply falls back to extraction. It keeps spans.")], 50)]
-    first, long, empty = llm.summarize_many(jobs)
+            ([passage("c", "An empty reply falls back to extraction. It keeps spans.")], 50),
+            ([passage("d", "A looping reply falls back too. It is counted.")], 50)]
+    first, long, empty, looped = llm.summarize_many(jobs)
     assert first.text == replies[0]
     assert [s.text for s in first.sentences] == ["Vitamin D protects bones.",
                                                  "It also matters in multiple sclerosis."]
     assert all(s.span is None for s in first.sentences + long.sentences)
     assert 0 < count_tokens(long.text) <= 20
-    assert empty.sentences and all(s.span is not None for s in empty.sentences)
+    for fell_back in (empty, looped):
+        assert fell_back.sentences and all(s.span is not None for s in fell_back.sentences)
+    assert dict(chat.usage.of("tree").fallbacks) == {"empty": 1, "repetitive": 1}
     assert "Vitamin D is needed." in LLMSummarizer.prompt(jobs[0][0], 50)
 
 
@@ -241,7 +247,7 @@ def test_llm_summarizer_with_llamaindex_mock() -> None:
     from llama_index.core.llms import MockLLM
 
     llm = LLMSummarizer(MockLLM(max_tokens=30), count_tokens)
-    assert llm.identity.startswith("abstractive/1:llm:llamaindex:")
+    assert llm.identity.startswith("abstractive/2:llm:llamaindex:")
     summaries = llm.summarize_many([([passage("a", "Stars shine. Planets orbit.")], 12),
                                     ([passage("b", "Rivers flow to the sea.")], 12)])
     assert len(summaries) == 2

@@ -254,14 +254,29 @@ class Session:
 
 
 def check_synopsis(body: str) -> None:
-    """The synopsis names every sub-command and every option of the parser, and nothing else."""
+    """The synopsis names every sub-command and every option of the parser, and nothing else.
+    A line ``GROUP: [--a X] ...`` after the commands names options shared by the commands
+    that show ``[GROUP]``."""
     shown: dict[str, set[str]] = {}
+    groups: dict[str, set[str]] = {}
+    uses: dict[str, set[str]] = {}
     current = ""
     for line in body.splitlines():
+        if not line.strip():
+            continue
+        group = re.match(r"([A-Z]+): ", line)
+        if group:
+            groups[group.group(1)] = set(re.findall(r"--[a-z][a-z-]*", line))
+            continue
         if line.startswith("rcp-agentic "):
             current = line.split()[1]
         assert current, f"synopsis line before any command: {line!r}"
         shown.setdefault(current, set()).update(re.findall(r"--[a-z][a-z-]*", line))
+        uses.setdefault(current, set()).update(re.findall(r"\[([A-Z]+)\]", line))
+    for name, used in uses.items():
+        for group in used:
+            assert group in groups, f"synopsis: [{group}] is used but never defined"
+            shown[name] |= groups[group]
     subparsers = next(a for a in build_parser()._actions
                       if isinstance(a.choices, dict))  # the sub-command action
     real = {name: {o for a in sub._actions for o in a.option_strings

@@ -12,6 +12,8 @@ from typing import Any
 import pytest
 
 from rcp_agentic.errors import BackendUnavailable, InvalidParams
+from rcp_agentic.models.llm import ChatLLM
+from rcp_agentic.models.llm_retry import CallPolicy
 from rcp_agentic.models.reranker import (
     CrossEncoderReranker,
     LLMJudgeReranker,
@@ -296,18 +298,30 @@ def test_langchain_errors_become_backend_unavailable() -> None:
                       **kwargs: Any) -> Any:
             raise ConnectionError("connection refused by llm.example")
 
-    judge = LLMJudgeReranker(DownChatModel())
+    # A connection error is transient: retried (with backoff) before it is given up.
+    fast = CallPolicy(retries=2, backoff_seconds=0.01, concurrency=1)
+    chat = ChatLLM(DownChatModel(), policy=fast)
+    judge = LLMJudgeReranker(chat)
     assert judge.model.endswith(":down-1")
     with pytest.raises(BackendUnavailable, match="ConnectionError: connection refused") as err:
         judge.score("q", PASSAGES)
     assert err.value.code == -32010
     assert isinstance(err.value.__cause__, ConnectionError)
+    spent = chat.usage.of("rerank")
+    assert (spent.calls, spent.retries, spent.failures) == (3, 2, 1)  # then no more calls
 
     def boom(_: Any) -> str:
         raise TimeoutError("judge timed out")
 
-    with pytest.raises(BackendUnavailable, match="timed out"):
-        LLMJudgeReranker(RunnableLambda(boom)).score("q", ["p"])
+    with pytest.raises(BackendUnavailable, match="judge timed out"):
+        LLMJudgeReranker(ChatLLM(RunnableLambda(boom), policy=fast)).score("q", ["p"])
+
+    def bad_request(_: Any) -> str:
+        raise ValueError("400: unknown model")  # not transient: no retry
+
+    judge = LLMJudgeReranker(ChatLLM(RunnableLambda(bad_request), policy=fast))
+    with pytest.raises(BackendUnavailable, match="after 1 attempt"):
+        judge.score("q", ["p"])
 
 
 # --- LLM judge: LlamaIndex ----------------------------------------------------------------------

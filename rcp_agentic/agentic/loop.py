@@ -52,7 +52,7 @@ from ..containment import Extent, contains
 from ..errors import RCPError
 from ..options import BY_NAME
 from ..integrations.common import HitSource
-from ..models.llm import ChatLLM
+from ..models.llm import as_chat
 from ..models.tokenizer import count_tokens
 from .evaluator import ConfidenceEvaluator, Verdict
 from .rewrite import expand_query, llm_queries
@@ -440,7 +440,7 @@ class CorrectiveRetriever:
         self.max_steps = max_steps
         self.max_tokens = max_tokens
         self.min_evidence = min_evidence
-        self.llm = ChatLLM(llm) if llm is not None else None
+        self.llm = as_chat(llm) if llm is not None else None
         self.llm_queries = llm_queries
         given = dict(options or {})
         self.graph_from_start = bool(given.pop(GRAPH_RECALL, None)

@@ -20,8 +20,9 @@ from .params import (
     index_delete_params,
     rerank_params,
     retrieve_params,
+    transform_params,
 )
-from .results import GraphResult, MemoryBuildResult, MemoryRecallResult
+from .results import GraphResult, MemoryBuildResult, MemoryRecallResult, TransformResult
 from .retry import Reinitialize, RetryPolicy, Send
 from .steps import adrive
 from .sync_client import DEFAULT_TIMEOUT, default_stdio_command
@@ -197,6 +198,14 @@ class AsyncRCPClient:
             "graph", graph_params(op, query, k, seed_ids, hops, level, session_id, cursor,
                                   token_budget, filter),
             timeout=timeout, strict=strict)
+
+    async def transform(self, query: str, method: str, n: int | None = None, *,
+                        timeout: float | None = None,
+                        strict: bool | None = None) -> TransformResult:
+        """``query/transform`` (§7.8); see :meth:`RCPClient.transform`."""
+        return await self.call(  # type: ignore[no-any-return]
+            "query/transform", transform_params(query, method, n), timeout=timeout,
+            strict=strict)
 
     async def memory_build(self, documents: Iterable[Mapping[str, Any]] | None = None, *,
                            memory_id: str | None = None, scope: str | None = None,

@@ -96,6 +96,12 @@ def _check_retrieve(params: Mapping[str, Any], caps: Mapping[str, Any]) -> None:
         if isinstance(rerank, Mapping) and "method" in rerank and "rerank" in caps \
                 and rerank["method"] not in methods:
             raise _unsupported("rerank.method", rerank["method"], methods)
+    rewrite = params.get("rewrite")
+    if rewrite is not None and rewrite is not False:
+        methods = _list(_obj(caps, "transform"), "methods")
+        if rewrite not in methods:  # retrieve.rewrite is the transform stage (§3.1)
+            raise _unsupported("rewrite", rewrite, methods if "transform" in caps
+                               else "transform is not advertised")
     if params.get("mmr") is not None and r.get("mmr") is not True:
         raise _unsupported("mmr", params["mmr"], "mmr is not advertised")
     if "unit" in params and params["unit"] not in _list(r, "units", DEFAULT_UNITS):
@@ -160,6 +166,12 @@ def _check_graph(params: Mapping[str, Any], caps: Mapping[str, Any]) -> None:
         raise _unsupported("op", params["op"], ops)
 
 
+def _check_transform(params: Mapping[str, Any], caps: Mapping[str, Any]) -> None:
+    methods = _list(_obj(caps, "transform"), "methods")
+    if "method" in params and params["method"] not in methods:
+        raise _unsupported("method", params["method"], methods)
+
+
 def _check_memory_build(params: Mapping[str, Any], caps: Mapping[str, Any]) -> None:
     scopes = _list(_obj(caps, "memory"), "scopes")
     if params.get("scope") is not None and params["scope"] not in scopes:
@@ -168,7 +180,7 @@ def _check_memory_build(params: Mapping[str, Any], caps: Mapping[str, Any]) -> N
 
 _OPTION_CHECKS = {"retrieve": _check_retrieve, "embed": _check_embed, "rerank": _check_rerank,
                   "index/add": _check_index_add, "graph": _check_graph,
-                  "memory/build": _check_memory_build}
+                  "memory/build": _check_memory_build, "query/transform": _check_transform}
 
 
 def check_options(method: str, params: Mapping[str, Any], caps: Mapping[str, Any]) -> None:
@@ -192,6 +204,8 @@ def _bounds(method: str, params: Mapping[str, Any], caps: Mapping[str, Any]) -> 
                 "tokenBudget": limits.get("maxSummaryTokens")}
     if method == "memory/recall":
         return {"n": limits.get("maxClues")}
+    if method == "query/transform":
+        return {"n": limits.get("maxTransformQueries")}
     return {}
 
 
@@ -201,8 +215,8 @@ def _count(value: Any) -> bool:
 
 def clamp(method: str, params: dict[str, Any], caps: Mapping[str, Any]) -> dict[str, Any]:
     """``params`` with ``k`` pre-clamped to ``retrieve.maxK`` — and ``graph``'s ``k``/``hops``,
-    ``memory/recall``'s ``n`` to their advertised limits (§4.7: advertised bounds are
-    authoritative)."""
+    ``memory/recall``'s and ``query/transform``'s ``n`` to their advertised limits (§4.7:
+    advertised bounds are authoritative)."""
     out = params
     for name, bound in _bounds(method, params, caps).items():
         if _count(bound) and _count(params.get(name)) and params[name] > bound:

@@ -61,6 +61,11 @@ def retrieve_params(query: Any, k: int, options: Mapping[str, Any]) -> dict[str,
     return {"query": query, "k": k, **wire_options("retrieve", options, RETRIEVE_OPTIONS)}
 
 
+def transform_params(query: str, method: str, n: int | None) -> dict[str, Any]:
+    """``query/transform`` (§7.8)."""
+    return _present(query=query, method=method, n=n)
+
+
 def embed_params(inputs: Sequence[Any], kind: str | None, encoding: str) -> dict[str, Any]:
     """``embed`` (§7.3); ``json`` is the default encoding and is left implicit."""
     return _present(inputs=list(inputs), kind=kind,

@@ -1,4 +1,5 @@
-"""Typed views of the graph and memory results (§7.9, §7.17) the clients return.
+"""Typed views of the graph, memory and query/transform results (§7.9, §7.17, §7.8) the
+clients return.
 
 The clients hand back the wire ``result`` as a plain dict, like every other method; these
 ``TypedDict`` s say which keys it has (camelCase, as on the wire), so type checkers and
@@ -81,3 +82,13 @@ class MemoryRecallResult(TypedDict, total=False):
     clues: list[MemoryClue]
     hits: list[dict[str, Any]]
     usage: dict[str, Any]
+
+
+class TransformResult(TypedDict, total=False):
+    """``query/transform``: the queries to search with (``multi-query``/``decompose``: several;
+    the query itself when the server's LLM gave nothing usable) and, for ``hyde``, the
+    ``hypothetical`` passage to embed in place of the query."""
+
+    queries: list[str]
+    hypothetical: str
+    _meta: dict[str, Any]

@@ -24,8 +24,9 @@ from .params import (
     index_delete_params,
     rerank_params,
     retrieve_params,
+    transform_params,
 )
-from .results import GraphResult, MemoryBuildResult, MemoryRecallResult
+from .results import GraphResult, MemoryBuildResult, MemoryRecallResult, TransformResult
 from .retry import Reinitialize, RetryPolicy, Send
 from .steps import drive
 from .transport import Message, Transport, settle
@@ -170,10 +171,12 @@ class RCPClient:
         ``options`` are the RCP retrieve params, snake_case or camelCase
         (``token_budget``, ``session_id``, ``min_score``, ``candidate_k``,
         ``index_version``, ``include_text``, ``mode``, ``unit``, ``filter``,
-        ``fusion``, ``rerank``, ``mmr``, ``cursor``, …). ``k`` above ``maxK`` is
+        ``fusion``, ``rerank``, ``mmr``, ``cursor``, ``rewrite``, …). ``k`` above ``maxK`` is
         clamped; an unadvertised option raises OptionUnsupported before sending
         unless ``strict=False`` (then the server may degrade, noting it in
-        ``usage.notes``). ``on_progress(params)`` gets each progress notification.
+        ``usage.notes``). ``rewrite`` (one of the advertised ``transform.methods``) has the
+        server's LLM transform the query first; the result's ``rewrittenQuery`` is what it
+        searched with. ``on_progress(params)`` gets each progress notification.
         """
         return self.call("retrieve", retrieve_params(query, k, options), timeout=timeout,
                          cancel=cancel, on_progress=on_progress, strict=strict)
@@ -243,6 +246,20 @@ class RCPClient:
         return self.call("graph", graph_params(op, query, k, seed_ids, hops, level, session_id,
                                                cursor, token_budget, filter),
                          timeout=timeout, cancel=cancel, strict=strict)  # type: ignore[no-any-return]
+
+    def transform(self, query: str, method: str, n: int | None = None, *,
+                  timeout: float | None = None, cancel: CancelToken | None = None,
+                  strict: bool | None = None) -> TransformResult:
+        """``query/transform`` (§7.8) with the server's LLM, gated by ``transform`` and its
+        ``methods``: ``{"queries": [...], "hypothetical"?: ...}``.
+
+        ``rewrite`` and ``step-back`` give one query, ``multi-query`` and ``decompose`` up to
+        ``n`` (clamped to the advertised ``maxTransformQueries``), ``hyde`` the question and a
+        ``hypothetical`` answer passage to embed in its place.
+        """
+        return self.call(  # type: ignore[no-any-return]
+            "query/transform", transform_params(query, method, n), timeout=timeout,
+            cancel=cancel, strict=strict)
 
     def memory_build(self, documents: Iterable[Mapping[str, Any]] | None = None, *,
                      memory_id: str | None = None, scope: str | None = None,

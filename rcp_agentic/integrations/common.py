@@ -180,17 +180,31 @@ _HIT_FIELDS = ("score", "confidence", "unit", "level", "scores", "citation", "pr
                "chunk", "trust")
 
 
-def hit_metadata(hit: Mapping[str, Any]) -> dict[str, Any]:
-    """A wire hit's metadata for a framework document: the hit fields, then ``meta`` flattened.
+# Fields of the whole result copied into every document's metadata, under these names.
+_RESULT_FIELDS = {"rewrittenQuery": "rewritten_query"}
+
+
+def result_metadata(result: Mapping[str, Any]) -> dict[str, Any]:
+    """What a retrieve result says of the whole call, for each of its documents' metadata:
+    ``rewritten_query``, the query the engine searched with when ``rewrite`` was asked."""
+    return {name: result[wire] for wire, name in _RESULT_FIELDS.items()
+            if result.get(wire) is not None}
+
+
+def hit_metadata(hit: Mapping[str, Any],
+                 call: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """A wire hit's metadata for a framework document: the hit fields, ``call`` (the
+    :func:`result_metadata` of its result), then ``meta`` flattened.
 
     ``meta`` (the document's own metadata and the static fields such as
     ``page_range_start`` or ``chunk_index``) is flattened to the top level, where
     framework filters and postprocessors look, without overwriting a hit field;
-    ``hit_id`` keeps the hit's id; a ``meta`` key named like a hit field becomes
+    ``hit_id`` keeps the hit's id; a ``meta`` key named like a hit or call field becomes
     ``meta_<key>``.
     """
     out: dict[str, Any] = {"hit_id": hit.get("id")}
     out.update({name: hit[name] for name in _HIT_FIELDS if hit.get(name) is not None})
+    out.update(call or {})
     for key, value in (hit.get("meta") or {}).items():
         out[f"meta_{key}" if key in out or key in _HIT_FIELDS else key] = value
     return out

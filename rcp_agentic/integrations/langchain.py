@@ -16,7 +16,10 @@ graph, ``unit="node"|"triplet"|"path"|"subgraph"`` returns the graph's units (th
 ``leaves`` that attest them) and ``graph_recall=True`` (a field, or per call) adds the
 graph's PageRank list to recall for any unit; an engine that does not advertise
 ``x-rcp-agentic.graphRecall`` refuses it with ``OptionUnsupported`` before anything is sent,
-unless ``strict=False`` lets it degrade (noted in ``usage.notes``). Tracing callbacks see
+unless ``strict=False`` lets it degrade (noted in ``usage.notes``). ``rewrite="hyde"`` (or
+``"rewrite"``, ``"multi-query"``, ``"decompose"``, ``"step-back"``) has an engine with an LLM
+transform the query first; each document's ``metadata["rewritten_query"]`` then holds what it
+searched with (an engine without ``transform`` refuses it the same way). Tracing callbacks see
 ``ls_retriever_name="rcp"`` and the effective ``rcp_k``/``rcp_mode``/``rcp_unit``/
 ``rcp_session_id`` of the call, plus ``rcp_engine``/``rcp_transport`` from the
 retriever's default metadata.
@@ -45,9 +48,9 @@ from ..client.sync_client import default_stdio_command
 from ..closing import Closable
 from ..engine import Engine
 from ..options import doc
-from ..vocabulary import Mode
+from ..vocabulary import Mode, TransformMethod
 from ..wire import Unit
-from .common import RETRIEVE_OPTIONS, HitSource, hit_metadata, retrieve_options
+from .common import RETRIEVE_OPTIONS, HitSource, hit_metadata, result_metadata, retrieve_options
 
 __all__ = ["RCPRetriever", "RCPRetrieverParams", "hit_to_document"]
 
@@ -64,10 +67,11 @@ class RCPRetrieverParams(LangSmithRetrieverParams, total=False):
     rcp_session_id: str
 
 
-def hit_to_document(hit: Mapping[str, Any]) -> Document:
-    """One wire hit as a ``Document`` (no text, e.g. ``include_text=False``: empty content)."""
+def hit_to_document(hit: Mapping[str, Any], call: Mapping[str, Any] | None = None) -> Document:
+    """One wire hit as a ``Document`` (no text, e.g. ``include_text=False``: empty content);
+    ``call`` is what its result says of the whole call (:func:`~.common.result_metadata`)."""
     return Document(id=None if hit.get("id") is None else str(hit["id"]),
-                    page_content=hit.get("text") or "", metadata=hit_metadata(hit))
+                    page_content=hit.get("text") or "", metadata=hit_metadata(hit, call))
 
 
 class RCPRetriever(BaseRetriever, Closable):
@@ -109,6 +113,8 @@ class RCPRetriever(BaseRetriever, Closable):
     seed: int | None = Field(default=None, description=doc("seed"))
     strict: bool | None = Field(default=None, description=doc("strict"))
     graph_recall: bool | None = Field(default=None, description=doc("graph_recall"))
+    rewrite: TransformMethod | Literal[False] | None = Field(default=None,
+                                                              description=doc("rewrite"))
 
     _hits: HitSource = PrivateAttr()
 
@@ -206,7 +212,8 @@ class RCPRetriever(BaseRetriever, Closable):
 
 
 def _documents(result: Mapping[str, Any]) -> list[Document]:
-    return [hit_to_document(hit) for hit in result.get("hits") or []]
+    call = result_metadata(result)
+    return [hit_to_document(hit, call) for hit in result.get("hits") or []]
 
 
 def _describe(source: Any) -> tuple[str, str]:

@@ -17,7 +17,10 @@ entity or a path is attested by its chunks, not made of them); their ``provenanc
 path, nodes, weighted edges, leaves) stays in the metadata, out of the LLM's text.
 ``graph_recall=True`` (a keyword and attribute, or per call in ``retrieve_with``) adds the
 graph's PageRank list to recall; an engine without ``x-rcp-agentic.graphRecall`` refuses it
-with ``OptionUnsupported`` unless ``strict=False``. It works wherever LlamaIndex takes a
+with ``OptionUnsupported`` unless ``strict=False``. ``rewrite`` (``"hyde"``, ``"rewrite"``,
+``"multi-query"``, ``"decompose"``, ``"step-back"``) has an engine with an LLM transform the
+query first; each node's ``metadata["rewritten_query"]`` holds what it searched with (kept
+out of the LLM's and the embedder's text). It works wherever LlamaIndex takes a
 ``BaseRetriever`` (query engines, node postprocessors, instrumentation), sync and async.
 """
 
@@ -45,7 +48,7 @@ from ..client.sync_client import default_stdio_command
 from ..closing import Closable
 from ..corpus.documents import unit_id
 from ..wire import Unit
-from .common import RETRIEVE_OPTIONS, HitSource, hit_metadata, retrieve_options
+from .common import RETRIEVE_OPTIONS, HitSource, hit_metadata, result_metadata, retrieve_options
 
 __all__ = ["RCPRetriever", "hit_to_node", "unit_ids"]
 
@@ -58,7 +61,7 @@ SCORE_MODES: tuple[str, ...] = ("confidence", "score")
 EXCLUDED_METADATA_KEYS: list[str] = [
     "hit_id", "score", "confidence", "unit", "level", "scores", "citation", "provenance",
     "chunk", "trust", "chunk_index", "chunk_start_char", "chunk_end_char", "chunk_token_count",
-    "parent_ids", "child_ids", "spans", "citations"]
+    "parent_ids", "child_ids", "spans", "citations", "rewritten_query"]
 
 # Per-call overrides of retrieve_with(): (retriever, options), read back in _retrieve, so they
 # pass through BaseRetriever.retrieve (events, callbacks) and cannot leak into another retriever.
@@ -189,15 +192,17 @@ def _relationships(hit: Mapping[str, Any], node_id: str
     return out
 
 
-def hit_to_node(hit: Mapping[str, Any], score_mode: ScoreMode = "confidence") -> NodeWithScore:
-    """One wire hit as a scored ``TextNode`` (scored by confidence if asked and present)."""
+def hit_to_node(hit: Mapping[str, Any], score_mode: ScoreMode = "confidence",
+                call: Mapping[str, Any] | None = None) -> NodeWithScore:
+    """One wire hit as a scored ``TextNode`` (scored by confidence if asked and present);
+    ``call`` is what its result says of the whole call (:func:`~.common.result_metadata`)."""
     node_id = str(hit["id"])
     citation = hit.get("citation") or {}
     meta = hit.get("meta") or {}
     start = citation.get("start", meta.get("chunk_start_char"))
     end = citation.get("end", meta.get("chunk_end_char"))
     node = TextNode(
-        id_=node_id, text=hit.get("text") or "", metadata=hit_metadata(hit),
+        id_=node_id, text=hit.get("text") or "", metadata=hit_metadata(hit, call),
         start_char_idx=start, end_char_idx=end, embedding=hit.get("vector"),
         relationships=_relationships(hit, node_id),
         excluded_llm_metadata_keys=list(EXCLUDED_METADATA_KEYS),
@@ -238,6 +243,7 @@ class RCPRetriever(BaseRetriever, Closable):
     seed: int | None
     strict: bool | None
     graph_recall: bool | None
+    rewrite: str | Literal[False] | None
 
     def __init__(self, source: Any = None, *, k: int | None = None,
                  similarity_top_k: int | None = None, score_mode: ScoreMode = "confidence",
@@ -337,7 +343,8 @@ class RCPRetriever(BaseRetriever, Closable):
         return self._call_args(pending[1] if pending and pending[0] is self else {})
 
     def _nodes(self, result: Mapping[str, Any]) -> list[NodeWithScore]:
-        return [hit_to_node(hit, self.score_mode) for hit in result.get("hits", [])]
+        call = result_metadata(result)
+        return [hit_to_node(hit, self.score_mode, call) for hit in result.get("hits", [])]
 
     def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
         k, options = self._pending()

@@ -1,18 +1,42 @@
-"""One way to ask a framework LLM a question: a LangChain chat model / Runnable or a LlamaIndex LLM.
+"""The engine's one door to an LLM: :class:`ChatLLM`.
 
-:class:`ChatLLM` sends a system instruction and a user turn and returns the reply
-text. It is used by the LLM judge (rerank) and the corrective loop (query
-rewriting). A failing LLM raises :class:`~rcp_agentic.errors.BackendUnavailable`.
+Every LLM call of the engine goes through it: the RAPTOR summaries, graph extraction and
+community reports of a build, ``global`` and ``drift``, the corrective loop's rewrite,
+``query/transform`` and the LLM judge. It takes a LangChain chat model / Runnable, a
+LlamaIndex LLM, or an OpenAI-compatible endpoint (:mod:`.endpoint`), sends a system
+instruction and a user turn, and returns the reply text. Around each call it
+
+* answers a build's call from the engine's LLM cache when the same prompt was asked of the
+  same model before (:mod:`rcp_agentic.store.llm_cache`), and keeps each new reply there as
+  it arrives;
+* bounds it (:mod:`.llm_retry`): a timeout per attempt, a cap on calls in flight, retries
+  of rate limits, overloads and connection failures with backoff that honours
+  ``Retry-After``;
+* meters it (:mod:`.llm_usage`): calls, cache hits, retries, failures, tokens and
+  fallbacks per stage, against a build's token budget;
+* screens the reply (:mod:`.llm_guard`): an empty, looping or injection-flagged reply is
+  returned as ``""`` so the caller uses its offline output, and is counted.
+
+A call that cannot be answered raises :class:`~rcp_agentic.errors.BackendUnavailable`
+(retryable); a spent budget raises :class:`~rcp_agentic.errors.BudgetExhausted`.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from concurrent.futures import ThreadPoolExecutor
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 from ..errors import BackendUnavailable
+from .llm_guard import reply_problem
+from .llm_retry import CallPolicy, backoff, describe, transient
+from .llm_usage import BUILD_STAGES, LLMUsage, TokenBudget
 
 LC_LANGUAGE_MODEL = "langchain_core.language_models.base.BaseLanguageModel"
 LC_RUNNABLE = "langchain_core.runnables.base.Runnable"
@@ -48,6 +72,35 @@ def message_text(reply: Any) -> str:
     return str(content)
 
 
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and value >= 0 else None
+
+
+def _get(obj: Any, name: str) -> Any:
+    return obj.get(name) if isinstance(obj, dict) else getattr(obj, name, None)
+
+
+def reply_usage(reply: Any) -> tuple[int | None, int | None]:
+    """Prompt and completion tokens a framework reply reports (None where it does not):
+    LangChain's ``usage_metadata`` / ``response_metadata.token_usage``, LlamaIndex's
+    ``raw.usage`` / ``additional_kwargs``."""
+    meta = getattr(reply, "usage_metadata", None)
+    if meta:
+        return _int(_get(meta, "input_tokens")), _int(_get(meta, "output_tokens"))
+    candidates = [
+        _get(getattr(reply, "response_metadata", None) or {}, "token_usage"),
+        _get(getattr(reply, "raw", None), "usage"),
+        getattr(reply, "additional_kwargs", None),
+        _get(getattr(getattr(reply, "message", None), "additional_kwargs", None) or {}, "usage"),
+    ]
+    for usage in candidates:
+        if usage:
+            p, c = _int(_get(usage, "prompt_tokens")), _int(_get(usage, "completion_tokens"))
+            if p is not None or c is not None:
+                return p, c
+    return None, None
+
+
 def json_object(reply: str) -> dict[str, Any] | None:
     """The first JSON object in an LLM reply (inside a code fence if there is one), or None:
     models wrap JSON in prose and fences however they are asked."""
@@ -69,33 +122,69 @@ def json_object(reply: str) -> dict[str, Any] | None:
     return None
 
 
-class ChatLLM:
-    """A LangChain chat model / Runnable or a LlamaIndex LLM behind ``ask(system, user) -> str``.
+@dataclass(frozen=True)
+class Reply:
+    """One reply and what it cost."""
 
-    LangChain calls go through ``batch`` with ``max_concurrency``; LlamaIndex calls use
-    ``chat`` for chat models, else ``complete``, on a small thread pool.
+    text: str
+    prompt_tokens: int
+    completion_tokens: int
+
+
+class ChatLLM:
+    """The door every LLM call goes through (see the module doc).
+
+    ``llm``: a LangChain chat model / Runnable, a LlamaIndex LLM, or an object with
+    ``chat_reply(system, user) -> Reply`` (:class:`~.endpoint.OpenAIEndpoint`). ``cache``
+    keeps build replies (None: none kept); ``screen`` flags a reply carrying an injection;
+    ``count_tokens`` counts tokens a server does not report.
     """
 
-    def __init__(self, llm: Any, *, concurrency: int = 4) -> None:
-        if concurrency < 1:
-            raise ValueError("concurrency must be at least 1")
+    def __init__(self, llm: Any, *, concurrency: int | None = None,
+                 policy: CallPolicy | None = None, cache: Any = None,
+                 screen: Callable[[str], bool] | None = None,
+                 count_tokens: Callable[[str], int] | None = None) -> None:
+        if isinstance(llm, ChatLLM):
+            raise TypeError("already a ChatLLM")
         mro = mro_names(llm)
-        if LI_LLM in mro or (LC_RUNNABLE not in mro and (hasattr(llm, "complete")
-                                                        or hasattr(llm, "chat"))):
+        if callable(getattr(llm, "chat_reply", None)):
+            self.kind = "endpoint"
+        elif LI_LLM in mro or (LC_RUNNABLE not in mro and (hasattr(llm, "complete")
+                                                          or hasattr(llm, "chat"))):
             self.kind = "llamaindex"
         elif LC_RUNNABLE in mro or callable(getattr(llm, "invoke", None)):
             self.kind = "langchain"
         else:
             raise TypeError(f"cannot use {type(llm).__name__} as an LLM: pass a LangChain chat "
-                            "model / Runnable or a LlamaIndex LLM")
+                            "model / Runnable, a LlamaIndex LLM or an OpenAIEndpoint")
+        policy = policy or CallPolicy()
+        if concurrency is not None:
+            policy = CallPolicy(**{**policy.__dict__, "concurrency": concurrency})
         self.llm = llm
-        self.concurrency = concurrency
+        self.policy = policy
+        self.concurrency = policy.concurrency
+        self.cache = cache
+        self.screen = screen
+        if count_tokens is None:
+            from .tokenizer import count_tokens as count_cl100k
+            count_tokens = count_cl100k
+        self.count_tokens: Callable[[str], int] = count_tokens
+        self.usage = LLMUsage()
         self.identity = self._identity()
+        self.cache_identity = self.identity + self._settings()
+        self._slots = threading.BoundedSemaphore(policy.concurrency)
+        self._budget: TokenBudget | None = None
+        # Told (stage, calls answered, calls to make) as a build's calls come back.
+        self.progress: Callable[[str, int, int], None] | None = None
+
+    # --- identity ---------------------------------------------------------------------
 
     def _identity(self) -> str:
         cls = type(self.llm)
         name = None
-        if self.kind == "llamaindex":
+        if self.kind == "endpoint":
+            name = getattr(self.llm, "model", None)
+        elif self.kind == "llamaindex":
             try:
                 name = self.llm.metadata.model_name
             except Exception:  # noqa: BLE001 - metadata is user code; identity must not fail
@@ -110,51 +199,184 @@ class ChatLLM:
                     break
         return f"llm:{self.kind}:{cls.__module__}.{cls.__qualname__}" + (f":{name}" if name else "")
 
-    def ask(self, system: str, user: str) -> str:
-        """The reply text to one user turn."""
-        return self.ask_many(system, [user])[0]
+    def _settings(self) -> str:
+        """Generation settings that change replies (part of the cache key, not the identity)."""
+        parts = []
+        for attr in ("temperature", "max_tokens", "seed", "top_p"):
+            value = getattr(self.llm, attr, None)
+            if isinstance(value, (int, float, str)) and not isinstance(value, bool):
+                parts.append(f"{attr}={value}")
+        return (";" + ",".join(parts)) if parts else ""
 
-    def ask_many(self, system: str, users: list[str]) -> list[str]:
-        """Reply texts to several independent user turns, in order."""
+    # --- asking -----------------------------------------------------------------------
+
+    def ask(self, system: str, user: str, *, stage: str = "query") -> str:
+        """The reply text to one user turn (``""`` when the reply was unfit; see the module
+        doc)."""
+        return self.ask_many(system, [user], stage=stage)[0]
+
+    def ask_many(self, system: str, users: Sequence[str], *, stage: str = "query") -> list[str]:
+        """Reply texts to several independent user turns, in order. Calls of a build stage
+        (``tree``, ``graph``, ``communities``) are read from and kept in the cache and charged
+        to the build's budget. The first call that fails for good stops new calls; the
+        calls in flight finish (and are cached), then it is raised."""
         if not users:
             return []
-        try:
-            replies = (self._langchain(system, users) if self.kind == "langchain"
-                       else self._llamaindex(system, users))
-        except BackendUnavailable:
-            raise
-        except Exception as exc:
-            raise BackendUnavailable(f"LLM {self.identity} failed: {type(exc).__name__}: {exc}",
-                                     model=self.identity) from exc
-        return [message_text(reply) for reply in replies]
+        from ..store.llm_cache import CachedReply, cache_key
 
-    def _langchain(self, system: str, users: list[str]) -> list[Any]:
+        building = stage in BUILD_STAGES
+        cache = self.cache if building else None
+        keys = [cache_key(self.cache_identity, stage, system, u) for u in users]
+        hits = cache.get_many(keys) if cache is not None else {}
+        texts: list[str | None] = [None] * len(users)
+        todo = []
+        for i, key in enumerate(keys):
+            hit = hits.get(key)
+            if hit is not None:
+                texts[i] = hit.reply
+            else:
+                todo.append(i)
+        if hits:
+            self.usage.add(stage, cached=len(users) - len(todo))
+        budget = self._budget if building else None
+        stop = threading.Event()
+        errors: list[BaseException] = []
+        left = [len(todo)]
+        lock = threading.Lock()
+
+        def one(i: int) -> None:
+            if stop.is_set():
+                return
+            try:
+                if budget is not None:
+                    budget.check(stage, left[0])
+                reply = self._call_with_retries(system, users[i], stage)
+            except BaseException as exc:  # noqa: BLE001 - re-raised once the batch settles
+                stop.set()
+                with lock:
+                    errors.append(exc)
+                return
+            with lock:
+                left[0] -= 1
+                done = len(todo) - left[0]
+            if self.progress is not None and building:
+                self.progress(stage, done, len(todo))
+            if budget is not None:
+                budget.charge(reply.prompt_tokens + reply.completion_tokens)
+            if cache is not None:
+                cache.put(keys[i], stage=stage, model=self.cache_identity,
+                          reply=CachedReply(reply.text, reply.prompt_tokens,
+                                            reply.completion_tokens))
+            texts[i] = reply.text
+
+        if len(todo) == 1 or self.policy.concurrency == 1:
+            for i in todo:
+                one(i)
+        elif todo:
+            with ThreadPoolExecutor(max_workers=min(self.policy.concurrency, len(todo)),
+                                    thread_name_prefix="rcp-llm") as pool:
+                list(pool.map(one, todo))
+        if errors:
+            raise errors[0]
+        return [self._checked(stage, t or "") for t in texts]
+
+    def _checked(self, stage: str, text: str) -> str:
+        problem = reply_problem(text, self.screen)
+        if problem is not None:
+            self.usage.add(stage, fallback=problem)
+            return ""
+        return text
+
+    def fallback(self, stage: str, reason: str) -> None:
+        """Count a reply the caller could not use (``unparsed``, ...)."""
+        self.usage.add(stage, fallback=reason)
+
+    @contextmanager
+    def budget(self, limit: int | None) -> Iterator[TokenBudget]:
+        """Charge the build stages' calls in this block to a budget of ``limit`` tokens."""
+        previous, self._budget = self._budget, TokenBudget(limit)
+        try:
+            yield self._budget
+        finally:
+            self._budget = previous
+
+    # --- one call ---------------------------------------------------------------------
+
+    def _call_with_retries(self, system: str, user: str, stage: str) -> Reply:
+        attempt = 0
+        while True:
+            started = time.perf_counter()
+            try:
+                reply = self._attempt(system, user)
+            except BackendUnavailable:
+                self.usage.add(stage, calls=1, failures=1,
+                               seconds=time.perf_counter() - started)
+                raise
+            except Exception as exc:
+                self.usage.add(stage, calls=1, seconds=time.perf_counter() - started)
+                attempt += 1
+                if attempt > self.policy.retries or not transient(exc):
+                    self.usage.add(stage, failures=1)
+                    raise BackendUnavailable(
+                        f"LLM {self.identity} failed after {attempt} attempt(s): "
+                        f"{describe(exc)}", model=self.identity, stage=stage,
+                        retryable=transient(exc)) from exc
+                self.usage.add(stage, retries=1)
+                time.sleep(backoff(self.policy, attempt, exc))
+                continue
+            self.usage.add(stage, calls=1, prompt_tokens=reply.prompt_tokens,
+                           completion_tokens=reply.completion_tokens,
+                           seconds=time.perf_counter() - started)
+            return reply
+
+    def _attempt(self, system: str, user: str) -> Reply:
+        """One call, in a daemon thread holding a slot until the call returns: a call past
+        the timeout is abandoned (raises ``TimeoutError``) but still counts as in flight."""
+        self._slots.acquire()
+        future: Future[Reply] = Future()
+
+        def run() -> None:
+            try:
+                future.set_result(self._call(system, user))
+            except BaseException as exc:  # noqa: BLE001 - handed to the waiting thread
+                future.set_exception(exc)
+            finally:
+                self._slots.release()
+
+        threading.Thread(target=run, name="rcp-llm-call", daemon=True).start()
+        try:
+            return future.result(timeout=self.policy.timeout_seconds)
+        except TimeoutError:
+            if future.done():  # the call itself raised it
+                raise
+            raise TimeoutError(f"no reply within {self.policy.timeout_seconds:g} s") from None
+
+    def _call(self, system: str, user: str) -> Reply:
+        if self.kind == "endpoint":
+            reply: Reply = self.llm.chat_reply(system, user)
+            return reply
+        raw = self._langchain(system, user) if self.kind == "langchain" else self._llamaindex(
+            system, user)
+        text = message_text(raw)
+        p, c = reply_usage(raw)
+        return Reply(text, p if p is not None else self.count_tokens(system + "\n" + user),
+                     c if c is not None else self.count_tokens(text))
+
+    def _langchain(self, system: str, user: str) -> Any:
         from langchain_core.messages import HumanMessage, SystemMessage
 
-        inputs = [[SystemMessage(content=system), HumanMessage(content=user)] for user in users]
-        batch = getattr(self.llm, "batch", None)
-        if callable(batch):
-            return list(batch(inputs, config={"max_concurrency": self.concurrency}))
-        return self._pool(self.llm.invoke, inputs)
+        return self.llm.invoke([SystemMessage(content=system), HumanMessage(content=user)])
 
-    def _llamaindex(self, system: str, users: list[str]) -> list[Any]:
+    def _llamaindex(self, system: str, user: str) -> Any:
         metadata = getattr(self.llm, "metadata", None)
-        use_chat = bool(getattr(metadata, "is_chat_model", False)) or not hasattr(self.llm,
-                                                                                 "complete")
-        if use_chat:
+        if bool(getattr(metadata, "is_chat_model", False)) or not hasattr(self.llm, "complete"):
             from llama_index.core.llms import ChatMessage, MessageRole
 
-            def ask(user: str) -> Any:
-                return self.llm.chat([ChatMessage(role=MessageRole.SYSTEM, content=system),
-                                      ChatMessage(role=MessageRole.USER, content=user)])
-        else:
-            def ask(user: str) -> Any:
-                return self.llm.complete(f"{system}\n\n{user}")
-        return self._pool(ask, users)
+            return self.llm.chat([ChatMessage(role=MessageRole.SYSTEM, content=system),
+                                  ChatMessage(role=MessageRole.USER, content=user)])
+        return self.llm.complete(f"{system}\n\n{user}")
 
-    def _pool(self, fn: Any, inputs: list[Any]) -> list[Any]:
-        if self.concurrency == 1 or len(inputs) == 1:
-            return [fn(item) for item in inputs]
-        with ThreadPoolExecutor(max_workers=min(self.concurrency, len(inputs)),
-                                thread_name_prefix="rcp-llm") as pool:
-            return list(pool.map(fn, inputs))
+
+def as_chat(llm: Any) -> ChatLLM:
+    """``llm`` as the door (itself when it already is one)."""
+    return llm if isinstance(llm, ChatLLM) else ChatLLM(llm)

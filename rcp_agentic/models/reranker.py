@@ -210,7 +210,7 @@ class LLMJudgeReranker:
                  concurrency: int = 4) -> None:
         if max_passage_chars < 1:
             raise ValueError("max_passage_chars must be at least 1")
-        self.chat = ChatLLM(llm, concurrency=concurrency)
+        self.chat = llm if isinstance(llm, ChatLLM) else ChatLLM(llm, concurrency=concurrency)
         self.llm = llm
         self.max_passage_chars = max_passage_chars
         self.concurrency = concurrency
@@ -227,7 +227,7 @@ class LLMJudgeReranker:
         if not passages:
             return []
         requests = [self.request_text(query, passage) for passage in passages]
-        replies = self.chat.ask_many(JUDGE_INSTRUCTIONS, requests)
+        replies = self.chat.ask_many(JUDGE_INSTRUCTIONS, requests, stage="rerank")
         scores = []
         for i, text in enumerate(replies):
             grade = parse_grade(text)

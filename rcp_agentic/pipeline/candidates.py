@@ -33,7 +33,8 @@ Ranking = list[tuple[int, float]]
 class Request:
     """A validated ``retrieve``: its plan, whether options it cannot honour are errors
     (``strict``), the cursor state it continues (None: the first page), the snapshot it
-    reads, the hash its cursors are bound to, when it started and its control."""
+    reads, the hash its cursors are bound to, when it started and its control; with a
+    ``rewrite``, the query it searches with (hyde: the passage), which its cursors carry."""
 
     plan: Plan
     strict: bool
@@ -42,6 +43,7 @@ class Request:
     qhash: str
     started: float
     ctl: RequestControl
+    rewritten: str | None = None
 
 
 @dataclass

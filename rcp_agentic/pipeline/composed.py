@@ -91,8 +91,10 @@ class ComposedRecall:
             plan.notes.append(f"the query names no entity of the graph: no {plan.unit} to "
                               "compose")
             return None
-        qvec = self._embedder.embed_query(plan.query) if plan.mode in DENSE_MODES else None
-        term_ids = self._query_terms(plan.query) if plan.mode in SPARSE_MODES else []
+        qvec = (self._embedder.embed_query(plan.dense_query or plan.query)
+                if plan.mode in DENSE_MODES else None)
+        term_ids = (self._query_terms(plan.sparse_query or plan.query)
+                    if plan.mode in SPARSE_MODES else [])
         prior = chunk_prior(self._recall, plan, snapshot, {}, None, qvec, term_ids,
                             allowed_keys)
         request.ctl.check()

@@ -1,8 +1,10 @@
 """Opaque, tamper-evident pagination cursors (RCP §10).
 
 A cursor names the snapshot the first page was served from, where the next page
-starts in that one ranked list, the hits after that point already returned, and a
-hash of the query and options; it is signed with the engine's secret (HMAC-SHA256).
+starts in that one ranked list, the hits after that point already returned, a
+hash of the query and options, and what the ``rewrite`` option made of the query (an LLM
+need not answer the same twice, so the next page searches with the first page's); it is
+signed with the engine's secret (HMAC-SHA256).
 A cursor that was altered, comes from another engine, or is replayed with other
 query options is InvalidParams on ``cursor``.
 """
@@ -27,6 +29,7 @@ class CursorState:
     start: int
     exclude: frozenset[int]
     query_hash: str
+    rewritten: str | None = None  # the rewrite's query (hyde: its passage)
 
 
 def query_hash(params: dict[str, Any]) -> str:
@@ -36,8 +39,11 @@ def query_hash(params: dict[str, Any]) -> str:
 
 
 def encode(state: CursorState, secret: bytes) -> str:
-    payload = json.dumps({"v": state.version, "s": state.start, "x": sorted(state.exclude),
-                          "h": state.query_hash}, separators=(",", ":")).encode("utf-8")
+    data: dict[str, Any] = {"v": state.version, "s": state.start, "x": sorted(state.exclude),
+                            "h": state.query_hash}
+    if state.rewritten is not None:
+        data["r"] = state.rewritten
+    payload = json.dumps(data, separators=(",", ":")).encode("utf-8")
     body = base64.urlsafe_b64encode(payload).decode("ascii").rstrip("=")
     sig = hmac.new(secret, body.encode("ascii"), hashlib.sha256).hexdigest()[:32]
     return f"{body}.{sig}"
@@ -55,9 +61,10 @@ def decode(cursor: str, secret: bytes, expected_hash: str) -> CursorState:
                             field="cursor")
     try:
         data = json.loads(base64.urlsafe_b64decode(body + "=" * (-len(body) % 4)))
+        rewritten = data.get("r")
         state = CursorState(int(data["v"]), int(data["s"]), frozenset(int(x) for x in data["x"]),
-                            str(data["h"]))
-    except (ValueError, KeyError, TypeError) as exc:
+                            str(data["h"]), None if rewritten is None else str(rewritten))
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise InvalidParams(f"cursor is malformed: {exc}", field="cursor") from None
     if state.query_hash != expected_hash:
         raise InvalidParams("cursor belongs to a different query or options", field="cursor")

@@ -41,7 +41,8 @@ def next_cursor(request: Request, packed: Packed, secret: bytes) -> str | None:
     if not packed.more or request.plan.session_id:
         return None
     return cursor.encode(CursorState(request.snapshot.version, packed.next_start,
-                                     packed.next_exclude, request.qhash), secret)
+                                     packed.next_exclude, request.qhash, request.rewritten),
+                         secret)
 
 
 def record(sessions: SessionStore, request: Request, returned: list[Candidate]) -> None:

@@ -28,7 +28,7 @@ from .. import units
 from ..config import EngineConfig
 from ..errors import InvalidParams, OptionUnsupported
 from ..options import RANK_BY, TREE_SEARCHES, VENDOR
-from ..vocabulary import FUSIONS, MODES, RECALL_SOURCES
+from ..vocabulary import FUSIONS, MODES, MULTI_QUERY_METHODS, RECALL_SOURCES, TRANSFORM_METHODS
 from .filters import check_filter_size
 
 # What a plan is checked against when the caller passes no configuration.
@@ -128,6 +128,11 @@ class Plan:
     # the request set its fusion weight (else it scales with the query's subject share).
     graph_recall: bool = False
     graph_weight_given: bool = False
+    # The query transformation to run before recall (None: the query as given), and what it
+    # made of the query: the dense leg's text (hyde's passage) and the sparse leg's.
+    rewrite: str | None = None
+    dense_query: str | None = None
+    sparse_query: str | None = None
 
     @property
     def pooled(self) -> bool:
@@ -287,12 +292,14 @@ Unsupported = Callable[[str, str], None]
 
 def make_plan(p: RetrieveParams, config: EngineConfig = DEFAULT_CONFIG, *,
               rerank_method: str | None = None, can_rank_by_confidence: bool = False,
-              offered: Mapping[str, tuple[int, ...]] | None = None) -> Plan:
+              offered: Mapping[str, tuple[int, ...]] | None = None,
+              transform_methods: Collection[str] = ()) -> Plan:
     """Check options against what the engine offers and resolve defaults (§7.7, §12).
 
     ``config`` supplies the defaults (mode, depths, RRF k) and the limits (maxK, query,
-    sessionId, tokenBudget, filter, hit text); ``rerank_method`` and
-    ``can_rank_by_confidence`` say what the engine's models offer; ``offered`` maps each
+    sessionId, tokenBudget, filter, hit text); ``rerank_method``,
+    ``can_rank_by_confidence`` and ``transform_methods`` (the query transformations; none
+    without an LLM) say what the engine's models offer; ``offered`` maps each
     stored kind the engine holds to its levels (default: the per-document kinds, flat).
     The checks run in a fixed order, so a request with several faults gets the same error.
     """
@@ -313,8 +320,7 @@ def make_plan(p: RetrieveParams, config: EngineConfig = DEFAULT_CONFIG, *,
     unit, kinds, level, tree_search = _plan_unit(p, offered, unsupported)
     rerank = _plan_rerank(p, rerank_method, unsupported)
     mmr_lambda = _plan_mmr(p)
-    if p.rewrite not in (None, False):
-        unsupported("rewrite", "query rewriting is not offered by this engine")
+    rewrite = _plan_rewrite(p, unit, transform_methods, unsupported)
     recency_field, half_life = _plan_recency(p)
     _check_limits(p, config)
     k = min(p.k, config.max_k)
@@ -343,7 +349,7 @@ def make_plan(p: RetrieveParams, config: EngineConfig = DEFAULT_CONFIG, *,
         graph_weight_given=fusion.weights is not None and "graph" in fusion.weights,
         recency_field=recency_field,
         recency_half_life_days=float(half_life) if half_life is not None else None,
-        max_hit_chars=config.max_hit_chars, notes=notes)
+        max_hit_chars=config.max_hit_chars, notes=notes, rewrite=rewrite)
 
 
 def _plan_rerank(p: RetrieveParams, rerank_method: str | None,
@@ -372,6 +378,29 @@ def _plan_mmr(p: RetrieveParams) -> float | None:
     if isinstance(lam, bool) or not isinstance(lam, (int, float)) or not 0.0 <= lam <= 1.0:
         raise InvalidParams("mmr.lambda must be a number in [0, 1]", field="mmr.lambda")
     return float(lam)
+
+
+def _plan_rewrite(p: RetrieveParams, unit: str, methods: Collection[str],
+                  unsupported: Unsupported) -> str | None:
+    """The query transformation to run (None: none). Several queries fuse several ranked
+    lists into one: a composed kind cannot, and no cursor can page the result."""
+    if p.rewrite is None or p.rewrite is False:
+        return None
+    if p.rewrite not in TRANSFORM_METHODS:
+        raise InvalidParams(f"rewrite must be one of {', '.join(TRANSFORM_METHODS)} or false",
+                            field="rewrite")
+    if p.rewrite not in methods:
+        unsupported("rewrite", "query rewriting is not offered by this engine (it has no LLM)"
+                    if not methods else f"rewrite {p.rewrite!r} is not offered")
+        return None
+    if p.rewrite in MULTI_QUERY_METHODS and units.get(unit).composed:
+        unsupported("rewrite", f"rewrite {p.rewrite!r} fuses one retrieve per query; {unit} "
+                    "units are composed per query and cannot be fused (use rewrite or hyde)")
+        return None
+    if p.rewrite in MULTI_QUERY_METHODS and p.cursor is not None:
+        raise InvalidParams(f"a {p.rewrite} retrieve fuses several ranked lists and returns no "
+                            "nextCursor, so it cannot continue a cursor", field="cursor")
+    return str(p.rewrite)
 
 
 def _plan_recency(p: RetrieveParams) -> tuple[str | None, Any]:

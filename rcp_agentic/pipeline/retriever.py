@@ -1,6 +1,8 @@
 """The retrieve pipeline of an engine: one request through its stages, in order.
 
-Validate and plan (:mod:`.params`) → snapshot (:mod:`..catalog`) → recall from each source
+Validate and plan (:mod:`.params`) → snapshot (:mod:`..catalog`) → transform the query with
+the LLM when ``rewrite`` asks (:mod:`.rewrite`; several queries run the stages below once each
+and are fused by rank before packing) → recall from each source
 the plan wants (dense, sparse, graph: :mod:`.sources`, :mod:`.graph_recall`; ``candidate_k``
 deep, deeper by what the session has seen) → fuse → session dedup → rerank → rank by
 confidence → recency → ``minScore`` → MMR (:mod:`.stages`, :mod:`.scoring`) → pack to ``k``
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -25,12 +28,13 @@ from ..config import EngineConfig
 from ..control import RequestControl, checked
 from ..errors import InvalidParams, OptionUnsupported
 from ..models.embedder import TimedEmbedder
+from ..models.llm import ChatLLM
 from ..models.reranker import Reranker
 from ..sessions import SessionStore
 from ..store.recall import RecallBackend
-from ..vocabulary import DENSE_MODES, SPARSE_MODES
+from ..vocabulary import DENSE_MODES, MULTI_QUERY_METHODS, SPARSE_MODES, TRANSFORM_METHODS
 from ..wire import Hit, RetrieveResult
-from . import composed, cursor, paging, stages
+from . import composed, cursor, paging, rewrite, stages
 from .candidates import Candidates, Query, Request
 from .composed import ComposedRecall
 from .confidence import Calibrator
@@ -50,13 +54,15 @@ class Retriever:
     """``retrieve`` over one engine's catalog and recall backend (module doc).
 
     ``composers`` maps each composed kind the engine serves to its composer; ``secret``
-    signs cursors.
+    signs cursors; ``chat`` gives the engine's LLM at the time of a request (None: offline,
+    no ``rewrite``).
     """
 
     def __init__(self, *, catalog: Catalog, recall: RecallBackend, embedder: TimedEmbedder,
                  reranker: Reranker | None, calibrator: Calibrator | None,
                  sessions: SessionStore, config: EngineConfig,
-                 composers: Mapping[str, Callable[..., Any]], secret: bytes) -> None:
+                 composers: Mapping[str, Callable[..., Any]], secret: bytes,
+                 chat: Callable[[], ChatLLM | None] = lambda: None) -> None:
         self.catalog = catalog
         self.store = catalog.store
         self.recall = recall
@@ -66,6 +72,7 @@ class Retriever:
         self.config = config
         self.composers = composers
         self.secret = secret
+        self.chat = chat
         self._graph = GraphSource(recall, calibrator)
         self.sources: list[RecallSource] = [DenseSource(recall, self.store),
                                             SparseSource(recall), self._graph]
@@ -100,6 +107,16 @@ class Retriever:
         stops the work between stages on cancel or deadline and receives progress, with the
         fused top ``k`` as partial hits after recall."""
         request = self._request(raw, checked(control))
+        if request.plan.rewrite is None:
+            return self._retrieve(request)
+        done = rewrite.rewrite(request, self.chat(), self.config.max_query_chars)
+        result = (self._retrieve_many(request, done.queries)
+                  if request.plan.rewrite in MULTI_QUERY_METHODS else self._retrieve(request))
+        result.rewritten_query = done.reported
+        return result
+
+    def _retrieve(self, request: Request) -> RetrieveResult:
+        """One planned request through the stages (a composed kind through its composer)."""
         if units.get(request.plan.unit).composed:
             return self._retrieve_composed(request)
         query = self._query(request)
@@ -124,7 +141,8 @@ class Retriever:
         plan = make_plan(params, self.config,
                          rerank_method=self.reranker.method if self.reranker else None,
                          can_rank_by_confidence=self.calibrator is not None,
-                         offered=self.catalog.offered())
+                         offered=self.catalog.offered(),
+                         transform_methods=TRANSFORM_METHODS if self.chat() else ())
         qhash = query_hash(params.model_dump(
             mode="json", exclude={"cursor", "meta", "index_version", "strict"}))
         state = (cursor.decode(plan.cursor, self.secret, qhash) if plan.cursor is not None
@@ -148,12 +166,12 @@ class Retriever:
             plan.notes.append(lag)
         self._scope(query)
         if plan.mode in DENSE_MODES or plan.tree_search == "traversal":
-            query.qvec = self.embedder.embed_query(plan.query)
+            query.qvec = self.embedder.embed_query(plan.dense_query or plan.query)
         if plan.tree_search == "traversal":
             assert query.qvec is not None
             query.allowed = traverse(self.store, plan, query.index, query.qvec, query.allowed)
         if plan.mode in SPARSE_MODES:
-            query.term_ids = self.catalog.query_terms(plan.query)
+            query.term_ids = self.catalog.query_terms(plan.sparse_query or plan.query)
         return query
 
     def _scope(self, query: Query) -> None:
@@ -256,6 +274,67 @@ class Retriever:
         else:
             confidence = None
         return stored_hits(self.store, query, cands, top, confidence)
+
+    # --- several queries (rewrite: multi-query, decompose) ---------------------------------
+
+    def _retrieve_many(self, request: Request, texts: list[str]) -> RetrieveResult:
+        """One ranking per query (each skipping what the session was given, recording
+        nothing, cut at ``minScore``), fused by reciprocal rank, then packed, recorded and
+        returned as one page without a cursor (:mod:`.rewrite`)."""
+        plan, ctl = request.plan, request.ctl
+        runs: list[tuple[Query, Candidates]] = []
+        for text in texts:
+            # Its own plan (its notes merge below) and a control that reports no progress.
+            sub = replace(request, plan=replace(plan, query=text, notes=[]),
+                          ctl=RequestControl(parent=ctl))
+            query = self._query(sub)
+            cands = self._recall(query)
+            self._rank(query, cands)
+            runs.append((query, cands))
+        fused = rewrite.fuse([c.ranked for _q, c in runs], plan.rrf_k)
+        ctl.report(0.5, "fuse", f"fused the rankings of {len(runs)} queries")
+        index = runs[0][0].index
+        leaves, keeps = (packing_containment(self.store, index, fused, plan.query)
+                         if plan.pooled and units.get(plan.stored_unit).contains_leaves
+                         else (None, None))
+        packed = paging.page(request, [int(index.tokens[p]) for p, _s in fused],
+                             leaves=leaves, keeps=keeps)
+        top = [fused[i] for i in packed.taken]
+        ctl.check()
+        hits = self._fused_hits(runs, top)
+        rewrite.merge_notes(plan.notes, [q.plan.notes for q, _c in runs])
+        if plan.session_id:
+            paging.record(self.sessions, request,
+                          stored_candidates(self.store, index, [p for p, _s in top]))
+        elif packed.more:
+            plan.notes.append(f"no nextCursor: a {plan.rewrite} retrieve fuses several "
+                              "rankings into one page (ask for a larger k or tokenBudget)")
+        if plan.min_score is not None:
+            plan.notes.append("minScore applied to each query's ranking; a hit's score is "
+                              "its reciprocal-rank fusion")
+        ctl.report(1.0, "pack", f"packed {len(hits)} hit(s)")
+        recalled = {p for _q, c in runs for ranked in c.lists.values() for p, _s in ranked}
+        return paging.result(request, hits, candidates=len(recalled),
+                             reranked=sum(len(c.rerank) for _q, c in runs),
+                             tokens=packed.tokens)
+
+    def _fused_hits(self, runs: list[tuple[Query, Candidates]],
+                    top: list[tuple[int, float]]) -> list[Hit]:
+        """Hits for the fused ``top`` (scored by the fusion), each built from the ranking
+        that placed it highest (its stage scores and confidence)."""
+        best = rewrite.best_runs([c.ranked for _q, c in runs], [p for p, _s in top])
+        groups: dict[int, list[tuple[int, float, int]]] = {}
+        for pos, score in top:
+            run, rank = best[pos]
+            groups.setdefault(run, []).append((pos, score, rank))
+        built: dict[str, Hit] = {}
+        for run, items in groups.items():
+            query, cands = runs[run]
+            for hit in self._hits(query, cands, [(p, s) for p, s, _r in items],
+                                  [r for _p, _s, r in items]):
+                built[hit.id] = hit
+        uids = runs[0][0].index.uids
+        return [built[str(uids[p])] for p, _s in top if str(uids[p]) in built]
 
     # --- composed kinds -------------------------------------------------------------------
 

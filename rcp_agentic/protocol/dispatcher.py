@@ -43,6 +43,7 @@ from .. import jsonio
 from .caller import TRUSTED, Caller, bind_sessions, read_only, refuse_write, unbind_result
 from .graphwire import graph_call, memory_build_call, memory_recall_call
 from .methods import PROTOCOL_VERSION, RCP_METHODS
+from .transformwire import FALLBACK_NOTE, transform_call, with_meta_notes
 
 log = logging.getLogger(__name__)
 
@@ -115,6 +116,7 @@ class Dispatcher:
             "index/add": self._index_add, "index/delete": self._index_delete,
             "embed": self._embed, "feedback": self._feedback, "graph": self._graph,
             "memory/build": self._memory_build, "memory/recall": self._memory_recall,
+            "query/transform": self._transform,
         }
 
     # --- framing ------------------------------------------------------------------------
@@ -385,6 +387,14 @@ class Dispatcher:
         call = memory_recall_call(params, caps)
         return with_notes(self.engine.memory_recall(**call.kwargs, control=control).to_wire(),
                           call.notes)
+
+    def _transform(self, params: dict[str, Any], control: RequestControl,
+                   caps: dict[str, Any]) -> dict[str, Any]:
+        call = transform_call(params, caps)
+        done = self.engine.transform(**call.kwargs)
+        control.check()
+        return with_meta_notes(done.to_wire(),
+                               call.notes + ([FALLBACK_NOTE] if done.fallback else []))
 
     def _feedback(self, params: dict[str, Any], control: RequestControl,
              caps: dict[str, Any]) -> dict[str, Any]:
