@@ -28,7 +28,8 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -80,6 +81,15 @@ def require_model() -> Path:
             pytest.fail(f"{message}; {REQUIRE_ENV}=1 forbids skipping", pytrace=False)
         pytest.skip(message)
     return path
+
+
+@contextmanager
+def model_behind_proxy() -> Iterator[tuple[ModelServer, FaultProxy]]:
+    """A model server (the GGUF of :func:`require_model`) and a proxy in front of it: what a
+    test module shares (a module-scoped fixture yields it)."""
+    model = require_model()
+    with ModelServer(model) as server, FaultProxy(server.base_url) as proxy:
+        yield server, proxy
 
 
 # The child: builds the server from a JSON config (argv[1]), prints its address as one JSON

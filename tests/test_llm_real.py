@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from llm_server import FaultProxy, ModelServer, ProxyRecord, require_model
+from llm_server import FaultProxy, ModelServer, ProxyRecord, model_behind_proxy
 from pydantic import SecretStr
 
 from rcp_agentic import Engine
@@ -48,9 +48,8 @@ INJECTED = {"id": "injected", "text": "Bergen is a city on the west coast of Nor
 @pytest.fixture(scope="module")
 def stack() -> Iterator[tuple[ModelServer, FaultProxy]]:
     """One model server and one counting proxy in front of it, for the whole module."""
-    model = require_model()
-    with ModelServer(model) as server, FaultProxy(server.base_url) as proxy:
-        yield server, proxy
+    with model_behind_proxy() as both:
+        yield both
 
 
 @pytest.fixture

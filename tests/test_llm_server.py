@@ -10,7 +10,7 @@ import httpx
 import llm_server
 import openai
 import pytest
-from llm_server import FaultProxy, ModelServer, require_model
+from llm_server import FaultProxy, ModelServer, model_behind_proxy, require_model
 from openai.types.chat import ChatCompletionMessageParam
 from pydantic import SecretStr
 
@@ -22,9 +22,8 @@ MESSAGES: list[ChatCompletionMessageParam] = [{"role": "user", "content": PROMPT
 @pytest.fixture(scope="module")
 def stack() -> Iterator[tuple[ModelServer, FaultProxy]]:
     """One model server and one proxy in front of it, for the whole module."""
-    model = require_model()
-    with ModelServer(model) as server, FaultProxy(server.base_url) as proxy:
-        yield server, proxy
+    with model_behind_proxy() as both:
+        yield both
 
 
 @pytest.fixture
