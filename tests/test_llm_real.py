@@ -154,19 +154,33 @@ def test_the_corrective_loop_rewrites_with_chat_openai(tmp_path: Path, embedder:
 
 # --- LlamaIndex's OpenAILike -------------------------------------------------------------------
 
-def test_openai_like_builds_a_tree_and_reports(tmp_path: Path, embedder: Any,
+def test_openai_like_through_every_llm_feature(tmp_path: Path, embedder: Any,
                                                proxy: FaultProxy) -> None:
     from llama_index.llms.openai_like import OpenAILike
 
     llm = OpenAILike(api_base=proxy.base_url, api_key="none", model="smollm2",
                      max_tokens=MAX_TOKENS, temperature=0, is_chat_model=True, max_retries=0)
     with Engine(tmp_path / "e", embedder=embedder, llm=llm, build_tree=True, tree_top_size=1,
-                derived_updates="inline") as engine:
+                build_graph=True, graph_extractor="llm", derived_updates="inline") as engine:
         result = engine.add_documents(DOCS)
-        tree = next(r for r in result.derived if r.unit == "tree-node")
-        assert tree.llm["calls"] >= 1 and tree.llm["calls"] == proxy.count()
-        assert tree.llm["promptTokens"] > 0 and tree.llm["completionTokens"] > 0
+        reports = {r.unit: r for r in result.derived}
+        assert reports["node"].llm["calls"] == len(DOCS)
+        assert reports["community"].llm["calls"] >= 1 and reports["tree-node"].llm["calls"] >= 1
+        assert sum(r.llm["calls"] for r in result.derived) == proxy.count()
+        assert all(r.llm["promptTokens"] > 0 and r.llm["completionTokens"] > 0
+                   for r in result.derived)
         assert engine.chat is not None and engine.chat.identity.endswith(":smollm2")
+        built = proxy.count()
+        res = engine.graph("global", query="Where was Velvet Lanterns formed?", k=2,
+                           token_budget=80)
+        assert res.summary
+        drift = engine.graph("drift", query="Who produced Midnight Harbor?", k=3)
+        assert drift.hits is not None
+        step_back = engine.transform("Who produced Midnight Harbor?", "step-back")
+        assert step_back.queries
+        usage = engine.llm_usage()["stages"]
+        asked = sum(usage[s]["calls"] for s in ("global", "drift", "transform"))
+        assert usage["transform"]["calls"] == 1 and proxy.count() == built + asked
 
 
 # --- configuration without code: the endpoint, the CLI ------------------------------------------
