@@ -176,7 +176,8 @@ class CommunityIndex(DerivedBuilder[CommunitySection]):
         self.config = CommunityConfig(max_community_size=settings.max_size)
         screen = self._suspected
         self.reporter: ExtractiveReporter | LLMReporter = (
-            LLMReporter(ctx.llm, count_tokens, screen=screen) if ctx.llm is not None
+            LLMReporter(ctx.llm, count_tokens, screen=screen,
+                        context_tokens=settings.report_context_tokens) if ctx.llm is not None
             else ExtractiveReporter(count_tokens, screen=screen))
         # The graph and edges of this process's last run: the next update diffs against them.
         self._last: tuple[int, GraphData, Edges] | None = None

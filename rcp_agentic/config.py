@@ -60,6 +60,7 @@ class CommunitySection:
 
     max_size: int
     report_tokens: int
+    report_context_tokens: int
     vectors: str
     build_seconds: float | None
 
@@ -202,6 +203,10 @@ class EngineConfig(BaseModel):
     community_max_size: int = Field(
         10, ge=1, le=100_000, description="entities in a finest (level 0) community at most; "
         "larger communities are split again, recursively")
+    community_report_context_tokens: int = Field(
+        6000, ge=256, le=1_000_000, description="tokens of entities, relations and "
+        "sub-community reports an LLM community report is written from (GraphRAG's "
+        "max_input_length); keep it below the LLM's context window minus llm_max_tokens")
     community_report_tokens: int = Field(
         300, ge=32, le=4096, description="tokens of a community report (offline: title, key "
         "relations and central evidence sentences; with an LLM: GraphRAG-style)")

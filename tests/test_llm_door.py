@@ -254,3 +254,21 @@ def test_transient_failures_are_retried_then_given_up() -> None:
         down.ask("s", "u")
     assert err.value.data["retryable"] is True
     assert down.usage.of("query").failures == 1
+
+
+def test_an_input_the_server_refuses_falls_back_alone(cache: LLMCache) -> None:
+    def answer(messages: Any) -> str:
+        if "long" in messages[-1].content:
+            raise HTTPError(400, {})  # "exceeds the available context size"
+        return "fine"
+
+    chat = ChatLLM(RunnableLambda(answer), policy=FAST, cache=cache)
+    assert chat.ask_many("s", ["short", "long", "also short"], stage="communities") == [
+        "fine", "", "fine"]
+    spent = chat.usage.of("communities")
+    assert spent.fallbacks == {"rejected": 1} and spent.retries == 0
+    assert cache.stats() == {"communities": 2}  # a refusal is not cached
+    unauthorised = ChatLLM(RunnableLambda(lambda _m: (_ for _ in ()).throw(HTTPError(401))),
+                           policy=FAST)
+    with pytest.raises(BackendUnavailable, match="HTTP 401"):
+        unauthorised.ask_many("s", ["a", "b"], stage="communities")

@@ -35,8 +35,12 @@ from typing import Any
 
 from ..errors import BackendUnavailable
 from .llm_guard import reply_problem
-from .llm_retry import CallPolicy, backoff, describe, transient
+from .llm_retry import CallPolicy, backoff, describe, status_of, transient
 from .llm_usage import BUILD_STAGES, LLMUsage, TokenBudget
+
+# Statuses with which a server refuses one input rather than the caller (context length,
+# payload size, unprocessable content); auth (401/403) and unknown model (404) stop a build.
+REJECTED_INPUT = frozenset({400, 413, 422})
 
 LC_LANGUAGE_MODEL = "langchain_core.language_models.base.BaseLanguageModel"
 LC_RUNNABLE = "langchain_core.runnables.base.Runnable"
@@ -241,6 +245,7 @@ class ChatLLM:
         budget = self._budget if building else None
         stop = threading.Event()
         errors: list[BaseException] = []
+        rejected: set[int] = set()
         left = [len(todo)]
         lock = threading.Lock()
 
@@ -251,6 +256,20 @@ class ChatLLM:
                 if budget is not None:
                     budget.check(stage, left[0])
                 reply = self._call_with_retries(system, users[i], stage)
+            except BackendUnavailable as exc:
+                if status_of(exc) not in REJECTED_INPUT:
+                    stop.set()
+                    with lock:
+                        errors.append(exc)
+                    return
+                # The server refused this input (too long for its context, say): this
+                # unit gets its offline output; the others go on. Not cached, so a
+                # larger context later is asked again.
+                with lock:
+                    left[0] -= 1
+                self.usage.add(stage, fallback="rejected")
+                rejected.add(i)
+                return
             except BaseException as exc:  # noqa: BLE001 - re-raised once the batch settles
                 stop.set()
                 with lock:
@@ -278,7 +297,8 @@ class ChatLLM:
                 list(pool.map(one, todo))
         if errors:
             raise errors[0]
-        return [self._checked(stage, t or "") for t in texts]
+        return ["" if i in rejected else self._checked(stage, t or "")
+                for i, t in enumerate(texts)]
 
     def _checked(self, stage: str, text: str) -> str:
         problem = reply_problem(text, self.screen)
