@@ -147,7 +147,7 @@ class Engine:
                                    embedder=self.embedder, reranker=self.reranker,
                                    calibrator=calibrator, sessions=self.sessions,
                                    config=self.config, composers=self.composers,
-                                   secret=self._secret, chat=lambda: self.chat)
+                                   secret=self._secret, chat=self.chat)
         # A Chroma or Milvus that is down leaves the engine open, degraded.
         self.recall.after_commit()
         self._write_lock = threading.Lock()
@@ -227,6 +227,7 @@ class Engine:
     def llm(self, llm: Any) -> None:
         self._llm = llm
         self.chat = open_llm(llm, self.config, self.store, self._suspected)
+        self.retriever.chat = self.chat
         if self._graph_ops is not None:
             self._graph_ops.ctx.llm = self.chat
 

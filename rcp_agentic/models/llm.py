@@ -256,21 +256,16 @@ class ChatLLM:
                 if budget is not None:
                     budget.check(stage, left[0])
                 reply = self._call_with_retries(system, users[i], stage)
-            except BackendUnavailable as exc:
-                if status_of(exc) not in REJECTED_INPUT:
-                    stop.set()
-                    with lock:
-                        errors.append(exc)
-                    return
-                # The server refused this input (too long for its context, say): this
-                # unit gets its offline output; the others go on. Not cached, so a
-                # larger context later is asked again.
-                with lock:
-                    left[0] -= 1
-                self.usage.add(stage, fallback="rejected")
-                rejected.add(i)
-                return
             except BaseException as exc:  # noqa: BLE001 - re-raised once the batch settles
+                if isinstance(exc, BackendUnavailable) and status_of(exc) in REJECTED_INPUT:
+                    # The server refused this input (too long for its context, say): this
+                    # unit gets its offline output; the others go on. Not cached, so a
+                    # larger context later is asked again.
+                    with lock:
+                        left[0] -= 1
+                    self.usage.add(stage, fallback="rejected")
+                    rejected.add(i)
+                    return
                 stop.set()
                 with lock:
                     errors.append(exc)

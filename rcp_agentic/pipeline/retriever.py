@@ -54,15 +54,15 @@ class Retriever:
     """``retrieve`` over one engine's catalog and recall backend (module doc).
 
     ``composers`` maps each composed kind the engine serves to its composer; ``secret``
-    signs cursors; ``chat`` gives the engine's LLM at the time of a request (None: offline,
-    no ``rewrite``).
+    signs cursors; ``chat`` is the engine's LLM (None: offline, no ``rewrite``; the engine
+    sets it again when its LLM changes).
     """
 
     def __init__(self, *, catalog: Catalog, recall: RecallBackend, embedder: TimedEmbedder,
                  reranker: Reranker | None, calibrator: Calibrator | None,
                  sessions: SessionStore, config: EngineConfig,
                  composers: Mapping[str, Callable[..., Any]], secret: bytes,
-                 chat: Callable[[], ChatLLM | None] = lambda: None) -> None:
+                 chat: ChatLLM | None = None) -> None:
         self.catalog = catalog
         self.store = catalog.store
         self.recall = recall
@@ -109,7 +109,7 @@ class Retriever:
         request = self._request(raw, checked(control))
         if request.plan.rewrite is None:
             return self._retrieve(request)
-        done = rewrite.rewrite(request, self.chat(), self.config.max_query_chars)
+        done = rewrite.rewrite(request, self.chat, self.config.max_query_chars)
         result = (self._retrieve_many(request, done.queries)
                   if request.plan.rewrite in MULTI_QUERY_METHODS else self._retrieve(request))
         result.rewritten_query = done.reported
@@ -142,7 +142,7 @@ class Retriever:
                          rerank_method=self.reranker.method if self.reranker else None,
                          can_rank_by_confidence=self.calibrator is not None,
                          offered=self.catalog.offered(),
-                         transform_methods=TRANSFORM_METHODS if self.chat() else ())
+                         transform_methods=TRANSFORM_METHODS if self.chat else ())
         qhash = query_hash(params.model_dump(
             mode="json", exclude={"cursor", "meta", "index_version", "strict"}))
         state = (cursor.decode(plan.cursor, self.secret, qhash) if plan.cursor is not None
