@@ -407,6 +407,17 @@ def test_multi_query_fuses_one_retrieve_per_query_by_rrf(llm_engine: Engine) -> 
     validator("RetrieveResult").validate(first.to_wire())
 
 
+@pytest.mark.parametrize("method", ["multi-query", "decompose", "hyde", "rewrite"])
+def test_a_filter_scopes_every_rewritten_search(llm_engine: Engine, method: str) -> None:
+    # Each query the LLM proposes would find d2 and d4 first; the filter hides them.
+    reply = "- What is BM25?\n- What is a dense retriever?"
+    answers(llm_engine, reply)
+    hidden = {"field": "doc_id", "op": "nin", "value": ["d2", "d4"]}
+    result = llm_engine.retrieve(QUESTION, k=7, rewrite=method, filter=hidden)
+    assert result.rewritten_query
+    assert result.hits and not {"doc:d2#c0", "doc:d4#c0"} & set(ids(result))
+
+
 def test_decompose_searches_with_the_sub_questions(llm_engine: Engine) -> None:
     answers(llm_engine, "- What is BM25?\n- What is a dense retriever?")
     result = llm_engine.retrieve(QUESTION, k=2, rewrite="decompose")
