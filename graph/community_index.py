@@ -104,6 +104,12 @@ class CommunityStore:
     def top_level(self) -> int:
         return max((c.levels.stop - 1 for c in self.by_id.values()), default=0)
 
+    def _repr_html_(self) -> str:
+        """In Jupyter: sizes per level, and the hierarchy as a collapsible outline."""
+        from ..display.cards import communities_html
+
+        return communities_html(self)
+
     def level(self, level: int) -> list[StoredCommunity]:
         """The partition at ``level`` (0 = finest), largest first (ties by id)."""
         got = self._levels.get(level)

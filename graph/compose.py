@@ -225,6 +225,8 @@ class Composed:
     path: list[str] = field(default_factory=list)      # node ids in order (a path)
     nodes: list[str] = field(default_factory=list)     # node ids shown
     edges: list[tuple[str, str, float]] = field(default_factory=list)  # node ids, weight
+    relations: list[str] = field(default_factory=list)  # what joins each edge's two entities
+    names: dict[str, str] = field(default_factory=dict)  # node id -> entity name
     leaves: list[int] = field(default_factory=list)    # chunk rowids whose sentences it shows
     leaf_uids: list[str] = field(default_factory=list)
     leaf_docs: list[str] = field(default_factory=list)  # the document of each leaf
@@ -328,11 +330,13 @@ def compose_paths(view: GraphView, links: Mapping[str, float], scores: np.ndarra
         parts = [names[seq[0]].name]
         leaves: list[int] = []
         edges: list[tuple[str, str, float]] = []
+        relations: list[str] = []
         shown = True
         for a, b in zip(seq, seq[1:]):
             w, r = steps[(a, b)]
             if r is None:
                 parts.append(f" —[same as]→ {names[b].name}")
+                relations.append("same as")
             else:
                 rowid = ev.chunk_of(r)
                 if rowid is None:  # its evidence is not in a chunk this request may see
@@ -340,6 +344,7 @@ def compose_paths(view: GraphView, links: Mapping[str, float], scores: np.ndarra
                     break
                 leaves.append(rowid)
                 parts.append(f" —[{' '.join(r.evidence.split()) or r.relation}]→ {names[b].name}")
+                relations.append(r.relation or "related to")
             edges.append((node_uid(a), node_uid(b), round(float(w), 6)))
         if not shown or not leaves:
             continue  # a hidden hop, or only synonym hops: no evidence to show
@@ -347,6 +352,7 @@ def compose_paths(view: GraphView, links: Mapping[str, float], scores: np.ndarra
         score = float(np.mean([mass.get(k, 0.0) for k in seq]))
         c = Composed(uid=composed_uid("path", ids), unit="path", text="".join(parts),
                      score=score, path=ids, nodes=list(dict.fromkeys(ids)), edges=edges,
+                     relations=relations, names={node_uid(k): names[k].name for k in seq},
                      leaves=list(dict.fromkeys(leaves)))
         if c.uid not in out or out[c.uid].score < score:
             out[c.uid] = c
@@ -389,7 +395,10 @@ def compose_subgraphs(view: GraphView, links: Mapping[str, float], scores: np.nd
         unit = Composed(uid=composed_uid("subgraph", [f"{a}>{b}" for a, b, _w in edges]),
                         unit="subgraph", text="\n".join(lines),
                         score=float(sum(m for m, _r, _rid in members)), nodes=nodes,
-                        edges=edges, leaves=list(dict.fromkeys(rid for _m, _r, rid in members)))
+                        edges=edges, leaves=list(dict.fromkeys(rid for _m, _r, rid in members)),
+                        relations=[r.relation or "related to" for _m, r, _rid in members],
+                        names={node_uid(k): names[k].name for _m, r, _rid in members
+                               for k in (r.subject, r.object)})
         out.append(_finish(unit, ev))
         lines, members, used = [], [], 0
 

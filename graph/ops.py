@@ -54,7 +54,7 @@ from .compose import reading_order, relevance, request_view
 from .context import GraphContext
 from .index import node_uid
 from .memory import SessionMemory
-from .ppr import GraphView
+from .ppr import GraphView, Subgraph
 from .sources import SourceTrust
 from .warm import warm_view
 
@@ -225,7 +225,20 @@ class GraphOps:
         rel = relevance(view, view.mass(links)) if links else {}
         ctl.check()
         hits = [self._anchor(view, h, rel, version) for h in res.hits]
-        return GraphResult(hits=hits, index_version=res.index_version, usage=res.usage)
+        shown = [k for k in links if k in view.graph.entities]
+        for hit in hits:
+            if hit.provenance and hit.provenance.nodes:
+                shown.extend(self._keys_of(view).get(n, "") for n in hit.provenance.nodes)
+        shown = [k for k in dict.fromkeys(shown) if k][:MAX_NODES]
+        if not shown:
+            return GraphResult(hits=hits, index_version=res.index_version, usage=res.usage)
+        nodes, edges, notes = self._subgraph(view, view.neighbors(shown, hops=0,
+                                                                  limit=len(shown)),
+                                             set(links), rel)
+        usage = res.usage.model_copy(update={"notes": [*(res.usage.notes or []), *notes]
+                                             or None}) if res.usage else None
+        return GraphResult(hits=hits, nodes=nodes, edges=edges,
+                           index_version=res.index_version, usage=usage)
 
     def _anchor(self, view: GraphView, hit: Hit, rel: Mapping[str, float],
                 version: int) -> Hit:
@@ -277,11 +290,20 @@ class GraphOps:
         ctl.check()
         ent = scores[:view.n_entities]
         mass = {key: float(ent[view.e_index[key]]) for key in sub.nodes}
-        order = sorted(sub.nodes, key=lambda e: (e not in seeds, -mass[e], e))
+        nodes, edges, notes = self._subgraph(view, sub, set(seeds), mass)
+        return GraphResult(nodes=nodes, edges=edges, index_version=f"v{version}",
+                           usage=Usage(notes=notes or None))
+
+    def _subgraph(self, view: GraphView, sub: Subgraph, seeds: set[str],
+                  mass: Mapping[str, float]) -> tuple[list[GraphNode], list[GraphEdge], list[str]]:
+        """``sub``'s nodes (seeds first, then by ``mass``, ties by key) with their names and
+        trust, and its edges (one per pair, the strongest; strongest first, bounded)."""
+        order = sorted(sub.nodes, key=lambda e: (e not in seeds, -mass.get(e, 0.0), e))
         sources = self._sources()
         entities = view.graph.entities
         sources.prefetch(c for e in order for c in _chunks_of(view, e))
-        nodes = [GraphNode(id=node_uid(e), score=round(mass[e], 8), name=entities[e].name,
+        nodes = [GraphNode(id=node_uid(e), score=round(mass.get(e, 0.0), 8),
+                           name=entities[e].name, seed=True if e in seeds else None,
                            trust=sources.of(_chunks_of(view, e), entities[e].name))
                  for e in order]
         best: dict[tuple[str, str], float] = {}
@@ -294,8 +316,7 @@ class GraphOps:
         if len(edges) > MAX_EDGES:
             notes.append(f"kept the {MAX_EDGES} strongest of {len(edges)} edges")
             edges = edges[:MAX_EDGES]
-        return GraphResult(nodes=nodes, edges=edges, index_version=f"v{version}",
-                           usage=Usage(notes=notes or None))
+        return nodes, edges, notes
 
     def _keys_of(self, view: GraphView) -> dict[str, str]:
         """Node unit id -> entity key, per view (cached on it)."""

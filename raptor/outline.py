@@ -10,7 +10,7 @@ of its widest nodes; :meth:`TreeOutline.render` prints it as text
 from __future__ import annotations
 
 import textwrap
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..errors import CapabilityMissing
@@ -53,6 +53,9 @@ class TreeOutline:
     levels: tuple[LevelOutline, ...]
     reflects: str | None  # the index version the tree reflects (None: not built, or not kept up)
     current: bool         # False while writes since ``reflects`` are not folded in yet
+    # The live tree-node rows (uid, level, text, tokens, covers, umeta): the HTML display
+    # nests each node's children under it.
+    nodes: tuple[dict[str, Any], ...] = field(default=(), repr=False)
 
     def coverage(self, level: int) -> float:
         """Share of the live leaves covered by ``level`` (1.0 = every leaf)."""
@@ -60,6 +63,12 @@ class TreeOutline:
         if row is None or not self.leaves:
             return 0.0
         return row.leaves_covered / self.leaves
+
+    def _repr_html_(self) -> str:
+        """In Jupyter: the levels' sizes and the tree as a collapsible outline."""
+        from ..display.cards import tree_html
+
+        return tree_html(self, self.nodes)
 
     def render(self, *, width: int = 100) -> str:
         """The outline as text, one block per level, widest nodes first."""
@@ -123,4 +132,4 @@ def outline(engine: Engine, *, samples: int = 2) -> TreeOutline:
         leaves=len(leaf_doc), documents=len(set(leaf_doc.values())),
         leaf_tokens=sum(leaf_tokens) / len(leaf_tokens) if leaf_tokens else 0.0,
         levels=tuple(levels), reflects=status.get("reflects") if levels else None,
-        current=bool(status.get("current", True)))
+        current=bool(status.get("current", True)), nodes=tuple(nodes))

@@ -367,7 +367,7 @@ class Engine:
         The result's ``to_wire()`` is the exact RCP result object.
         """
         with self.read_first.reading():
-            return self.retriever.retrieve(query, k, **options)
+            return self.retriever.retrieve(query, k, **options).with_query(query)
 
     def retrieve_params(self, raw: dict[str, Any],
                         control: RequestControl | None = None) -> RetrieveResult:
@@ -404,6 +404,19 @@ class Engine:
     def stats(self) -> dict[str, int]:
         """Counts of documents and of each unit."""
         return self.store.counts()
+
+    def __repr__(self) -> str:
+        return f"Engine({str(self.path)!r})"
+
+    def _repr_html_(self) -> str:
+        """The engine in Jupyter: a card of its documents, units by kind and level, index
+        version, backend and each derived kind's state and lag."""
+        from .display.cards import EngineFacts, engine_card
+
+        return engine_card(EngineFacts(
+            path=str(self.path), index_version=self.index_version, backend=self.config.backend,
+            embedder=self.embedder.identity, dimension=self.dimension, counts=self.stats(),
+            derived=self.derived_status()))
 
     def capabilities(self) -> dict[str, Any]:
         """What this engine offers, as RCP/1 capability objects (§6); only what really works.
@@ -510,7 +523,7 @@ class Engine:
             return self.graph_ops.graph(op, query=query, k=k, seed_ids=seed_ids, hops=hops,
                                         level=level, session_id=session_id, cursor=cursor,
                                         token_budget=token_budget, filter=filter,
-                                        control=control)
+                                        control=control).with_query(query)
 
     def memory_build(self, documents: list[dict[str, Any]] | None = None, *,
                      memory_id: str | None = None, scope: str = "global",

@@ -6,12 +6,16 @@ JSON object of the spec, with absent optional fields omitted (never ``null``).
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 from pydantic.alias_generators import to_camel
 
 from .vocabulary import TrustLevel
+
+if TYPE_CHECKING:
+    import pandas
+    from typing_extensions import Self
 
 Unit = Literal["chunk", "passage", "document", "node", "triplet", "path", "subgraph",
                "community", "tree-node", "page"]
@@ -26,6 +30,34 @@ class WireModel(BaseModel):
     def to_wire(self) -> dict[str, Any]:
         """The JSON-ready dict exactly as RCP/1 spells it."""
         return self.model_dump(by_alias=True, exclude_none=True, mode="json")
+
+
+class Displayed(WireModel):
+    """A result that shows itself in Jupyter as HTML (``_repr_html_``), with the words of
+    the query it answers marked in its texts."""
+
+    _query: str | None = PrivateAttr(default=None)
+
+    def with_query(self, query: Any) -> Self:
+        """This result, its display marking the terms of ``query`` (a text query; the
+        engine sets it on what it returns). Returns ``self``."""
+        self._query = query if isinstance(query, str) else None
+        return self
+
+    def html(self, query: str | None = None) -> str:
+        """The HTML display (``query``: whose terms to mark; default the one it answers)."""
+        raise NotImplementedError
+
+    def _repr_html_(self) -> str:
+        return self.html()
+
+    def __eq__(self, other: object) -> bool:
+        # The query a display marks is not part of the result: equal fields, equal results.
+        if not isinstance(other, BaseModel):
+            return NotImplemented
+        return type(self) is type(other) and self.__dict__ == other.__dict__
+
+    __hash__ = None  # type: ignore[assignment]  # mutable, like any pydantic model
 
 
 class Citation(WireModel):
@@ -74,8 +106,9 @@ class Provenance(WireModel):
     leaves: list[str] | None = None
 
 
-class Hit(WireModel):
-    """One retrieved unit."""
+class Hit(Displayed):
+    """One retrieved unit; in Jupyter it shows as a one-row table (a ``path`` or
+    ``subgraph`` hit with its picture)."""
 
     id: str
     score: float
@@ -91,6 +124,12 @@ class Hit(WireModel):
     trust: Trust | None = None
     chunk: ChunkRef | None = None
 
+    def html(self, query: str | None = None) -> str:
+        """The hit as an HTML table row with its header (see :class:`Displayed`)."""
+        from .display.hits import hit_html
+
+        return hit_html(self, query or self._query)
+
 
 class Usage(WireModel):
     """What the pipeline did: candidate counts, tokens packed, latency and notes."""
@@ -102,15 +141,31 @@ class Usage(WireModel):
     notes: list[str] | None = None
 
 
-class RetrieveResult(WireModel):
+class RetrieveResult(Displayed):
     """The result of ``retrieve``; ``rewritten_query`` is the query the ``rewrite`` option
-    searched with (several joined by `` | ``; the hypothetical passage for ``hyde``)."""
+    searched with (several joined by `` | ``; the hypothetical passage for ``hyde``).
+
+    In Jupyter it shows as a table of its hits and a usage line; ``to_dataframe()`` gives
+    one row per hit. A client's wire dict shows the same way once validated:
+    ``RetrieveResult.model_validate(client.retrieve(q)).with_query(q)``."""
 
     hits: list[Hit] = Field(default_factory=list)
     next_cursor: str | None = None
     index_version: str | None = None
     usage: Usage | None = None
     rewritten_query: str | None = None
+
+    def html(self, query: str | None = None) -> str:
+        """The hits as an HTML table and the usage line (see :class:`Displayed`)."""
+        from .display.hits import result_html
+
+        return result_html(self, query or self._query)
+
+    def to_dataframe(self) -> pandas.DataFrame:
+        """The hits as a pandas DataFrame, one row per hit (needs the ``notebook`` extra)."""
+        from .display.frames import hits_frame
+
+        return hits_frame(self.hits)
 
 
 class TransformResult(WireModel):
@@ -129,11 +184,13 @@ class RerankResult(WireModel):
 
 
 class GraphNode(WireModel):
-    """A node of a ``graph`` neighbours result (§7.9): a ``node`` unit id and its score."""
+    """A node of a ``graph`` neighbours or local result (§7.9): a ``node`` unit id, its
+    score and name, and ``seed`` (an extension key) when the request started from it."""
 
     id: str
     score: float | None = None
     name: str | None = None
+    seed: bool | None = None
     trust: Trust | None = None  # of the chunks that name it (and of the name itself)
 
 
@@ -152,8 +209,10 @@ class CommunityEntry(WireModel):
     trust: Trust | None = None  # of the chunks its report was written from
 
 
-class GraphResult(WireModel):
-    """The result of ``graph`` (§7.9); which fields are set depends on the op."""
+class GraphResult(Displayed):
+    """The result of ``graph`` (§7.9); which fields are set depends on the op. In Jupyter
+    its nodes and edges draw as an SVG picture (seeds marked; ``local``'s passages joined
+    to the entities they mention), with its summary, communities and hits."""
 
     hits: list[Hit] | None = None
     nodes: list[GraphNode] | None = None
@@ -168,6 +227,18 @@ class GraphResult(WireModel):
     # chunks they were composed from, and whether any of those (or the texts) screen as an
     # injection. Hits, nodes and communities carry their own.
     trust: Trust | None = None
+
+    def html(self, query: str | None = None) -> str:
+        """The picture, summary, communities and hits as HTML (see :class:`Displayed`)."""
+        from .display.graphs import graph_result_html
+
+        return graph_result_html(self, query or self._query)
+
+    def to_dataframe(self) -> pandas.DataFrame:
+        """The hits (``local``, ``drift``) as a pandas DataFrame, one row per hit."""
+        from .display.frames import hits_frame
+
+        return hits_frame(self.hits or [])
 
 
 class MemoryBuildResult(WireModel):

@@ -849,7 +849,8 @@ def test_graph_deadline_required_and_wire(graphs: Graphs, scripted: Scripted) ->
         assert 0 < sent["_meta"]["deadlineMs"] < 30_000
         assert out["nodes"][:2] == [  # the seeds first, in RRF order: rank 1 of each engine
             {"id": f"wiki::{band}", "score": out["nodes"][0]["score"], "name": "Velvet Lanterns",
-             "trust": {"level": "community", "injectionSuspected": False}, "engine": "wiki"},
+             "seed": True, "trust": {"level": "community", "injectionSuspected": False},
+             "engine": "wiki"},
             {"id": "s::n1", "score": 1.0, "engine": "s"}]
         assert {"src": "s::n1", "dst": "s::n2", "weight": 2.0} not in out["edges"]  # n2 cut (k)
         # Too slow: dropped at the deadline, noted, degraded.

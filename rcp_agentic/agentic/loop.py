@@ -102,6 +102,12 @@ class CorrectiveResult:
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "trace": [asdict(s) for s in self.trace]}
 
+    def _repr_html_(self) -> str:
+        """In Jupyter: the verdict, the trace table and the evidence hits."""
+        from ..display.loop import loop_html
+
+        return loop_html(self)
+
 
 @dataclass
 class _Call:

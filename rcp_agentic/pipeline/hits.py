@@ -116,12 +116,15 @@ def build_composed_hit(unit: Any, *, score: float, scores: dict[str, float],
     path or a subgraph). ``provenance`` carries the entity ``path`` (a path), the ``nodes``
     and weighted ``edges`` shown and the ``leaves`` (chunk ids) whose sentences it shows;
     ``meta.citations`` cites each of those chunks, ``citation`` the first; ``meta.doc_ids``
-    their documents, most-shown first. ``confidence`` is the caller's P(the unit covers a
+    their documents, most-shown first; with the text, ``meta.names`` maps each node id to
+    its entity name and ``meta.relations`` says what joins each edge. ``confidence`` is the caller's P(the unit covers a
     supporting passage), read off its leaf chunks (None without a calibration).
     """
     meta: dict[str, Any] = {"doc_ids": list(unit.doc_ids), "citations": list(unit.citations),
                             "chunk_token_count": unit.tokens}
     text = unit.text if include_text else None
+    if text is not None:
+        meta["names"], meta["relations"] = dict(unit.names), list(unit.relations)
     if text is not None and max_chars is not None and len(text) > max_chars:
         meta["truncated"], meta["text_chars"] = True, len(text)
         note = (f"hit {unit.uid}: text cut to its first {max_chars} of {len(text)} "
