@@ -163,9 +163,9 @@ class RetrieveResult(Displayed):
 
     def to_dataframe(self) -> pandas.DataFrame:
         """The hits as a pandas DataFrame, one row per hit (needs the ``notebook`` extra)."""
-        from .display.frames import hits_frame
+        from .display.frames import to_dataframe
 
-        return hits_frame(self.hits)
+        return to_dataframe(self.hits)
 
 
 class TransformResult(WireModel):
@@ -236,9 +236,9 @@ class GraphResult(Displayed):
 
     def to_dataframe(self) -> pandas.DataFrame:
         """The hits (``local``, ``drift``) as a pandas DataFrame, one row per hit."""
-        from .display.frames import hits_frame
+        from .display.frames import to_dataframe
 
-        return hits_frame(self.hits or [])
+        return to_dataframe(self.hits or [])
 
 
 class MemoryBuildResult(WireModel):

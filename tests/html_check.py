@@ -67,3 +67,29 @@ def parsed(markup: str) -> Checked:
 def visible(markup: str) -> str:
     """The text a reader sees (whitespace folded), after checking the markup."""
     return " ".join("".join(parsed(markup).text).split())
+
+
+class _PageText(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.text: list[str] = []
+        self._skip = 0
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self._skip += tag in ("script", "style", "title")
+
+    def handle_endtag(self, tag: str) -> None:
+        self._skip -= tag in ("script", "style", "title") and self._skip > 0
+
+    def handle_data(self, data: str) -> None:
+        if not self._skip:
+            self.text.append(data)
+
+
+def page_text(markup: str) -> str:
+    """The text of a whole page outside scripts, styles and titles (whitespace folded),
+    without checking it: for pages made by other tools (nbconvert's export)."""
+    reader = _PageText()
+    reader.feed(markup)
+    reader.close()
+    return " ".join("".join(reader.text).split())

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 from typing import Any
 
@@ -10,7 +11,13 @@ import pytest
 from nbclient import NotebookClient
 
 from conftest import REPO
-from html_check import parsed
+from html_check import page_text, parsed, visible
+from rcp_agentic.display.html import FONT
+
+_spec = importlib.util.spec_from_file_location("notebook_pictures",
+                                               REPO / "bench" / "notebook_pictures.py")
+pictures = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(pictures)
 
 NOTEBOOKS = sorted((REPO / "notebooks").glob("*.ipynb"))
 # Text each notebook must print (its cells also assert on their own results).
@@ -63,10 +70,18 @@ def test_notebook_runs(path: Path) -> None:
     if path.name in ("04_corrective_loop.ipynb", "05_raptor.ipynb"):
         assert "image/png" in kinds  # the plot
     if path.name in DISPLAYS:
-        shown = [out["data"]["text/html"] for cell in book.cells
-                 for out in cell.get("outputs", []) if "text/html" in out.get("data", {})]
+        html = [out["data"]["text/html"] for cell in book.cells
+                for out in cell.get("outputs", []) if "text/html" in out.get("data", {})]
+        shown = [m for m in html if m.startswith(f'<div style="{FONT}')]  # ours, not pandas
         assert shown, "the results show as HTML"
         for markup in shown:
             parsed(markup)
+        # Exported to HTML (what bench/notebook_pictures.py screenshots), each display is
+        # there as it was shown (nbconvert re-serialises the markup, so compare its text).
+        exported = pictures.notebook_html(book)
+        text_of_page = page_text(exported)
+        for markup in shown:
+            assert visible(markup) in text_of_page
+        assert exported.count("<svg") >= sum(markup.count("<svg") for markup in shown)
     if path.name == "06_graph.ipynb":
         assert sum(markup.count("<svg") for markup in shown) >= 3  # neighbours, local, path

@@ -1,1 +1,17 @@
-"""Rich displays of results, graphs, trees and the engine for Jupyter (HTML and SVG)."""
+"""Rich displays of results, graphs, trees and the engine for Jupyter (HTML and SVG).
+
+Nothing here needs to be called: in a notebook a ``RetrieveResult``, ``Hit`` or
+``GraphResult``, a corrective loop's result, the RAPTOR outline, the community store and
+the ``Engine`` itself show as HTML through their ``_repr_html_``. Graphs draw as inline
+SVG with no JavaScript, so the pictures also show on GitHub and in exported HTML. Every
+text shown is escaped.
+
+``to_dataframe(hits)`` turns any list of hits into a pandas DataFrame (the ``notebook``
+extra); ``RetrieveResult.to_dataframe()`` does the same for a result.
+"""
+
+from __future__ import annotations
+
+from .frames import to_dataframe
+
+__all__ = ["to_dataframe"]

@@ -38,7 +38,7 @@ def hit_record(hit: Hit, rank: int) -> dict[str, Any]:
     return row
 
 
-def hits_frame(hits: Sequence[Hit]) -> pandas.DataFrame:
+def to_dataframe(hits: Sequence[Hit]) -> pandas.DataFrame:
     """``hits`` as a DataFrame, best first (``rank`` from 1). ImportError without pandas."""
     try:
         import pandas as pd

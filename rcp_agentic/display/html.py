@@ -109,7 +109,8 @@ def table(head: Sequence[str], rows: Iterable[Sequence[str]]) -> str:
 
 def details(summary_html: str, body_html: str, *, open_: bool = False) -> str:
     """A collapsible block (HTML ``<details>``: no script needed)."""
-    return (f'<details{" open" if open_ else ""} style="margin:2px 0 2px 0">'
+    state = ' open=""' if open_ else ""
+    return (f'<details{state} style="margin:2px 0 2px 0">'
             f'<summary style="cursor:pointer">{summary_html}</summary>'
             f'<div style="margin-left:18px">{body_html}</div></details>')
 
