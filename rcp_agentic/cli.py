@@ -123,7 +123,7 @@ def _add_backend_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--chroma-url", metavar="URL", help="use a `chroma run` server")
     parser.add_argument("--backend", choices=("embedded", "milvus"),
                         help="where recall runs (default: the engine's saved choice, else "
-                        "embedded); see README 'Scaling out'")
+                        "embedded); see docs/scaling.md")
     parser.add_argument("--milvus-uri", metavar="URI",
                         help="with --backend milvus: a path ending in .db (Milvus Lite) or "
                         "http://host:19530 (also RCP_AGENTIC_MILVUS_URI)")

@@ -136,7 +136,7 @@ def cli_command(*args: str) -> list[str]:
     return [sys.executable, "-m", "rcp_agentic.cli", *args]
 
 
-# Recall backends every backend-parametrized suite runs against (README "Scaling out").
+# Recall backends every backend-parametrized suite runs against (docs/scaling.md).
 BACKENDS = ("embedded", "milvus")
 
 

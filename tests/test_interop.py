@@ -206,7 +206,8 @@ def test_session_never_repeats_a_hit(client: rcp.Client,
                                     request: pytest.FixtureRequest) -> None:
     """Over stdio the session holds. Over HTTP the SDK opens a connection per request and
     sends no RCP-Session header, so an anonymous server binds each request's sessionId to
-    that connection alone (README "Sessions are bound to the caller"): nothing is hidden."""
+    that connection alone (docs/server.md, "Sessions are bound to the caller"): nothing is
+    hidden."""
     opts = {"sessionId": f"interop-{uuid.uuid4().hex}"}
     first = client.retrieve("neural retrieval", k=2, opts=opts)
     second = client.retrieve("neural retrieval", k=2, opts=opts)

@@ -615,7 +615,7 @@ def test_a_pinned_read_scores_as_its_version_did(tmp_path: Path, embedder: Any,
                 assert_same_ranking(pinned, hits)
                 continue
             # Only the order: Milvus Lite scores each segment with its own statistics, so
-            # here the scores stay (a real server's move: README "Scaling out").
+            # here the scores stay (a real server's move: docs/scaling.md).
             assert [i for i, _s in pinned] == [i for i, _s in hits], mode
 
 
@@ -624,7 +624,7 @@ def test_current_scores_ignore_retained_older_rows(tmp_path: Path, embedder: Any
     (at Milvus Lite's k1): the replaced rows, kept for pinned reads of older versions, are
     not part of the current version's statistics: Milvus Lite searches a snapshot
     collection of the current version's rows alone. (A Milvus server's collection counts
-    the retained rows too: README "Scaling out".)"""
+    the retained rows too: docs/scaling.md.)"""
     path = tmp_path / "e"
     with Engine(path, embedder=embedder, backend="milvus",
                 milvus_uri=str(tmp_path / "m.db")) as eng:

@@ -1,9 +1,9 @@
-"""Every snippet of README.md runs as written.
+"""Every snippet of README.md and of each page of docs/ runs as written.
 
-The README's fenced blocks run in document order, in a temp folder holding a copy of
-``examples/`` (so the default engine ``./.rcp-agentic`` lands there) with no
-``RCP_AGENTIC_ENGINE`` / ``RCP_AGENTIC_TOKEN`` set, and port 8750 replaced by a free
-port:
+Each page is run on its own: its fenced blocks run in document order, in a fresh temp
+folder holding a copy of ``examples/`` (so the default engine ``./.rcp-agentic`` lands
+there) with no ``RCP_AGENTIC_ENGINE`` / ``RCP_AGENTIC_TOKEN`` set, and port 8750 replaced
+by a free port. So a page sets up whatever engine or server its snippets use itself:
 
 * ``bash``: each command line runs in bash and must succeed; a ``pip install`` step of
   a ``&&`` chain is not run but checked (its pinned versions are the installed ones).
@@ -11,12 +11,16 @@ port:
   one (every JSON key and every ``doc:`` id shown appears in it). A command ending in
   ``&`` is a server: it is started, waited for on its ``--port`` (bounded), its shown
   start-up lines must appear on its stderr, and it is stopped at the end.
-* ``python``: the blocks run one after another in one namespace, as in one session.
+* ``python``: the blocks of a page run one after another in one namespace, as in one
+  session.
 
 An HTML comment right before a block steers it: ``<!-- readme-test: skip: REASON -->``
 (installs packages, runs the whole suite), ``<!-- readme-test: output -->`` (a text
 block: the output of the block run before it), ``<!-- readme-test: synopsis -->``
 (the CLI synopsis, checked against the argument parser). Any other block fails the test.
+
+The docs are also a site (``mkdocs build --strict``): every page of docs/ is in
+mkdocs.yml's ``nav`` and every ``nav`` entry is a page; the README stays a landing page.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 import pytest
+import yaml
 from packaging.requirements import Requirement
 
 from conftest import REPO, free_port
@@ -43,6 +48,10 @@ from rcp_agentic import Engine
 from rcp_agentic.cli import build_parser
 
 README = REPO / "README.md"
+DOCS = REPO / "docs"
+# The README, then every page of docs/: each one's snippets run on their own.
+PAGES = [README, *sorted(DOCS.glob("*.md"))]
+README_MAX_LINES = 300
 README_PORT = "8750"
 _FENCE = re.compile(r"^```(\w*)\s*$")
 _MARKER = re.compile(r"^<!-- readme-test: (\w+)(?::\s*(.*?))?\s*-->$")
@@ -50,13 +59,17 @@ _MARKER = re.compile(r"^<!-- readme-test: (\w+)(?::\s*(.*?))?\s*-->$")
 
 @dataclass
 class Block:
-    """One fenced block of the README and the marker comment right before it."""
+    """One fenced block of a page and the marker comment right before it."""
 
     lang: str
     body: str
     line: int
     marker: str | None = None
     reason: str | None = None
+
+
+def page_name(page: Path) -> str:
+    return page.relative_to(REPO).as_posix()
 
 
 def readme_blocks(text: str) -> list[Block]:
@@ -110,10 +123,10 @@ def transcript(body: str) -> list[tuple[str, str]]:
 
 
 def check_output(shown: str, real: str, where: str) -> None:
-    """What the README shows is what really comes out: its JSON keys and hit ids appear."""
+    """What a page shows is what really comes out: its JSON keys and hit ids appear."""
     if not shown.strip():
         return
-    assert real.strip(), f"{where}: the README shows output, the command printed nothing"
+    assert real.strip(), f"{where}: the page shows output, the command printed nothing"
     keys = set(re.findall(r'"([A-Za-z_][\w-]*)"\s*:', shown))
     missing = keys - set(re.findall(r'"([A-Za-z_][\w-]*)"\s*:', real))
     assert not missing, f"{where}: keys shown but not in the real output: {sorted(missing)}\n{real}"
@@ -133,7 +146,7 @@ def check_install(step: str, where: str) -> None:
         except PackageNotFoundError:
             pytest.fail(f"{where}: {req.name} is not installed")
         assert req.specifier.contains(installed, prereleases=True), (
-            f"{where}: the README pins {req}, this machine has {installed}")
+            f"{where}: the page pins {req}, this machine has {installed}")
     assert version("rcp-agentic")
 
 
@@ -150,10 +163,11 @@ def wait_for_port(port: int, proc: subprocess.Popen[bytes], timeout: float) -> N
 
 
 class Session:
-    """Runs README blocks in one folder, remembering the last output and the servers."""
+    """Runs one page's blocks in one folder, remembering the last output and the servers."""
 
-    def __init__(self, cwd: Path, port: int) -> None:
+    def __init__(self, cwd: Path, port: int, page: str = "README.md") -> None:
         self.cwd = cwd
+        self.page = page
         self.port = str(port)
         self.env = {k: v for k, v in os.environ.items()
                     if k not in ("RCP_AGENTIC_ENGINE", "RCP_AGENTIC_TOKEN")}
@@ -178,7 +192,7 @@ class Session:
         for n, line in enumerate(logical_lines(self.local(block.body))):
             if not line.strip() or line.lstrip().startswith("#"):
                 continue
-            where = f"README.md:{block.line + 1 + n}"
+            where = f"{self.page}:{block.line + 1 + n}"
             steps = [s.strip() for s in line.split(" && ")]
             for step in steps:
                 if step.startswith("pip install"):
@@ -190,7 +204,7 @@ class Session:
 
     def run_console(self, block: Block) -> None:
         for command, shown in transcript(self.local(block.body)):
-            where = f"README.md:{block.line} `{command[:60]}`"
+            where = f"{self.page}:{block.line} `{command[:60]}`"
             if command.rstrip().endswith("&"):
                 self.start_server(command.rstrip()[:-1].strip(), shown, where)
                 continue
@@ -200,7 +214,7 @@ class Session:
 
     def start_server(self, command: str, shown: str, where: str) -> None:
         match = re.search(r"--port (\d+)", command)
-        assert match, f"{where}: a server in the README must name its --port"
+        assert match, f"{where}: a server on a page must name its --port"
         log = self.cwd / f"server-{len(self.servers)}.err"
         with open(log, "wb") as err:
             proc = subprocess.Popen(["bash", "-c", f"exec {command}"], cwd=self.cwd, env=self.env,
@@ -215,12 +229,12 @@ class Session:
                 time.sleep(0.2)
 
     def run_python(self, block: Block) -> None:
-        code = compile(self.local(block.body), f"README.md:{block.line}", "exec")
-        exec(code, self.namespace)  # noqa: S102 - the README's own snippet
+        code = compile(self.local(block.body), f"{self.page}:{block.line}", "exec")
+        exec(code, self.namespace)  # noqa: S102 - the page's own snippet
         self.last_output = None
 
     def run(self, block: Block) -> None:
-        where = f"README.md:{block.line}"
+        where = f"{self.page}:{block.line}"
         if block.marker == "skip":
             assert block.reason, f"{where}: a skipped block must say why"
             return
@@ -282,40 +296,83 @@ def check_synopsis(body: str) -> None:
     real = {name: {o for a in sub._actions for o in a.option_strings
                    if o.startswith("--") and o != "--help"}
             for name, sub in subparsers.choices.items()}
-    assert set(shown) == set(real), f"sub-commands: README {sorted(shown)}, CLI {sorted(real)}"
+    assert set(shown) == set(real), f"sub-commands: synopsis {sorted(shown)}, CLI {sorted(real)}"
     for name in real:
         assert shown[name] == real[name], (
-            f"`rcp-agentic {name}`: missing from the README {sorted(real[name] - shown[name])}, "
+            f"`rcp-agentic {name}`: missing from the synopsis {sorted(real[name] - shown[name])}, "
             f"not in the CLI {sorted(shown[name] - real[name])}")
 
 
-def test_readme_blocks_are_all_understood() -> None:
-    blocks = readme_blocks(README.read_text("utf-8"))
-    assert {b.lang for b in blocks} <= {"bash", "console", "python", "text"}
+def runnable_blocks(blocks: list[Block]) -> list[Block]:
+    return [b for b in blocks if b.lang in ("bash", "console", "python") and b.marker is None]
+
+
+@pytest.mark.parametrize("page", PAGES, ids=page_name)
+def test_readme_blocks_are_all_understood(page: Path) -> None:
+    name = page_name(page)
+    blocks = readme_blocks(page.read_text("utf-8"))
+    assert {b.lang for b in blocks} <= {"bash", "console", "python", "text"}, name
     for b in blocks:
         assert b.lang != "text" or b.marker in ("output", "synopsis", "skip"), (
-            f"README.md:{b.line}: mark this text block (output, synopsis or skip: REASON)")
-        assert b.marker != "skip" or b.reason, f"README.md:{b.line}: a skip needs a reason"
+            f"{name}:{b.line}: mark this text block (output, synopsis or skip: REASON)")
+        assert b.marker != "skip" or b.reason, f"{name}:{b.line}: a skip needs a reason"
+    # A page that shows code runs some of it (the README: its set-up, its examples).
+    if blocks:
+        assert len(runnable_blocks(blocks)) >= (3 if page == README else 1), (
+            f"{name}: no block of this page runs")
 
 
 def test_readme_synopsis_matches_the_cli() -> None:
-    (synopsis,) = [b for b in readme_blocks(README.read_text("utf-8")) if b.marker == "synopsis"]
-    check_synopsis(synopsis.body)
+    synopses = [(page_name(page), b) for page in PAGES
+                for b in readme_blocks(page.read_text("utf-8")) if b.marker == "synopsis"]
+    assert len(synopses) == 1, f"one synopsis block in README.md and docs/: {synopses}"
+    check_synopsis(synopses[0][1].body)
 
 
-def test_readme_snippets_run_as_written(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    blocks = readme_blocks(README.read_text("utf-8"))
+@pytest.mark.parametrize("page", [p for p in PAGES
+                                  if runnable_blocks(readme_blocks(p.read_text("utf-8")))],
+                         ids=page_name)
+def test_readme_snippets_run_as_written(page: Path, tmp_path: Path,
+                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    blocks = readme_blocks(page.read_text("utf-8"))
+    runnable = runnable_blocks(blocks)
     cwd = tmp_path / "newcomer"
     cwd.mkdir()
     shutil.copytree(REPO / "examples", cwd / "examples")
     monkeypatch.delenv("RCP_AGENTIC_ENGINE", raising=False)
     monkeypatch.delenv("RCP_AGENTIC_TOKEN", raising=False)
     monkeypatch.chdir(cwd)
-    session = Session(cwd, free_port())
+    session = Session(cwd, free_port(), page_name(page))
     try:
         for block in blocks:
             session.run(block)
     finally:
         session.close()
-    runnable = [b for b in blocks if b.lang in ("bash", "console", "python") and b.marker is None]
-    assert session.ran == len(runnable) >= 8
+    assert session.ran == len(runnable)
+
+
+def test_readme_is_a_landing_page() -> None:
+    lines = README.read_text("utf-8").count("\n")
+    assert lines <= README_MAX_LINES, (
+        f"README.md has {lines} lines: keep it a landing page (at most {README_MAX_LINES}) "
+        "and put reference material in docs/")
+
+
+def nav_pages(nav: object) -> list[str]:
+    """Every page a mkdocs ``nav`` names (nested sections included), in order."""
+    if isinstance(nav, str):
+        return [nav]
+    if isinstance(nav, list):
+        return [p for item in nav for p in nav_pages(item)]
+    if isinstance(nav, dict):
+        return [p for value in nav.values() for p in nav_pages(value)]
+    raise AssertionError(f"mkdocs.yml: unexpected nav entry {nav!r}")
+
+
+def test_every_docs_page_is_in_the_nav() -> None:
+    config = yaml.safe_load((REPO / "mkdocs.yml").read_text("utf-8"))
+    listed = [p for p in nav_pages(config["nav"]) if "://" not in p]
+    assert len(listed) == len(set(listed)), f"mkdocs.yml: a page is listed twice: {listed}"
+    pages = {p.relative_to(DOCS).as_posix() for p in DOCS.rglob("*.md")}
+    assert not set(listed) - pages, f"nav entries with no page: {sorted(set(listed) - pages)}"
+    assert not pages - set(listed), f"pages missing from the nav: {sorted(pages - set(listed))}"

@@ -74,7 +74,7 @@ async def _body(request: Request, limit: int, timeout: float) -> bytes | Respons
 
 
 def principal(request: Request, gate: Gate, *, stateful: bool) -> str:
-    """Whom the sessions a request names belong to (README: "Sessions are bound to the
+    """Whom the sessions a request names belong to (docs/server.md: "Sessions are bound to the
     caller"): with a token, its holders (one principal; per RCP-Session in stateful mode);
     without one, the RCP-Session header the client sends, else its TCP connection."""
     name = request.headers.get(SESSION_HEADER)
