@@ -264,3 +264,17 @@ def test_wire_dicts_from_a_client_render_the_same(graph_engine: Engine, tmp_path
     # The same table, to the usage line (whose latency differs per call).
     assert visible(theirs.html()).split(" ms")[0][:200] == visible(ours.html()).split(" ms")[0][:200]
     assert "<svg" in GraphResult.model_validate(nb).html()
+
+
+def test_composed_hits_name_only_entities_the_filter_lets_through(graph_engine: Engine) -> None:
+    other = {"field": "team", "op": "eq", "value": "other"}
+    music = {"Midnight Harbor", "Bergen", "Oskar Brandvik", "Tromsø", "1979", "1974"}
+    seen = set()
+    for unit in ("path", "subgraph"):
+        for hit in graph_engine.retrieve("Midnight Harbor, Bergen, Glass Orchard and Lena Varg",
+                                         k=5, unit=unit, filter=other).hits:
+            names = set(hit.meta["names"].values())
+            assert not names & music, (unit, names)
+            seen |= names
+            parsed(hit.html())
+    assert "Glass Orchard" in seen  # the filter's own side is named and drawn

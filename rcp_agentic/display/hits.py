@@ -9,6 +9,7 @@ entities and relations (:mod:`rcp_agentic.display.graphs`).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import PurePath
 from typing import TYPE_CHECKING
 
 from .graphs import hit_picture
@@ -27,7 +28,7 @@ def _text(hit: Hit, terms: frozenset[str]) -> str:
     if hit.text is None:
         return f'<span style="{MUTED}">(text not included)</span>'
     text = hit.text
-    style = 'style="white-space:pre-wrap;word-break:break-word;min-width:320px"'
+    style = 'style="white-space:pre-wrap;word-break:break-word;min-width:280px"'
     if len(text) <= SHOWN_CHARS:
         return f"<div {style}>{highlight(text, terms)}</div>"
     cut = text[:SHOWN_CHARS]
@@ -40,7 +41,8 @@ def _source(hit: Hit) -> str:
     cite = hit.citation
     if cite is None:
         return f'<span style="{MUTED}">{esc(hit.id)}</span>'
-    parts = [link(cite.title or cite.source, cite.uri)]
+    # A source is often a file path: its name reads better, the link keeps the whole address.
+    parts = [link(cite.title or PurePath(cite.source).name or cite.source, cite.uri)]
     where = []
     if cite.page is not None:
         where.append(f"page {cite.page}")
