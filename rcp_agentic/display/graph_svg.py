@@ -13,13 +13,14 @@ cleaned of characters XML 1.0 forbids and escaped, so hostile labels show as tex
 
 from __future__ import annotations
 
-import html
 import itertools
 import math
 import re
 import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
+
+from .html import esc, legal, shorten
 
 __all__ = [
     "EDGE_LABEL_MAX_CHARS", "LABEL_MAX_CHARS", "MAX_EDGE_LABELS", "MAX_NODE_LABELS",
@@ -41,7 +42,6 @@ TITLE_MAX_CHARS = 1000
 
 _LAYOUTS = ("spring", "path")
 _SEED = 7
-_ELLIPSIS = "\u2026"
 
 # Colours readable on white (the drawing has its own white background, so it reads the
 # same under a dark notebook theme).
@@ -59,11 +59,6 @@ _LEGEND = (("seed", "seed"), ("entity", "entity"), ("chunk", "passage"))
 _ROLE_RANK = {"seed": 0, "entity": 1, "chunk": 2}
 _FONT = "system-ui, -apple-system, Segoe UI, Helvetica, Arial, sans-serif"
 
-# Characters XML 1.0 forbids, plus the C0/C1 controls and DEL (which it allows but which
-# only garble a label). Tab, newline and carriage return become spaces elsewhere.
-_INVALID = re.compile(
-    "[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\ud800-\udfff\ufffe\uffff]"
-)
 _SPACES = re.compile(r"\s+")
 
 
@@ -178,17 +173,7 @@ def graph_svg(
 
 def _clean(text: object) -> str:
     """``text`` without characters XML cannot carry (or controls), on one line, stripped."""
-    return _SPACES.sub(" ", _INVALID.sub("", str(text))).strip()
-
-
-def _cut(text: str, limit: int) -> str:
-    if len(text) <= limit:
-        return text
-    return text[: max(limit - 1, 0)].rstrip() + _ELLIPSIS
-
-
-def _esc(text: str) -> str:
-    return html.escape(text, quote=True)
+    return _SPACES.sub(" ", legal(text)).strip()
 
 
 def _text_width(text: str, size: float) -> float:
@@ -200,9 +185,9 @@ def _text_width(text: str, size: float) -> float:
 def _fit(text: str, room: float, size: float) -> str:
     """``text`` cut (with an ellipsis) to about ``room`` pixels, keeping at least 6 characters."""
     limit = len(text)
-    while limit > 6 and _text_width(_cut(text, limit), size) > room:
+    while limit > 6 and _text_width(shorten(text, limit), size) > room:
         limit -= 1
-    return _cut(text, limit)
+    return shorten(text, limit)
 
 
 def _num(x: float) -> str:
@@ -437,9 +422,9 @@ def _radius(node: SvgNode, max_score: float) -> float:
 def _open(width: int, height: int, summary: str) -> str:
     return (
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
-        f'viewBox="0 0 {width} {height}" role="img" aria-label="{_esc(summary)}" '
+        f'viewBox="0 0 {width} {height}" role="img" aria-label="{esc(summary)}" '
         f'font-family="{_FONT}" style="max-width:100%;height:auto">'
-        f"<title>{_esc(summary)}</title>"
+        f"<title>{esc(summary)}</title>"
         f'<rect x="0.5" y="0.5" width="{width - 1}" height="{height - 1}" rx="6" '
         f'fill="#ffffff" stroke="#dddddd"/>'
     )
@@ -513,30 +498,30 @@ def _edges_svg(
             if ln.directed:
                 head = _arrow(cx, cy, bx, by, radius[ln.b] + 1, colour)
         body.append(
-            f'<g><title>{_esc(tip)}</title><path d="{d}" fill="none" stroke="{colour}" '
+            f'<g><title>{esc(tip)}</title><path d="{d}" fill="none" stroke="{colour}" '
             f'stroke-width="{_num(stroke_w)}" stroke-opacity="0.85" '
             f'stroke-linecap="round"/>{head}</g>'
         )
         if ln.label and write_labels:
-            text = _cut(ln.label, EDGE_LABEL_MAX_CHARS)
+            text = shorten(ln.label, EDGE_LABEL_MAX_CHARS)
             labels.append(
                 f'<text x="{_num(mid[0])}" y="{_num(mid[1] - 4)}" text-anchor="middle" '
-                f'{_halo(9.5, _MUTED)} data-edge-label="1">{_esc(text)}'
-                f"<title>{_esc(tip)}</title></text>"
+                f'{_halo(9.5, _MUTED)} data-edge-label="1">{esc(text)}'
+                f"<title>{esc(tip)}</title></text>"
             )
     return f'<g data-layer="edges">{"".join(body)}{"".join(labels)}</g>'
 
 
 def _edge_title(ln: _Line, merged: dict[str, SvgNode]) -> str:
-    a = _cut(_clean(merged[ln.a].label) or _clean(ln.a), 200)
-    b = _cut(_clean(merged[ln.b].label) or _clean(ln.b), 200)
+    a = shorten(_clean(merged[ln.a].label) or _clean(ln.a), 200)
+    b = shorten(_clean(merged[ln.b].label) or _clean(ln.b), 200)
     arrow = " \u2192 " if ln.directed else " \u2014 "
     tip = f"{a}{arrow}{b}"
     if ln.label:
         tip += f": {ln.label}"
     if ln.weight is not None:
         tip += f" (weight {ln.weight:.3g})"
-    return _cut(tip, TITLE_MAX_CHARS)
+    return shorten(tip, TITLE_MAX_CHARS)
 
 
 def _toward(x: float, y: float, tx: float, ty: float, dist: float) -> tuple[float, float]:
@@ -565,12 +550,12 @@ def _arrow(cx: float, cy: float, bx: float, by: float, r: float, colour: str) ->
 
 def _node_title(node: SvgNode) -> str:
     if node.title is not None and _clean(node.title):
-        return _cut(_clean(node.title), TITLE_MAX_CHARS)
+        return shorten(_clean(node.title), TITLE_MAX_CHARS)
     text = _clean(node.label) or _clean(node.id)
     score = _valid(node.score)
     if score is not None:
-        text = _cut(text, TITLE_MAX_CHARS - 24) + f" (score {score:.3g})"
-    return _cut(text, TITLE_MAX_CHARS)
+        text = shorten(text, TITLE_MAX_CHARS - 24) + f" (score {score:.3g})"
+    return shorten(text, TITLE_MAX_CHARS)
 
 
 def _nodes_svg(
@@ -600,8 +585,8 @@ def _nodes_svg(
                 f'stroke="{stroke}" stroke-width="{_num(stroke_w)}"/>'
             )
         out.append(
-            f'<g data-node="{_esc(_cut(_clean(nid), 200))}" data-role="{role}">'
-            f"<title>{_esc(_node_title(node))}</title>{shape}</g>"
+            f'<g data-node="{esc(shorten(_clean(nid), 200))}" data-role="{role}">'
+            f"<title>{esc(_node_title(node))}</title>{shape}</g>"
         )
     return f'<g data-layer="nodes">{"".join(out)}</g>'
 
@@ -620,7 +605,7 @@ def _labels_svg(
         xs = sorted({round(p[0], 1) for p in pos.values()})
         spacing = min((b - a for a, b in itertools.pairwise(xs)), default=math.inf)
     size = 11.0
-    texts = [_cut(_clean(merged[nid].label) or _clean(nid), LABEL_MAX_CHARS) for nid in ids]
+    texts = [shorten(_clean(merged[nid].label) or _clean(nid), LABEL_MAX_CHARS) for nid in ids]
     if len(ids) > MAX_NODE_LABELS:
         labelled = set(sorted(ids, key=lambda i: _keep_rank(merged, i))[:MAX_NODE_LABELS])
         texts = [t if nid in labelled else "" for t, nid in zip(texts, ids)]
@@ -648,7 +633,7 @@ def _labels_svg(
             anchor, tx = "end", min(x + r, width - 4.0)
         out.append(
             f'<text x="{_num(tx)}" y="{_num(ty)}" text-anchor="{anchor}" '
-            f'{_halo(size, _TEXT, bold)} data-label="{_esc(_cut(_clean(nid), 200))}">{_esc(text)}</text>'
+            f'{_halo(size, _TEXT, bold)} data-label="{esc(shorten(_clean(nid), 200))}">{esc(text)}</text>'
         )
     return f'<g data-layer="labels">{"".join(out)}</g>'
 
@@ -679,9 +664,9 @@ def _legend_svg(roles: set[str]) -> str:
 
 def _caption_svg(text: str, width: int, height: int) -> str:
     limit = max(int((width - 20) / (10.5 * 0.56)), 8)
-    shown = _cut(text, limit)
-    tip = f"<title>{_esc(_cut(text, TITLE_MAX_CHARS))}</title>" if shown != text else ""
+    shown = shorten(text, limit)
+    tip = f"<title>{esc(shorten(text, TITLE_MAX_CHARS))}</title>" if shown != text else ""
     return (
         f'<text x="10" y="{height - 9}" font-size="10.5" fill="{_MUTED}" '
-        f'data-caption="1">{_esc(shown)}{tip}</text>'
+        f'data-caption="1">{esc(shown)}{tip}</text>'
     )

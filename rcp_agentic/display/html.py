@@ -17,8 +17,9 @@ from urllib.parse import urlsplit
 from ..models.analyzer import analyze
 
 # Characters XML 1.0 forbids (C0 controls but tab, newline, carriage return; lone
-# surrogates; U+FFFE/U+FFFF): dropped, so the HTML also parses as XML where it must.
-_INVALID = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
+# surrogates; U+FFFE/U+FFFF), and the C1 controls and DEL, which it allows but which only
+# garble a text: dropped, so the HTML (and an SVG inside it) also parses as XML.
+_INVALID = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\ud800-\udfff\ufffe\uffff]")
 _WORD = re.compile(r"\w+", re.UNICODE)
 
 FONT = "font-family:system-ui,-apple-system,'Segoe UI',sans-serif;font-size:13px;line-height:1.4"
@@ -34,9 +35,14 @@ TD = f"text-align:left;padding:4px 8px;border-bottom:1px solid {BORDER};vertical
 MARK = "background:#fff3b0;padding:0 1px;border-radius:2px"
 
 
+def legal(value: object) -> str:
+    """``value`` as text without the characters XML forbids (and C1 controls, DEL)."""
+    return _INVALID.sub("", str(value))
+
+
 def esc(value: object) -> str:
     """``value`` as HTML text: escaped (quotes too) and without characters XML forbids."""
-    return html.escape(_INVALID.sub("", str(value)), quote=True)
+    return html.escape(legal(value), quote=True)
 
 
 def shorten(text: str, limit: int) -> str:
