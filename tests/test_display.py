@@ -278,3 +278,30 @@ def test_composed_hits_name_only_entities_the_filter_lets_through(graph_engine: 
             seen |= names
             parsed(hit.html())
     assert "Glass Orchard" in seen  # the filter's own side is named and drawn
+
+
+def test_a_huge_tree_outline_stays_bounded_and_counts_what_it_leaves_out() -> None:
+    from rcp_agentic.display.cards import MAX_ENTRIES, tree_html
+    from rcp_agentic.raptor.outline import LevelOutline, TreeOutline
+
+    nodes: list[dict[str, Any]] = []
+    for a in range(30):  # 30 roots, 30 children each, 30 grandchildren each: 27,930 nodes
+        kids = []
+        for b in range(30):
+            grand = [f"tree:1:{a}-{b}-{c}" for c in range(30)]
+            nodes += [{"uid": g, "level": 1, "text": "<b>x</b>", "tokens": 5, "covers": [1],
+                       "umeta": {}} for g in grand]
+            kids.append(f"tree:2:{a}-{b}")
+            nodes.append({"uid": kids[-1], "level": 2, "text": "y", "tokens": 5,
+                          "covers": [1] * 30, "umeta": {"children": grand}})
+        nodes.append({"uid": f"tree:3:{a}", "level": 3, "text": "z", "tokens": 5,
+                      "covers": [1] * 900, "umeta": {"children": kids}})
+    levels = tuple(LevelOutline(level=lv, nodes=n, mean_tokens=5.0, leaves_covered=1,
+                                samples=()) for lv, n in ((1, 27000), (2, 900), (3, 30)))
+    tree = TreeOutline(leaves=1, documents=1, leaf_tokens=5.0, levels=levels, reflects="v1",
+                       current=True, nodes=tuple(nodes))
+    markup = tree_html(tree, tree.nodes)
+    page = parsed(markup)
+    assert page.tags["details"] == MAX_ENTRIES
+    assert "and 10 more" in visible(markup)  # roots past the first 20
+    assert "&lt;b&gt;x&lt;/b&gt;" in markup and len(markup) < 400_000

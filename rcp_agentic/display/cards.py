@@ -7,7 +7,7 @@ nothing here reads an engine.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -20,6 +20,7 @@ if TYPE_CHECKING:
 SUMMARY_CHARS = 240
 CHILDREN_SHOWN = 12   # children listed under one tree node or community; the rest counted
 ROOTS_SHOWN = 20
+MAX_ENTRIES = 200     # tree nodes or communities one outline lists in all
 
 
 @dataclass(frozen=True)
@@ -95,28 +96,53 @@ def tree_html(outline: TreeOutline, nodes: Sequence[Mapping[str, Any]]) -> str:
                    for lv in outline.levels])
     by_uid = {str(n["uid"]): n for n in nodes}
     top = max(lv.level for lv in outline.levels)
+
+    def children(node: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+        kids = [by_uid[c] for c in (node.get("umeta") or {}).get("children", [])
+                if c in by_uid and by_uid[c]["level"] < node["level"]]
+        return sorted(kids, key=lambda n: (-len(n["covers"]), n["uid"]))
+
+    def summary(node: Mapping[str, Any]) -> str:
+        return (f"<b>L{node['level']}</b> {esc(node['uid'])} "
+                f'<span style="{MUTED}">{len(node["covers"])} chunks, {node["tokens"]} '
+                f"tokens</span><div>{esc(shorten(str(node['text']), SUMMARY_CHARS))}</div>")
+
     roots = sorted((n for n in nodes if n["level"] == top),
                    key=lambda n: (-len(n["covers"]), n["uid"]))
-    shown = "".join(_tree_node(n, by_uid, open_=i == 0) for i, n in enumerate(roots[:ROOTS_SHOWN]))
-    if len(roots) > ROOTS_SHOWN:
-        shown += line(f"and {len(roots) - ROOTS_SHOWN} more level-{top} nodes")
+    shown = _outline(roots, children, summary,  # level 1: its children are chunks
+                     lambda n: f"covers {len(n['covers'])} chunks")
     return block(head + sizes + f'<div style="margin-top:6px">{shown}</div>')
 
 
-def _tree_node(node: Mapping[str, Any], by_uid: Mapping[str, Mapping[str, Any]], *,
-               open_: bool = False) -> str:
-    summary = (f"<b>L{node['level']}</b> {esc(node['uid'])} "
-               f'<span style="{MUTED}">{len(node["covers"])} chunks, {node["tokens"]} tokens</span>'
-               f"<div>{esc(shorten(str(node['text']), SUMMARY_CHARS))}</div>")
-    children = [by_uid[c] for c in (node.get("umeta") or {}).get("children", [])
-                if c in by_uid and by_uid[c]["level"] < node["level"]]
-    children.sort(key=lambda n: (-len(n["covers"]), n["uid"]))
-    if not children:  # level 1: its children are chunks
-        return details(summary, line(f"covers {len(node['covers'])} chunks"), open_=open_)
-    body = "".join(_tree_node(c, by_uid) for c in children[:CHILDREN_SHOWN])
-    if len(children) > CHILDREN_SHOWN:
-        body += line(f"and {len(children) - CHILDREN_SHOWN} more")
-    return details(summary, body, open_=open_)
+def _outline(roots: Sequence[Any], children: Callable[[Any], Sequence[Any]],
+             summary: Callable[[Any], str], leaf_note: Callable[[Any], str]) -> str:
+    """Nested ``<details>``, the first root open: at most ``ROOTS_SHOWN`` roots and
+    ``CHILDREN_SHOWN`` children of each, ``MAX_ENTRIES`` in all, every root shown before
+    any descendant takes the rest (a deep hierarchy stays a page long); what is left out
+    is counted."""
+    shown_roots = list(roots[:ROOTS_SHOWN])
+    left = [MAX_ENTRIES - len(shown_roots)]
+
+    def entry(item: Any, open_: bool) -> str:
+        kids = children(item)
+        body = entries(kids) if kids else line(esc(leaf_note(item)))
+        return details(summary(item), body, open_=open_)
+
+    def entries(items: Sequence[Any]) -> str:
+        out = []
+        for item in items[:CHILDREN_SHOWN]:
+            if left[0] <= 0:
+                break
+            left[0] -= 1
+            out.append(entry(item, False))
+        if len(items) > len(out):
+            out.append(line(f"and {len(items) - len(out)} more"))
+        return "".join(out)
+
+    out = "".join(entry(item, i == 0) for i, item in enumerate(shown_roots))
+    if len(roots) > len(shown_roots):
+        out += line(f"and {len(roots) - len(shown_roots)} more")
+    return out
 
 
 def communities_html(store: CommunityStore) -> str:
@@ -129,10 +155,19 @@ def communities_html(store: CommunityStore) -> str:
                        f"{sum(sizes) / len(sizes):.1f}" if sizes else "-",
                        esc(_histogram(sizes))])
     glance = table(("level", "communities", "largest", "mean size", "sizes"), levels)
-    top = store.level(store.top_level)
-    shown = "".join(_community(c, store, open_=i == 0) for i, c in enumerate(top[:ROOTS_SHOWN]))
-    if len(top) > ROOTS_SHOWN:
-        shown += line(f"and {len(top) - ROOTS_SHOWN} more top-level communities")
+    def children(c: StoredCommunity) -> list[StoredCommunity]:
+        return sorted((store.by_id[x] for x in c.children if x in store.by_id),
+                      key=lambda x: (-x.size, x.id))
+
+    def summary(c: StoredCommunity) -> str:
+        rating = "" if c.rating is None else f", rating {number(c.rating, 1)}"
+        return (f"<b>{esc(c.title or c.id)}</b> "
+                f'<span style="{MUTED}">{c.size} entities, levels {c.levels.start}–'
+                f"{c.levels.stop - 1}{esc(rating)}</span>"
+                f"<div>{esc(shorten(c.summary or c.text, SUMMARY_CHARS))}</div>")
+
+    shown = _outline(store.level(store.top_level), children, summary,
+                     lambda c: f"{c.id}: no finer communities")
     head = line(f"{len(store.by_id):,} communities over {store.top_level + 1} levels "
                 f"(0 = finest) at index v{store.version}")
     return block(head + glance + f'<div style="margin-top:6px">{shown}</div>')
@@ -142,19 +177,3 @@ def _histogram(sizes: Sequence[int]) -> str:
     shown = sorted(sizes, reverse=True)[:CHILDREN_SHOWN]
     rest = len(sizes) - len(shown)
     return ", ".join(map(str, shown)) + (f", … ({rest} more)" if rest > 0 else "")
-
-
-def _community(c: StoredCommunity, store: CommunityStore, *, open_: bool = False) -> str:
-    rating = "" if c.rating is None else f", rating {number(c.rating, 1)}"
-    summary = (f"<b>{esc(c.title or c.id)}</b> "
-               f'<span style="{MUTED}">{c.size} entities, levels {c.levels.start}–'
-               f"{c.levels.stop - 1}{esc(rating)}</span>"
-               f"<div>{esc(shorten(c.summary or c.text, SUMMARY_CHARS))}</div>")
-    children = [store.by_id[x] for x in c.children if x in store.by_id]
-    children.sort(key=lambda x: (-x.size, x.id))
-    if not children:
-        return details(summary, line(esc(f"{c.id}: no finer communities")), open_=open_)
-    body = "".join(_community(x, store) for x in children[:CHILDREN_SHOWN])
-    if len(children) > CHILDREN_SHOWN:
-        body += line(f"and {len(children) - CHILDREN_SHOWN} more")
-    return details(summary, body, open_=open_)
