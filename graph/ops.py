@@ -224,12 +224,12 @@ class GraphOps:
         links = view.link(text)
         rel = relevance(view, view.mass(links)) if links else {}
         ctl.check()
-        hits = [self._anchor(view, h, rel, version) for h in res.hits]
+        anchored = [self._anchor(view, h, rel, version) for h in res.hits]
+        hits = [hit for hit, _keys in anchored]
+        # The picture's nodes: the query's entities (the seeds), then those the hits name.
         shown = [k for k in links if k in view.graph.entities]
-        for hit in hits:
-            if hit.provenance and hit.provenance.nodes:
-                shown.extend(self._keys_of(view).get(n, "") for n in hit.provenance.nodes)
-        shown = [k for k in dict.fromkeys(shown) if k][:MAX_NODES]
+        shown += [k for _hit, keys in anchored for k in keys]
+        shown = list(dict.fromkeys(shown))[:MAX_NODES]
         if not shown:
             return GraphResult(hits=hits, index_version=res.index_version, usage=res.usage)
         nodes, edges, notes = self._subgraph(view, view.neighbors(shown, hops=0,
@@ -241,26 +241,26 @@ class GraphOps:
                            index_version=res.index_version, usage=usage)
 
     def _anchor(self, view: GraphView, hit: Hit, rel: Mapping[str, float],
-                version: int) -> Hit:
+                version: int) -> tuple[Hit, list[str]]:
         """``hit`` with ``provenance.nodes``: the entities its chunk mentions or is about
-        that carry the query's PageRank, most relevant first (at most 8)."""
+        that carry the query's PageRank, most relevant first (at most 8); and their keys."""
         if not rel:
-            return hit
+            return hit, []
         index = self.ctx.catalog.index([("chunk", 0)], version)
         pos = index.positions_of_uids([hit.id])
         if not len(pos):
-            return hit
+            return hit, []
         key = f"r{int(index.rowids[pos[0]])}"
         mine = [e for e in rel if key in view.graph.entities[e].mentions
                 or key in view.graph.entities[e].about]
         mine.sort(key=lambda e: (-rel[e], e))
         if not mine:
-            return hit
+            return hit, []
         wire = hit.to_wire()
         wire.setdefault("provenance", {})
         wire["provenance"]["nodes"] = [node_uid(e) for e in mine[:8]]
         wire["provenance"].setdefault("leaves", [hit.id])
-        return Hit.model_validate(wire)
+        return Hit.model_validate(wire), mine[:8]
 
     def neighbors(self, seed_ids: Sequence[str], *, hops: int = 1, k: int = 10,
                   filter: Mapping[str, Any] | None = None,
