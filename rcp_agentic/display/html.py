@@ -122,8 +122,10 @@ def details(summary_html: str, body_html: str, *, open_: bool = False) -> str:
 
 
 def block(inner: str) -> str:
-    """The outer box of one display."""
-    return f'<div style="{FONT};max-width:1100px">{inner}</div>'
+    """The outer box of one display: its own colours, so it reads the same under a dark
+    notebook theme (as the SVG pictures do)."""
+    return (f'<div style="{FONT};max-width:1100px;color:#1f2328;background:#ffffff">'
+            f"{inner}</div>")
 
 
 def line(text_html: str) -> str:
