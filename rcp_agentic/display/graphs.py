@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from ..wire import GraphResult, Hit
 
 PASSAGE_LABEL = 24  # characters of a passage's label in a local picture
+PICTURED_UNITS = ("path", "subgraph", "triplet")  # the hit units hit_picture draws
 
 
 def hit_picture(hit: Hit) -> str:

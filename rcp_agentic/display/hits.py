@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from pathlib import PurePath
 from typing import TYPE_CHECKING
 
-from .graphs import hit_picture
+from .graphs import PICTURED_UNITS, hit_picture
 from .html import (MUTED, badge, block, confidence_bar, details, esc, highlight, line, link,
                    number, query_terms, table)
 
@@ -94,14 +94,10 @@ def hit_row(hit: Hit, rank: int, terms: frozenset[str], *, picture_open: bool) -
 def hits_table(hits: Sequence[Hit], query: str | None = None, *, first_rank: int = 1) -> str:
     """The hits as one table, best first; the query's terms marked in their texts."""
     terms = query_terms(query)
-    pictured = [False]
-
-    def row(rank: int, hit: Hit) -> list[str]:
-        first = not pictured[0] and hit.unit in ("path", "subgraph", "triplet")
-        pictured[0] = pictured[0] or first
-        return hit_row(hit, rank, terms, picture_open=first)
-
-    return table(HEAD, (row(first_rank + i, h) for i, h in enumerate(hits)))
+    # The first picture is open; the others fold (a page of subgraphs stays readable).
+    first = next((i for i, h in enumerate(hits) if h.unit in PICTURED_UNITS), None)
+    return table(HEAD, (hit_row(h, first_rank + i, terms, picture_open=i == first)
+                        for i, h in enumerate(hits)))
 
 
 def usage_line(usage: Usage | None, *, index_version: str | None = None,
