@@ -15,12 +15,22 @@ The export is checked against the torch model on :data:`CHECK_TEXTS` before it i
 largest difference of any normalised coordinate must be at most :data:`MAX_DELTA`, else it is
 not used. It is written under a temporary name and renamed, so a process never reads half of
 one another process is writing.
+
+A kept export is used only while its model file is the one that passed: ``check.json``
+records the file's sha256, size and mtime (with the weights' digest, the export format and
+the model's output dimension). On open the file's size and mtime are compared with the
+record (cheap); when the mtime moved the file is hashed again, and a matching hash brings the
+record up to date. Any mismatch (another file, a record that is missing, garbled, larger than
+:data:`MAX_CHECK_BYTES` or lacks a field, vectors of another dimension than the model's) logs
+a warning, removes the folder and exports again from torch, so queries never run on a model
+nobody checked.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import shutil
 import tempfile
@@ -36,6 +46,8 @@ MAX_DELTA = 1e-5
 ONNX_FILE = "model.onnx"
 CHECK_FILE = "check.json"
 DIGESTS_FILE = "digests.json"  # weight digests by file path, size and mtime
+MAX_CHECK_BYTES = 64 * 1024  # a check record is ~400 bytes: anything larger is not one
+MAX_DIGESTS_BYTES = 1 << 20  # past it the memo is dropped and starts again
 # Short, long (truncated at the model's max length), non-Latin, punctuation, empty-ish.
 CHECK_TEXTS = (
     "What causes bone loss in older adults?",
@@ -47,6 +59,12 @@ CHECK_TEXTS = (
     "?",
 )
 _INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+# What a check record must hold, by type (bool is not taken for int).
+_RECORD_FIELDS: dict[str, type] = {"passed": bool, "format": str, "weights": str,
+                                   "max_length": int, "dim": int, "sha256": str, "size": int,
+                                   "mtime_ns": int}
+
+logger = logging.getLogger(__name__)
 
 
 def cache_root() -> Path:
@@ -66,27 +84,47 @@ def weights_digest(model_path: str, memo: Path | None = None) -> str:
     when one of those changed."""
     files = sorted(Path(model_path).glob("*.safetensors")) + sorted(Path(model_path).glob("*.bin"))
     key = "|".join(f"{f.resolve()}:{f.stat().st_size}:{f.stat().st_mtime_ns}" for f in files)
-    known = _read_json(memo) if memo is not None else {}
+    known = _read_json(memo, MAX_DIGESTS_BYTES) if memo is not None else {}
     if isinstance(known.get(key), str):
         return str(known[key])
     h = hashlib.sha256()
     for f in files:
         h.update(f.name.encode())
-        with f.open("rb") as fh:
-            for block in iter(lambda: fh.read(1 << 20), b""):
-                h.update(block)
+        _hash_into(h, f)
     digest = h.hexdigest()
     if memo is not None:
         _write_json_atomic(memo, {**known, key: digest})
     return digest
 
 
-def _read_json(path: Path) -> dict[str, Any]:
+def _hash_into(h: Any, path: Path) -> None:
+    with path.open("rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+
+
+def _load_json(path: Path, cap: int) -> dict[str, Any]:
+    """The JSON object in ``path``, of at most ``cap`` bytes (no more is read); ValueError
+    when it is larger, not JSON or not an object, OSError when it cannot be read."""
+    with path.open("rb") as fh:
+        raw = fh.read(cap + 1)
+    if len(raw) > cap:
+        raise ValueError(f"{path.name} is larger than {cap} bytes")
     try:
-        data = json.loads(path.read_text("utf-8"))
+        data = json.loads(raw)
+    except RecursionError:  # nesting deeper than the parser's stack
+        raise ValueError(f"{path.name} nests too deep") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{path.name} is not a JSON object")
+    return data
+
+
+def _read_json(path: Path, cap: int) -> dict[str, Any]:
+    """:func:`_load_json`, or an empty object when that fails (a cache to build again)."""
+    try:
+        return _load_json(path, cap)
     except (OSError, ValueError):
         return {}
-    return data if isinstance(data, dict) else {}
 
 
 def _write_json_atomic(path: Path, data: dict[str, Any]) -> None:
@@ -94,7 +132,7 @@ def _write_json_atomic(path: Path, data: dict[str, Any]) -> None:
     cache that cannot be written is only slower next time."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".digests-", dir=path.parent)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}-", dir=path.parent)
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             json.dump(data, fh)
         os.replace(tmp, path)
@@ -141,21 +179,25 @@ def load_or_export(model_path: str, torch_model: Any, *, threads: int = 1,
     """The encoder for the sentence-transformers model at ``model_path`` (loaded as
     ``torch_model()`` only when an export must be made and checked); OnnxUnavailable when it
     cannot be (no ``onnx`` package, an exporter error, a check that failed)."""
-    from transformers import AutoTokenizer
+    from transformers import AutoConfig, AutoTokenizer
 
     base = (root or cache_root()) / "onnx"
-    folder = base / f"{weights_digest(model_path, base / DIGESTS_FILE)[:16]}-{EXPORT_FORMAT}"
+    weights = weights_digest(model_path, base / DIGESTS_FILE)
+    folder = base / f"{weights[:16]}-{EXPORT_FORMAT}"
     try:
         tokenizer = AutoTokenizer.from_pretrained(model_path, local_files_only=True)
+        dim = int(AutoConfig.from_pretrained(model_path, local_files_only=True).hidden_size)
         with _export_lock:
-            if not _checked(folder):
-                _export(torch_model(), tokenizer, folder)
+            encoder = _reuse(folder, weights, dim, tokenizer, threads)
+            if encoder is not None:
+                return encoder
+            _export(torch_model(), tokenizer, folder, weights)
             try:
-                return _open(folder, tokenizer, threads)
-            except Exception:  # noqa: BLE001 - a damaged cached export: make it again, once
+                return _open_kept(folder, weights, dim, tokenizer, threads)
+            except _NotKept as exc:
                 shutil.rmtree(folder, ignore_errors=True)
-                _export(torch_model(), tokenizer, folder)
-                return _open(folder, tokenizer, threads)
+                raise OnnxUnavailable(f"the new ONNX export in {folder} is not usable: "
+                                      f"{exc}") from None
     except OnnxUnavailable:
         raise
     except Exception as exc:  # noqa: BLE001 - a corrupt cache, a missing tokenizer file, an ORT error
@@ -163,20 +205,86 @@ def load_or_export(model_path: str, torch_model: Any, *, threads: int = 1,
                               f"{type(exc).__name__}: {exc}") from exc
 
 
-def _open(folder: Path, tokenizer: Any, threads: int) -> OnnxQueryEncoder:
-    check = json.loads((folder / CHECK_FILE).read_text("utf-8"))
-    return OnnxQueryEncoder(folder / ONNX_FILE, tokenizer, int(check["max_length"]), threads)
+class _NotKept(Exception):
+    """A cached export that must not be used; the message says why."""
 
 
-def _checked(folder: Path) -> bool:
+def _reuse(folder: Path, weights: str, dim: int, tokenizer: Any,
+           threads: int) -> OnnxQueryEncoder | None:
+    """The encoder of the export kept in ``folder``; None when there is none, or when it
+    fails verification (then it is removed, with a warning, to be exported again)."""
+    if not folder.exists():
+        return None
     try:
-        check = json.loads((folder / CHECK_FILE).read_text("utf-8"))
-    except (OSError, ValueError):
+        return _open_kept(folder, weights, dim, tokenizer, threads)
+    except _NotKept as exc:
+        logger.warning("the cached ONNX query model in %s is not used (%s); it is exported "
+                       "again from the torch model", folder, exc)
+        shutil.rmtree(folder, ignore_errors=True)
+        return None
+
+
+def _open_kept(folder: Path, weights: str, dim: int, tokenizer: Any,
+               threads: int) -> OnnxQueryEncoder:
+    """The encoder of the export in ``folder`` once its file is the checked one and gives
+    ``dim``-d vectors; _NotKept otherwise."""
+    record = _kept_record(folder, weights)
+    try:
+        encoder = OnnxQueryEncoder(folder / ONNX_FILE, tokenizer, record["max_length"], threads)
+        shape = encoder.encode([CHECK_TEXTS[-1]]).shape
+    except Exception as exc:  # noqa: BLE001 - onnxruntime cannot load or run the file
+        raise _NotKept(f"onnxruntime cannot run it: {type(exc).__name__}: {exc}") from None
+    if shape != (1, dim):
+        raise _NotKept(f"its vectors have shape {shape}, the model's {(1, dim)}")
+    return encoder
+
+
+def _kept_record(folder: Path, weights: str) -> dict[str, Any]:
+    """The check record of the export in ``folder``, once its model file is shown to be the
+    one that passed: the recorded size and mtime, else the recorded sha256 (then the record
+    takes the new mtime, so the next open is cheap again). _NotKept says why not."""
+    try:
+        record = _load_json(folder / CHECK_FILE, MAX_CHECK_BYTES)
+    except (OSError, ValueError) as exc:
+        raise _NotKept(f"its check record cannot be read: {exc}") from None
+    for name, kind in _RECORD_FIELDS.items():
+        if type(record.get(name)) is not kind:
+            raise _NotKept(f"its check record has no valid {name!r}")
+    if not record["passed"] or record["format"] != EXPORT_FORMAT or record["weights"] != weights:
+        raise _NotKept("its check record is not a passed check of these weights")
+    try:
+        stat = (folder / ONNX_FILE).stat()
+        if stat.st_size != record["size"]:
+            raise _NotKept(f"its model file has {stat.st_size} bytes, the checked one "
+                           f"{record['size']}")
+        if stat.st_mtime_ns != record["mtime_ns"]:
+            if _file_facts(folder / ONNX_FILE)["sha256"] != record["sha256"]:
+                raise _NotKept("its model file's sha256 is not the checked one's")
+            record = {**record, "mtime_ns": stat.st_mtime_ns}
+            _write_json_atomic(folder / CHECK_FILE, record)
+    except OSError as exc:
+        raise _NotKept(f"its model file cannot be read: {exc}") from None
+    return record
+
+
+def _is_kept(folder: Path, weights: str) -> bool:
+    try:
+        _kept_record(folder, weights)
+    except _NotKept:
         return False
-    return bool(check.get("passed")) and (folder / ONNX_FILE).is_file()
+    return True
 
 
-def _export(model: Any, tokenizer: Any, folder: Path) -> None:
+def _file_facts(path: Path) -> dict[str, Any]:
+    """What a check record holds of a model file: size and mtime (stat before reading, so a
+    write during the hash shows as a change next time) and sha256."""
+    stat = path.stat()
+    h = hashlib.sha256()
+    _hash_into(h, path)
+    return {"sha256": h.hexdigest(), "size": stat.st_size, "mtime_ns": stat.st_mtime_ns}
+
+
+def _export(model: Any, tokenizer: Any, folder: Path, weights: str) -> None:
     """Export ``model`` (a SentenceTransformer) and keep it only if it matches torch."""
     import torch
 
@@ -224,8 +332,9 @@ def _export(model: Any, tokenizer: Any, folder: Path) -> None:
                               f"(allowed {MAX_DELTA:.0e})")
     (work / CHECK_FILE).write_text(json.dumps({
         "passed": True, "max_delta": delta, "max_length": max_length, "texts": len(CHECK_TEXTS),
-        "torch": torch.__version__, "format": EXPORT_FORMAT}), "utf-8")
-    if folder.exists() and not _checked(folder):
+        "torch": torch.__version__, "format": EXPORT_FORMAT, "weights": weights,
+        "dim": int(reference.shape[1]), **_file_facts(work / ONNX_FILE)}), "utf-8")
+    if folder.exists() and not _is_kept(folder, weights):
         shutil.rmtree(folder, ignore_errors=True)  # a stale, unchecked leftover
     try:
         work.replace(folder)
