@@ -45,6 +45,7 @@ import numpy as np
 from ..config import CommunitySection
 from ..derived import BuildContext, DerivedBuilder, DerivedReport, Diff, Run, diff_units
 from ..models.tokenizer import count_tokens
+from ..pipeline.trust_derived import screen_derived
 from ..read_first import checkpoint
 from ..store.docstore import Docstore
 from ..store.writes import UnitRecord
@@ -189,7 +190,9 @@ class CommunityIndex(DerivedBuilder[CommunitySection]):
         self._last: tuple[int, GraphData, Edges] | None = None
 
     def _suspected(self, text: str) -> bool:
-        return bool(self.ctx.screen.screen(text).suspected)
+        """Whether a report piece screens positive (injection or active markup): a flagged
+        LLM report falls back to the extractive one, a flagged sentence is left out."""
+        return bool(screen_derived(self.ctx.screen, text).suspected)
 
     @property
     def identity(self) -> str:

@@ -3,8 +3,9 @@
 A node name, a clue's surrogate query, a drift follow-up or a global summary is derived
 from chunks. Such a text may claim no more trust than the least trusted of those chunks'
 documents, and it is suspected of injection when any of those chunks was, or when the
-text itself screens as an instruction (a name can be the quoted instruction itself).
-:class:`SourceTrust` answers that for one request, reading each chunk's trust once.
+text itself screens as an instruction (a name can be the quoted instruction itself) or carries
+active markup: :func:`~rcp_agentic.pipeline.trust_derived.derived_trust`, the rule every derived
+text follows. :class:`SourceTrust` answers it for one request, reading each chunk's trust once.
 """
 
 from __future__ import annotations
@@ -12,7 +13,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from ..pipeline.trust import InjectionScreen
-from ..store.reads import Reader, lowest_trust
+from ..pipeline.trust_derived import derived_trust
+from ..store.reads import Reader
 from ..wire import Trust
 
 
@@ -40,9 +42,8 @@ class SourceTrust:
         keys = list(keys)
         self.prefetch(keys)
         rows = [self._rows[r] for r in chunk_rowids(keys) if r in self._rows]
-        suspected = any(s for _t, s in rows) or any(
-            self.screen.screen(t).suspected for t in texts if t)
-        return Trust(level=lowest_trust(t for t, _s in rows), injection_suspected=suspected)
+        return derived_trust((Trust(level=t, injection_suspected=s) for t, s in rows), texts,
+                             self.screen)
 
     @staticmethod
     def combine(parts: Iterable[Trust | None]) -> Trust | None:
@@ -50,5 +51,4 @@ class SourceTrust:
         got = [p for p in parts if p is not None]
         if not got:
             return None
-        return Trust(level=lowest_trust(p.level for p in got),
-                     injection_suspected=any(bool(p.injection_suspected) for p in got))
+        return derived_trust(got, (), InjectionScreen())

@@ -189,7 +189,8 @@ class TreeIndex(DerivedBuilder[TreeSection]):
         return self.record(
             uid=node.uid, unit=UNIT, level=node.level, text=text, vector=node.vector,
             meta={"children": [uid_of.get(c, c) for c in node.children], "spans": spans},
-            covers=sorted(_rowid(k) for k in node.leaves if k in uid_of))
+            covers=sorted(_rowid(k) for k in node.leaves if k in uid_of),
+            sanitized=node.summary.sanitized)
 
 
 def _changes(stored: list[dict[str, Any]], written: list[Node], gone: set[str]

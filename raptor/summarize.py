@@ -5,8 +5,10 @@ relevance to the cluster's centroid with MMR redundancy control, inside a token
 budget; every chosen sentence keeps its span in its source document.
 :class:`LLMSummarizer` asks a LangChain chat model or LlamaIndex LLM (through
 :class:`~rcp_agentic.models.llm.ChatLLM`) for a faithful summary; its sentences
-have no span. Both expose ``summarize``, ``summarize_many`` and an ``identity``
-that is stored with the tree so a change of summariser is noticed.
+have no span and lose any active markup the model wrote (``<img …>``, ``<script>``,
+``javascript:`` links; the node is then flagged). Both expose ``summarize``,
+``summarize_many`` and an ``identity`` that is stored with the tree so a change of
+summariser is noticed.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from sklearn.feature_extraction.text import TfidfVectorizer
 
 from ..models.llm import as_chat
 from ..models.llm_guard import DATA_RULE, data_block
+from ..pipeline.trust_derived import strip_markup
 
 CountTokens = Callable[[str], int]
 
@@ -53,10 +56,13 @@ class Passage:
 
 @dataclass(frozen=True)
 class Summary:
-    """A summary's text and its sentences (spans kept for extracted sentences)."""
+    """A summary's text and its sentences (spans kept for extracted sentences);
+    ``sanitized`` when active markup was taken out of a generated one (its node is then
+    suspected of injection, :mod:`rcp_agentic.pipeline.trust_derived`)."""
 
     text: str
     sentences: tuple[Sentence, ...]
+    sanitized: bool = False
 
 
 # A boundary: sentence-final punctuation (and closing quotes/brackets) then whitespace
@@ -243,12 +249,16 @@ class LLMSummarizer:
         """Summaries for many jobs, asked concurrently through ``ChatLLM.ask_many``."""
         replies = self.chat.ask_many(SYSTEM_PROMPT, [self.prompt(p, b) for p, b in jobs],
                                      stage="tree")
-        out = []
-        for (passages, budget), reply in zip(jobs, replies):
-            text = cut_to_tokens(" ".join(reply.split()), budget, self.count_tokens)
-            if not text:
-                out.append(self.fallback.summarize(passages, budget))
-                continue
-            sentences = split_sentences(text, None, 0) or (Sentence(text, None),)
-            out.append(Summary(text, sentences))
-        return out
+        return [self._summary(passages, budget, reply)
+                for (passages, budget), reply in zip(jobs, replies)]
+
+    def _summary(self, passages: list[Passage], budget: int, reply: str) -> Summary:
+        """The summary of one reply: its active markup taken out (``sanitized``), cut to the
+        budget; an empty one falls back to the extractive summary."""
+        clean, sanitized = strip_markup(" ".join(reply.split()))
+        text = cut_to_tokens(clean, budget, self.count_tokens)
+        if not text:
+            summary = self.fallback.summarize(passages, budget)
+            return Summary(summary.text, summary.sentences, sanitized) if sanitized else summary
+        sentences = split_sentences(text, None, 0) or (Sentence(text, None),)
+        return Summary(text, sentences, sanitized)

@@ -37,6 +37,7 @@ from .models.llm import ChatLLM
 from .models.llm_usage import BUILD_STAGES, LLMUsage, StageUsage
 from .models.tokenizer import count_tokens
 from .pipeline.trust import InjectionScreen
+from .pipeline.trust_derived import screen_derived
 from .read_first import checkpoint
 from .store.docstore import Docstore
 from .store.writes import UnitRecord
@@ -176,6 +177,9 @@ class DerivedBuilder(ABC, Generic[S]):
     def __init__(self, ctx: BuildContext, settings: S) -> None:
         self.ctx = ctx
         self.settings = settings
+        # Whether each leaf chunk read so far was suspected (rowids are never reused and a
+        # row never changes, so this holds until the next attempt clears it).
+        self._suspects: dict[int, bool] = {}
 
     @property
     def store(self) -> Docstore:
@@ -206,6 +210,7 @@ class DerivedBuilder(ABC, Generic[S]):
     def _attempts(self, full: bool) -> DerivedReport:
         for _ in range(ATTEMPTS):
             store = self.store
+            self._suspects.clear()
             started = time.perf_counter()
             store.refresh()
             report = self.build(Run(store.index_version(), started), full)
@@ -231,17 +236,33 @@ class DerivedBuilder(ABC, Generic[S]):
                                    base_version=run.base)
 
     def record(self, *, uid: str, unit: str, level: int, text: str, vector: np.ndarray,
-               meta: Mapping[str, Any], covers: list[int]) -> UnitRecord:
+               meta: Mapping[str, Any], covers: list[int], sanitized: bool = False
+               ) -> UnitRecord:
         """The unit row of a derived unit: its text with its tokens, BM25 terms and injection
-        screening, its vector, ``meta`` and the leaf chunks it ``covers``."""
+        screening, its vector, ``meta`` and the leaf chunks it ``covers``. It is suspected
+        when any chunk it covers is, when its text screens positive (injection or active
+        markup, :func:`~.pipeline.trust_derived.screen_derived`), or when markup was taken
+        out of it (``sanitized``); its score is its own text's. (Its trust level is the
+        lowest of the covered documents', read with the unit.)"""
         counts, n = term_counts(text)
-        screening = self.ctx.screen.screen(text)
+        screening = screen_derived(self.ctx.screen, text)
+        suspected = screening.suspected or sanitized or self.covers_suspected(covers)
         return UnitRecord(
             uid=uid, unit=unit, level=level, idx=0, start=None, end=None, page_start=None,
             page_end=None, tokens=count_tokens(text), text=text,
             vector=np.asarray(vector, dtype=np.float32), terms=dict(counts), nterms=n,
-            injection_suspected=screening.suspected, injection_score=screening.score,
+            injection_suspected=suspected, injection_score=screening.score,
             meta=dict(meta), covers=list(covers))
+
+    def covers_suspected(self, covers: Iterable[int]) -> bool:
+        """Whether any of these leaf chunks (rowids) was suspected of injection (one light
+        read of the rows not seen yet in this attempt)."""
+        rows = list(covers)
+        todo = [r for r in rows if r not in self._suspects]
+        if todo:
+            found = self.store.reader.unit_trust(todo)
+            self._suspects.update({r: found[r][1] if r in found else False for r in todo})
+        return any(self._suspects[r] for r in rows)
 
 
 def builder_kinds(builder: Any) -> tuple[str, ...]:

@@ -174,6 +174,9 @@ class TransformResult(WireModel):
 
     queries: list[str]
     hypothetical: str | None = None
+    # What the queries and passage may claim (an extension, shaped as a hit's ``trust``): the
+    # question's level, suspected when it or the model's texts screen as an injection.
+    trust: Trust | None = None
 
 
 class RerankResult(WireModel):

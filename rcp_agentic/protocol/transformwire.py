@@ -7,6 +7,11 @@ advertised (else OptionUnsupported, ``data.option``); ``n`` is an integer >= 1, 
 ``x-rcp-agentic.limits.maxTransformQueries`` (§12: clamped, never refused). An unknown param
 is ignored and named in the result's ``_meta.notes`` (§6.2: the result has no ``usage``), or
 refused under an explicit ``"strict": true`` (:func:`..pipeline.params.unknown_params`).
+
+The result carries ``trust`` beside ``queries`` (an extension key a peer ignores if it does
+not know it, §6.2), shaped as a hit's: ``{level, injectionSuspected, sanitized?}`` — the
+question's level and whether it, or a text the model wrote, screens as an injection or
+carried markup (:func:`..agentic.transform.screened`).
 """
 
 from __future__ import annotations

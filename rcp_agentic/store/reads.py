@@ -272,8 +272,14 @@ class Reader:
         return out
 
     def _hydrate_derived(self, rowids: list[int], rows: dict[int, dict[str, Any]]) -> None:
-        """Fill a derived unit's source fields from the documents and leaves it covers."""
+        """Fill a derived unit's source fields from the documents and leaves it covers: the
+        lowest trust of those documents, and suspected of injection when any leaf it covers
+        is (also for a unit written before its builder recorded that itself)."""
         marks = ','.join('?' * len(rowids))
+        for (urow,) in self._conn.query(
+                "SELECT DISTINCT c.urow FROM covers c JOIN screens s ON s.urow = c.leaf"
+                f" WHERE c.urow IN ({marks}) AND s.suspected", rowids):
+            rows[urow]["injection_suspected"] = 1
         docs: dict[int, list[tuple[Any, ...]]] = {}
         for urow, *doc in self._conn.query(
                 "SELECT c.urow, d.id, d.title, d.source, d.uri, d.trust, COUNT(*) AS n FROM covers c"
