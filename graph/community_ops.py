@@ -36,13 +36,13 @@ from ..models.llm import as_chat, json_object
 from ..models.llm_guard import DATA_RULE, data_block
 from ..models.tokenizer import count_tokens
 from ..pipeline import cursor as cursors
+from ..pipeline.trust_derived import derived_trust, strip_markup
 from ..raptor.summarize import cut_to_tokens, split_sentences
-from ..wire import CommunityEntry, GraphResult, Hit, Trust, Usage
+from ..wire import CommunityEntry, GraphResult, Hit, Usage
 from .community_reads import (MAX_PAGE, CommunityReader, count_param, default_level,
                               filter_key, filter_param, level_param, version_of)
 from .drift import DriftSearch, Frontiers
 from .reports import KEY_RELATIONS
-from .sources import SourceTrust
 
 if TYPE_CHECKING:
     from .community_index import StoredCommunity
@@ -224,9 +224,11 @@ class CommunityOps:
                                   size=c.size, rating=c.rating, score=round(float(hit.score), 8),
                                   trust=hit.trust)
                    for hit, c in ranked]
-        screened = Trust(level="trusted",
-                         injection_suspected=self.ctx.screen.screen(summary).suspected)
-        trust = SourceTrust.combine([*(hit.trust for hit, _c in ranked), screened])
+        # The answer carries its reports' trust and its own screening; a model's markup is
+        # taken out of it (and flags it).
+        summary, sanitized = strip_markup(summary) if llm is not None else (summary, False)
+        trust = derived_trust([hit.trust for hit, _c in ranked], [summary], self.ctx.screen,
+                              sanitized=sanitized)
         tokens = count_tokens(summary)
         notes.append(f"summary: {tokens} of {budget} tokens from {n_points} points of "
                      f"{len(ranked)} communities" + (" (LLM map-reduce)" if llm else ""))
@@ -301,7 +303,8 @@ class CommunityOps:
         chat = as_chat(llm)
         replies = chat.ask_many(MAP_SYSTEM, [MAP_PROMPT.format(query=text, id=c.id,
                                                                data=data_block(c.text))
-                                             for _h, c in ranked], stage="global")
+                                             for _h, c in ranked], stage="global",
+                                     control=control)
         control.check()
         points: list[_Point] = []
         fallback: list[tuple[Hit, StoredCommunity]] = []
@@ -323,7 +326,7 @@ class CommunityOps:
         control.check()
         answer = chat.ask(REDUCE_SYSTEM, REDUCE_PROMPT.format(
             query=text, words=max(1, int(budget * 0.7)), data=data_block(context)),
-            stage="global")
+            stage="global", control=control)
         summary = cut_to_tokens(" ".join(answer.split()), budget, count_tokens)
         if not summary:
             notes.append("the reduce reply was empty: the best points stand in")

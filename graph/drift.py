@@ -27,6 +27,7 @@ from ..control import RequestControl, checked
 from ..models.llm import as_chat, json_object
 from ..models.llm_guard import DATA_RULE, data_block
 from ..pipeline import fusion
+from ..pipeline.trust_derived import derived_trust, strip_markup
 from ..wire import GraphResult, Hit, Trust, Usage
 from .community_reads import CommunityReader, count_param, filter_key, filter_param, version_of
 from .compose import community_masses, reading_order, request_view
@@ -231,7 +232,8 @@ class DriftSearch:
             # Written from the primer reports: each carries the reports' trust.
             reports = self.reader.trust(store, [c.id for c in primer])
             from_reports = SourceTrust.combine(reports.values())
-            found = [(q, from_reports) for q in self._llm_followups(text, primer, llm)]
+            found = [(q, from_reports)
+                     for q in self._llm_followups(text, primer, llm, control)]
             control.check()
             if not found:
                 notes.append("the primer replies held no follow-up queries: derived offline")
@@ -239,13 +241,15 @@ class DriftSearch:
             found = self._offline_followups(text, primer, view)
         out: list[str] = []
         kept: list[Trust | None] = [state.trust]
-        screen = self.ctx.screen
-        for q, trust in found:
-            if q.casefold() not in done and len(out) < MAX_FOLLOWUPS:
+        for raw, trust in found:
+            # A follow-up carries its sources' trust and its own screening (it claims no level
+            # itself); a model's markup is taken out of it, and flags it.
+            q, sanitized = strip_markup(raw)
+            if q and q.casefold() not in done and len(out) < MAX_FOLLOWUPS:
                 done.add(q.casefold())
                 out.append(q)
-                kept += [trust, Trust(level="trusted",
-                                      injection_suspected=screen.screen(q).suspected)]
+                kept += [trust, derived_trust((), [q], self.ctx.screen, sanitized=sanitized,
+                                              default="trusted")]
         state.trust = SourceTrust.combine(kept)
         notes.append(f"primer: {', '.join(c.id for c in primer)}")
         return out
@@ -274,11 +278,12 @@ class DriftSearch:
         return out[:PRIMER_K], view, store
 
     def _llm_followups(self, text: str, primer: Sequence[StoredCommunity],
-                       llm: Any) -> list[str]:
+                       llm: Any, control: RequestControl) -> list[str]:
         chat = as_chat(llm)
         replies = chat.ask_many(DRIFT_SYSTEM, [DRIFT_PROMPT.format(query=text, id=c.id,
                                                                    data=data_block(c.text))
-                                               for c in primer], stage="drift")
+                                               for c in primer], stage="drift",
+                                     control=control)
         return round_robin([parse_followups(r) for r in replies])
 
     def _offline_followups(self, text: str, primer: Sequence[StoredCommunity],

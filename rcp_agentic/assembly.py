@@ -95,6 +95,7 @@ def open_llm(llm: Any, config: EngineConfig, store: Docstore,
     ``suspected``, calls bounded by the ``llm_*`` settings."""
     from .models.endpoint import endpoint_from_config
     from .models.llm_retry import CallPolicy
+    from .models.llm_spend import SpendGovernor, SpendLimits
     from .store.llm_cache import LLMCache
 
     if isinstance(llm, ChatLLM):
@@ -105,7 +106,14 @@ def open_llm(llm: Any, config: EngineConfig, store: Docstore,
             return None
     policy = CallPolicy(timeout_seconds=config.llm_timeout_seconds, retries=config.llm_retries,
                         concurrency=config.llm_concurrency)
-    return ChatLLM(llm, policy=policy, cache=LLMCache(store.connection), screen=suspected)
+    spend = SpendGovernor(
+        total=SpendLimits(config.llm_query_calls_per_minute, config.llm_query_tokens_per_minute),
+        caller=SpendLimits(config.llm_caller_calls_per_minute,
+                           config.llm_caller_tokens_per_minute),
+        anonymous=SpendLimits(config.llm_anonymous_calls_per_minute,
+                              config.llm_anonymous_tokens_per_minute))
+    return ChatLLM(llm, policy=policy, cache=LLMCache(store.connection), screen=suspected,
+                   spend=spend)
 
 
 def make_recall(store: Docstore, config: EngineConfig, path: Path, engine_id: str,

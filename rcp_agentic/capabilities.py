@@ -6,6 +6,9 @@ engine's capability objects. A protocol session passes its :class:`TransportLimi
 the document then also holds what only a server answers (``index``, ``streaming``,
 ``feedback``) and ``x-rcp-agentic.limits`` — the transport's limits, the configuration's
 and, while ``graph`` or ``transform`` is offered, theirs.
+
+A session's document is fixed once built (§13.2), but ``x-rcp-agentic.units`` is state, not
+an offer: :func:`with_status` gives the document with that state read now.
 """
 
 from __future__ import annotations
@@ -106,6 +109,18 @@ def build(offer: Offer, transport: TransportLimits | None = None) -> dict[str, A
                                                         graph="graph" in caps,
                                                         transform="transform" in caps)
     return caps
+
+
+def with_status(caps: dict[str, Any], status: Mapping[str, Any]) -> dict[str, Any]:
+    """``caps`` with the derived state of each kind ``x-rcp-agentic.units`` lists (the index
+    version it reflects, whether it is ``current``, its counts) replaced by ``status`` (the
+    engine's ``derived_status()`` now). The kinds listed stay those of ``caps`` (§13.2); a kind
+    missing from ``status`` keeps its entry."""
+    vendor = caps.get(VENDOR)
+    if not isinstance(vendor, dict) or not isinstance(vendor.get("units"), dict):
+        return caps
+    live = {kind: status.get(kind, entry) for kind, entry in vendor["units"].items()}
+    return {**caps, VENDOR: {**vendor, "units": live}}
 
 
 def _retrieve(offer: Offer) -> dict[str, Any]:

@@ -18,6 +18,7 @@ import os
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Literal, TypeVar
+from urllib.parse import parse_qsl
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -27,6 +28,14 @@ from .vocabulary import Mode
 FieldType = Literal["keyword", "text", "int", "float", "bool", "date"]
 CONFIG_FILE = "config.json"
 ENV_PREFIX = "RCP_AGENTIC_"
+# Query parameters that carry a key, compared lower-cased with '-' read as '_'.
+CREDENTIAL_PARAMS = frozenset({"api_key", "apikey", "key", "token", "access_token",
+                               "auth_token", "password", "secret", "client_secret"})
+# The LLM's run-time limits: settings of a process (a server, a build), not of the index.
+LLM_LIMIT_FIELDS = ("llm_max_reply_bytes", "llm_query_calls_per_minute",
+                    "llm_query_tokens_per_minute", "llm_caller_calls_per_minute",
+                    "llm_caller_tokens_per_minute", "llm_anonymous_calls_per_minute",
+                    "llm_anonymous_tokens_per_minute")
 
 
 @dataclass(frozen=True)
@@ -68,10 +77,29 @@ class CommunitySection:
 S = TypeVar("S")
 
 
+def credential_part(url: str) -> str | None:
+    """The part of ``url`` that carries credentials, named without its value (None: none):
+    a user or password before the host, or a key-like query parameter."""
+    authority = url.split("://", 1)[-1]
+    for end in "/?#":
+        authority = authority.split(end, 1)[0]
+    if "@" in authority:
+        return "user:password@ before the host"
+    before_fragment, _, fragment = url.partition("#")
+    for query in (before_fragment.partition("?")[2], fragment):
+        for name, _value in parse_qsl(query, keep_blank_values=True):
+            normal = name.strip().lower().replace("-", "_")
+            if normal in CREDENTIAL_PARAMS:
+                return f"a {normal!r} query parameter"
+    return None
+
+
 class EngineConfig(BaseModel):
     """Configuration of one engine directory."""
 
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    # Hidden inputs: a refused value (a URL with a key in it) is never echoed in an error.
+    model_config = ConfigDict(extra="forbid", validate_assignment=True,
+                              hide_input_in_errors=True)
 
     chunk_size: int = Field(200, ge=16, le=8192, description="tokens per chunk (cl100k)")
     chunk_overlap: int = Field(30, ge=0, description="tokens of sentence overlap between chunks")
@@ -257,6 +285,27 @@ class EngineConfig(BaseModel):
         None, ge=1, description="LLM tokens (prompt + completion) one derived build may spend; "
         "past it the build stops cleanly, the last good build stays served, and the next run "
         "goes on from the LLM cache (None = no limit)")
+    llm_max_reply_bytes: int = Field(
+        1 << 20, ge=1024, le=1 << 30, description="bytes read of one LLM reply at most; a "
+        "longer reply is refused")
+    llm_query_calls_per_minute: int | None = Field(
+        120, ge=1, description="query-time LLM calls per minute, all server callers together "
+        "(global, drift, query/transform, rewrites; every retry counts; None = no limit)")
+    llm_query_tokens_per_minute: int | None = Field(
+        200_000, ge=1, description="query-time LLM tokens per minute, all server callers "
+        "together (None = no limit)")
+    llm_caller_calls_per_minute: int | None = Field(
+        60, ge=1, description="query-time LLM calls per minute for one caller with the "
+        "server's token (None = no limit)")
+    llm_caller_tokens_per_minute: int | None = Field(
+        100_000, ge=1, description="query-time LLM tokens per minute for one caller with the "
+        "server's token (None = no limit)")
+    llm_anonymous_calls_per_minute: int | None = Field(
+        12, ge=1, description="query-time LLM calls per minute for one anonymous caller (by "
+        "address; None = no limit)")
+    llm_anonymous_tokens_per_minute: int | None = Field(
+        12_000, ge=1, description="query-time LLM tokens per minute for one anonymous caller "
+        "(None = no limit)")
 
     def _section(self, section: type[S], prefix: str) -> S:
         """The fields named ``prefix`` + a field of ``section``, as that section."""
@@ -294,6 +343,20 @@ class EngineConfig(BaseModel):
         raise ValueError("milvus_uri must be a file path ending in .db (Milvus Lite) or "
                          "http(s)://host:port (a Milvus server)")
 
+    @field_validator("llm_base_url")
+    @classmethod
+    def _url_without_credentials(cls, v: str | None) -> str | None:
+        if v is None:
+            return v
+        if not v.lower().startswith(("http://", "https://")):
+            raise ValueError("llm_base_url must be an http(s) URL "
+                             "(e.g. http://127.0.0.1:8080/v1)")
+        part = credential_part(v)
+        if part is not None:
+            raise ValueError(f"llm_base_url must not carry credentials ({part}); put the key "
+                             "in the environment variable named by llm_api_key_env")
+        return v
+
     @field_validator("graph_extractor")
     @classmethod
     def _known_extractor(cls, v: str) -> str:
@@ -327,7 +390,8 @@ class EngineConfig(BaseModel):
         data = self.model_dump(exclude={"chroma_url", "milvus_token", "torch_threads",
                                         "blas_threads", "query_backend", "query_threads",
                                         "ingest_nice", "llm_timeout_seconds", "llm_retries",
-                                        "llm_concurrency", "llm_build_token_budget"})
+                                        "llm_concurrency", "llm_build_token_budget",
+                                        *LLM_LIMIT_FIELDS})
         tmp = engine_dir / (CONFIG_FILE + ".tmp")
         tmp.write_text(json.dumps(data, indent=2, sort_keys=True), "utf-8")
         tmp.replace(engine_dir / CONFIG_FILE)

@@ -18,6 +18,31 @@ from .errors import Cancelled, Timeout
 
 
 @dataclass(frozen=True)
+class Spender:
+    """Whom a request's LLM calls are charged to (:mod:`rcp_agentic.models.llm_spend`):
+    ``key`` names the caller; ``anonymous`` picks the anonymous limits."""
+
+    key: str
+    anonymous: bool = False
+
+
+@dataclass
+class LLMSpent:
+    """What one request's LLM calls cost (every attempt is a call; ``cached`` replies were
+    read from the engine's cache instead)."""
+
+    calls: int = 0
+    cached: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+    def wire(self) -> dict[str, int]:
+        """camelCase counters for ``usage.llm``."""
+        return {"calls": self.calls, "cached": self.cached, "promptTokens": self.prompt_tokens,
+                "completionTokens": self.completion_tokens}
+
+
+@dataclass(frozen=True)
 class Progress:
     """One progress report: ``progress`` in [0, 1], the pipeline ``stage``, optional partial hits."""
 
@@ -32,7 +57,8 @@ class RequestControl:
 
     def __init__(self, *, timeout: float | None = None,
                  on_progress: Callable[[Progress], None] | None = None,
-                 parent: RequestControl | None = None) -> None:
+                 parent: RequestControl | None = None,
+                 spender: Spender | None = None) -> None:
         self.deadline = None if timeout is None else time.monotonic() + max(0.0, timeout)
         # A request of a batch lives inside the batch's control: never past its deadline,
         # and cancelled with it (a client that hangs up cancels the whole batch).
@@ -41,6 +67,10 @@ class RequestControl:
             self.deadline = (parent.deadline if self.deadline is None
                              else min(self.deadline, parent.deadline))
         self.on_progress = on_progress
+        # None: a trusted caller, whose LLM work no allowance limits.
+        self.spender = spender
+        self.llm_spent = LLMSpent()
+        self._spent_lock = threading.Lock()
         self._cancelled = threading.Event()
         self.reason: str | None = None
 
@@ -70,6 +100,16 @@ class RequestControl:
         left = self.remaining()
         if left is not None and left <= 0:
             raise Timeout("the request's deadline elapsed", retryable=True)
+
+    def charge_llm(self, *, calls: int = 0, cached: int = 0, prompt_tokens: int = 0,
+                   completion_tokens: int = 0) -> None:
+        """Add LLM work done for this request (thread-safe: a batch of calls runs in a pool)."""
+        with self._spent_lock:
+            s = self.llm_spent
+            s.calls += calls
+            s.cached += cached
+            s.prompt_tokens += prompt_tokens
+            s.completion_tokens += completion_tokens
 
     def report(self, progress: float, stage: str, message: str,
                partial_hits: list[dict[str, Any]] | None = None) -> None:

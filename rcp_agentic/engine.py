@@ -442,7 +442,8 @@ class Engine:
 
     # --- models -------------------------------------------------------------------------
 
-    def transform(self, query: str, method: str, n: int = 3) -> Transformed:
+    def transform(self, query: str, method: str, n: int = 3, *,
+                  control: RequestControl | None = None) -> Transformed:
         """RCP ``query/transform`` (§7.8) with the engine's LLM: ``rewrite``, ``hyde`` (the
         passage in ``hypothetical``), ``multi-query`` / ``decompose`` (at most ``n``
         queries, clamped to 10) or ``step-back``; an unusable reply gives ``[query]`` back.
@@ -451,7 +452,8 @@ class Engine:
 
         if self.chat is None:
             raise CapabilityMissing("query/transform needs an LLM, and this engine has none")
-        return transform(self.chat, query, method, n, max_chars=self.config.max_query_chars)
+        return transform(self.chat, query, method, n, max_chars=self.config.max_query_chars,
+                         control=control)
 
     def embed(self, inputs: list[Any], *, kind: str = "document",
               encoding: str = "json") -> dict[str, Any]:
@@ -459,14 +461,15 @@ class Engine:
         return calls.embed(self.embedder, self.config, inputs, kind=kind, encoding=encoding)
 
     def rerank(self, query: Any, passages: list[Any], *, method: str | None = None,
-               top_n: int | None = None) -> RerankResult:
+               top_n: int | None = None,
+               control: RequestControl | None = None) -> RerankResult:
         """Score ``passages`` against ``query`` with the configured reranker (RCP ``rerank``, §7.6).
 
         ``scores[i]`` belongs to ``passages[i]``; ``order`` lists indices best first,
         truncated to ``top_n``.
         """
         return calls.rerank(self.reranker, self.config, query, passages, method=method,
-                            top_n=top_n)
+                            top_n=top_n, control=control)
 
     # --- the knowledge graph ------------------------------------------------------------
 

@@ -16,7 +16,6 @@ import sys
 import urllib.error
 import urllib.parse
 import urllib.request
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -437,9 +436,17 @@ def test_anonymous_sessions_are_bound_to_the_caller(anonymous_url: str) -> None:
         victim.close()
 
 
+def _issued(url: str) -> dict[str, str]:
+    """The RCP-Session header of a session the server issued (initialize's _meta.session)."""
+    status, out = post(url, "initialize", {"protocolVersion": 1})
+    assert status == 200, out
+    return {"RCP-Session": out["result"]["_meta"]["session"]}
+
+
 def test_an_rcp_session_header_carries_a_session_across_connections(anonymous_url: str) -> None:
-    """The header our client sends: the same one on a new connection is the same caller."""
-    mine, theirs = {"RCP-Session": uuid.uuid4().hex}, {"RCP-Session": uuid.uuid4().hex}
+    """The header our client sends (the token initialize issued): the same one on a new
+    connection is the same caller."""
+    mine, theirs = _issued(anonymous_url), _issued(anonymous_url)
     status, out = post(anonymous_url, "memory/build", {
         "scope": "session", "sessionId": "victim",
         "documents": [{"text": "Jeff Porcaro and Hartford"}]}, headers=mine)

@@ -36,10 +36,14 @@ from rcp_agentic.models.llm import ChatLLM
 from rcp_agentic.models.llm_guard import DATA_RULE
 from rcp_agentic.protocol.http import create_app
 from rcp_agentic.protocol.stdio import serve_stdio
+from rcp_agentic.wire import Trust
 
 SCHEMA = json.loads((REPO / "tests" / "schema" / "rcp-1.0.json").read_text("utf-8"))
 QUESTION = "How do I combine the rankings of several retrievers?"
 TOKEN = "transform-token"
+# What a transformed query of a plain question claims (its one source is the question).
+TRUST = Trust(level="community", injection_suspected=False)
+CLEAN = {"level": "community", "injectionSuspected": False}
 
 
 def validator(name: str) -> jsonschema.Draft202012Validator:
@@ -85,6 +89,14 @@ def llm_engine(tmp_path_factory: pytest.TempPathFactory, embedder: Any) -> Itera
     eng.close()
 
 
+def one_call(result: dict[str, Any]) -> dict[str, Any]:
+    """``result`` without its ``_meta.llm``, having checked it counts the one call made."""
+    meta = dict(result.get("_meta") or {})
+    assert meta.pop("llm")["calls"] == 1, result
+    rest = {k: v for k, v in result.items() if k != "_meta"}
+    return {**rest, **({"_meta": meta} if meta else {})}
+
+
 def answers(eng: Engine, *replies: str) -> None:
     """Give ``eng`` a fresh LLM answering ``replies`` in turn (and fresh usage counters)."""
     eng.llm = FakeListChatModel(responses=list(replies))
@@ -118,7 +130,7 @@ def test_multi_query_strips_bullets_numbers_quotes_labels_and_duplicates() -> No
     out = transform(door, QUESTION, "multi-query", n=3)
     assert out == Transformed(["reciprocal rank fusion",
                                "merging ranked lists from several retrievers",
-                               "hybrid search score fusion"])
+                               "hybrid search score fusion"], trust=TRUST)
     assert not out.fallback and fallbacks(door) == {}
 
 
@@ -141,7 +153,8 @@ def test_decompose_rewrite_step_back_and_hyde() -> None:
     hyde = transform(door, QUESTION, "hyde")
     assert hyde.queries == [QUESTION] and hyde.hypothetical == (
         "Reciprocal rank fusion sums 1/(k + rank) over the lists that return a document.")
-    assert hyde.to_wire() == {"queries": [QUESTION], "hypothetical": hyde.hypothetical}
+    assert hyde.to_wire() == {"queries": [QUESTION], "hypothetical": hyde.hypothetical,
+                              "trust": CLEAN}
     validator("TransformResult").validate(hyde.to_wire())
 
 
@@ -159,7 +172,7 @@ def test_a_decomposition_may_be_the_question_itself() -> None:
 def test_an_unusable_reply_falls_back_to_the_query(reply: str, reason: str) -> None:
     door = chat(reply)
     out = transform(door, QUESTION, "multi-query")
-    assert out == Transformed([QUESTION], None, fallback=True)
+    assert out == Transformed([QUESTION], None, fallback=True, trust=TRUST)
     assert fallbacks(door) == {reason: 1}
 
 
@@ -167,7 +180,7 @@ def test_an_unusable_reply_falls_back_to_the_query(reply: str, reason: str) -> N
 def test_every_method_falls_back_on_a_blank_reply(method: str) -> None:
     door = chat("")
     out = transform(door, QUESTION, method)
-    assert out == Transformed([QUESTION], None, fallback=True)
+    assert out == Transformed([QUESTION], None, fallback=True, trust=TRUST)
     assert fallbacks(door) == {"empty": 1}
 
 
@@ -253,9 +266,11 @@ def test_query_transform_in_process(llm_engine: Engine) -> None:
     out = rpc_call(rpc, "query/transform", {"query": QUESTION, "method": "multi-query", "n": 2})
     validator("JsonRpcSuccess").validate(out)
     validator("TransformResult").validate(out["result"])
-    assert out["result"] == {"queries": ["rank fusion", "merging result lists"]}
+    assert one_call(out["result"]) == {"queries": ["rank fusion", "merging result lists"],
+                                       "trust": CLEAN}
     out = rpc_call(rpc, "query/transform", {"query": QUESTION, "method": "hyde"})
-    assert out["result"] == {"queries": [QUESTION], "hypothetical": "A passage about fusion."}
+    assert one_call(out["result"]) == {"queries": [QUESTION],
+                                       "hypothetical": "A passage about fusion.", "trust": CLEAN}
     assert llm_calls(llm_engine) == 2
 
 
@@ -307,13 +322,14 @@ def test_query_transform_llm_failure_is_backend_unavailable(llm_engine: Engine) 
 def test_clients_transform_in_process_and_async(llm_engine: Engine) -> None:
     answers(llm_engine, "1. rank fusion\n2. result merging", "Passage text.")
     with RCPClient.in_process(llm_engine) as client:
-        assert client.transform(QUESTION, "multi-query", n=40) == {
-            "queries": ["rank fusion", "result merging"]}
+        assert one_call(client.transform(QUESTION, "multi-query", n=40)) == {
+            "queries": ["rank fusion", "result merging"], "trust": CLEAN}
 
     async def main() -> Any:
         async with AsyncRCPClient.in_process(llm_engine) as client:
             return await client.transform(QUESTION, "hyde")
-    assert asyncio.run(main()) == {"queries": [QUESTION], "hypothetical": "Passage text."}
+    assert one_call(asyncio.run(main())) == {"queries": [QUESTION],
+                                             "hypothetical": "Passage text.", "trust": CLEAN}
 
 
 def test_query_transform_over_http(llm_engine: Engine) -> None:
@@ -330,7 +346,8 @@ def test_query_transform_over_http(llm_engine: Engine) -> None:
         caps = post("initialize", {"protocolVersion": 1})["result"]["capabilities"]
         assert caps["transform"] == {"methods": list(METHODS)}
         out = post("query/transform", {"query": QUESTION, "method": "rewrite"})
-        assert out["result"] == {"queries": ["reciprocal rank fusion"]}
+        assert one_call(out["result"]) == {"queries": ["reciprocal rank fusion"],
+                                           "trust": CLEAN}
         out = post("query/transform", {"query": QUESTION, "method": "rewrite", "n": -1})
         assert out["error"]["code"] == -32602 and out["error"]["data"]["field"] == "n"
 
@@ -346,7 +363,8 @@ def test_query_transform_over_stdio(llm_engine: Engine) -> None:
     serve_stdio(llm_engine, stdin=io.BytesIO(
         b"".join(json.dumps(f).encode() + b"\n" for f in frames)), stdout=out, workers=1)
     got = {r["id"]: r for r in map(json.loads, out.getvalue().splitlines())}
-    assert got[2]["result"] == {"queries": ["rank fusion", "list merging"]}
+    assert one_call(got[2]["result"]) == {"queries": ["rank fusion", "list merging"],
+                                          "trust": CLEAN}
     assert got[3]["error"]["code"] == -32602 and got[3]["error"]["data"]["field"] == "method"
 
 

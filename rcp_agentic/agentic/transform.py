@@ -12,28 +12,40 @@ bullets, numbering, quotes and labels (``Query:``, ``Sub-question 2:``) are stri
 preamble line ending in a colon is dropped, duplicates go, and each query is cut to the
 engine's query length. A reply with nothing usable gives the question back unchanged (never
 an empty list) and is counted as a fallback of the ``transform`` stage.
+
+Every result carries ``trust`` (:func:`screened`): the level of the question (``community``),
+``injectionSuspected`` when the question or a text the model wrote screens as an injection or
+carries active markup (``<img …>``, ``<script>``, ``javascript:``), which is taken out
+(``sanitized``).
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ..capabilities import MAX_TRANSFORM_QUERIES
+from ..control import RequestControl
 from ..errors import InvalidParams
 from ..models.llm import ChatLLM
 from ..models.llm_guard import DATA_RULE, data_block
 from ..pipeline.params import DEFAULT_CONFIG, query_text
-from ..vocabulary import MULTI_QUERY_METHODS, TRANSFORM_METHODS
-from ..wire import TransformResult
+from ..pipeline.trust import InjectionScreen
+from ..pipeline.trust_derived import derived_trust, strip_markup
+from ..vocabulary import MULTI_QUERY_METHODS, TRANSFORM_METHODS, TrustLevel
+from ..wire import TransformResult, Trust
 
-__all__ = ["MAX_QUERIES", "METHODS", "Transformed", "parse_lines", "transform"]
+__all__ = ["MAX_QUERIES", "METHODS", "Transformed", "parse_lines", "screened", "transform"]
 
 METHODS: tuple[str, ...] = TRANSFORM_METHODS
 # The most queries one call may ask for (``n`` is clamped to it; advertised in the limits).
 MAX_QUERIES = MAX_TRANSFORM_QUERIES
 STAGE = "transform"
+# The trust level of a transformed query's one source, the caller's question: no document an
+# operator vetted ("trusted"), and not known to be hostile ("untrusted").
+QUESTION_LEVEL: TrustLevel = "community"
+_SCREEN = InjectionScreen()
 
 _ONE_PER_LINE = "One per line, no numbering, no other text."
 PROMPTS: dict[str, str] = {
@@ -82,10 +94,29 @@ class Transformed:
     queries: list[str]
     hypothetical: str | None = None
     fallback: bool = False
+    # What the queries and passage may claim (:func:`screened`); None before screening.
+    trust: Trust | None = None
 
     def to_wire(self) -> dict[str, Any]:
-        """The RCP ``query/transform`` result (§7.8)."""
-        return TransformResult(queries=self.queries, hypothetical=self.hypothetical).to_wire()
+        """The RCP ``query/transform`` result (§7.8), with its ``trust`` (an extension)."""
+        return TransformResult(queries=self.queries, hypothetical=self.hypothetical,
+                               trust=self.trust).to_wire()
+
+
+def screened(question: str, done: Transformed, screen: InjectionScreen | None = None
+             ) -> Transformed:
+    """``done`` with the active markup taken out of its queries and passage, and its trust
+    (:func:`~..pipeline.trust_derived.derived_trust`): its one source is the caller's question
+    (level :data:`QUESTION_LEVEL`, suspected when it screens positive); the texts the model
+    wrote are screened too, and a query left empty by the cleaning goes."""
+    screen = screen or _SCREEN
+    cleaned = [strip_markup(q) for q in done.queries]
+    hypothetical, passage_cleaned = strip_markup(done.hypothetical or "")
+    queries = [q for q, _s in cleaned if q] or [question]
+    source = derived_trust((), [question], screen, default=QUESTION_LEVEL)
+    trust = derived_trust([source], [*queries, hypothetical], screen,
+                          sanitized=passage_cleaned or any(s for _q, s in cleaned))
+    return replace(done, queries=queries, hypothetical=hypothetical or None, trust=trust)
 
 
 def _unquote(text: str) -> str:
@@ -157,7 +188,8 @@ def check_method(method: object) -> str:
 
 
 def transform(chat: ChatLLM, query: str, method: str, n: int = 3, *,
-              max_chars: int = DEFAULT_CONFIG.max_query_chars) -> Transformed:
+              max_chars: int = DEFAULT_CONFIG.max_query_chars,
+              control: RequestControl | None = None) -> Transformed:
     """Transform ``query`` by ``method`` with ``chat`` (module doc). ``n`` bounds the queries of
     ``multi-query`` and ``decompose`` (clamped to :data:`MAX_QUERIES`); each query is cut to
     ``max_chars``. A bad ``query``, ``method`` or ``n`` is InvalidParams naming it; an LLM that
@@ -168,18 +200,20 @@ def transform(chat: ChatLLM, query: str, method: str, n: int = 3, *,
         raise InvalidParams("query must be a string", field="query")
     query = query_text(query, max_chars=max_chars)
     system = PROMPTS[method].format(n=n) + " " + DATA_RULE
-    reply = chat.ask(system, f"Question:\n{data_block(query)}\n{_ASK[method]}", stage=STAGE)
+    reply = chat.ask(system, f"Question:\n{data_block(query)}\n{_ASK[method]}", stage=STAGE,
+                     control=control)
     if method == "hyde":
         passage = _passage(reply, max_chars)
         if passage:
-            return Transformed([query], hypothetical=passage)
+            return screened(query, Transformed([query], hypothetical=passage))
     else:
         # A multi-query reply repeating the question adds nothing; a rewrite or sub-question
         # equal to it is still a usable answer.
         queries = parse_lines(reply, max_chars=max_chars,
                               drop=query if method == "multi-query" else None)
         if queries:
-            return Transformed(queries[:n] if method in MULTI_QUERY_METHODS else queries[:1])
+            return screened(query, Transformed(
+                queries[:n] if method in MULTI_QUERY_METHODS else queries[:1]))
     if reply.strip():  # an empty, looping or screened reply is counted by the door itself
         chat.fallback(STAGE, "unparsed")
-    return Transformed([query], fallback=True)
+    return screened(query, Transformed([query], fallback=True))

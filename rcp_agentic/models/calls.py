@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from ..config import EngineConfig
+from ..control import RequestControl
 from ..errors import CapabilityMissing, InternalError, InvalidParams, OptionUnsupported, \
     PayloadTooLarge
 from ..pipeline.params import query_text
@@ -46,7 +47,8 @@ def embed(embedder: TimedEmbedder, config: EngineConfig, inputs: list[Any], *,
 
 
 def rerank(reranker: Reranker | None, config: EngineConfig, query: Any, passages: list[Any], *,
-           method: str | None = None, top_n: int | None = None) -> RerankResult:
+           method: str | None = None, top_n: int | None = None,
+           control: RequestControl | None = None) -> RerankResult:
     """``passages`` scored against ``query``: ``scores[i]`` belongs to ``passages[i]``;
     ``order`` lists indices best first (ties by index), truncated to ``top_n``."""
     if reranker is None:
@@ -65,6 +67,6 @@ def rerank(reranker: Reranker | None, config: EngineConfig, query: Any, passages
     if top_n is not None and (isinstance(top_n, bool) or not isinstance(top_n, int)
                               or top_n < 1):
         raise InvalidParams("topN must be a positive integer", field="topN")
-    scores = [float(x) for x in reranker.score(text, bodies)]
+    scores = [float(x) for x in reranker.score(text, bodies, control=control)]
     order = sorted(range(len(scores)), key=lambda i: (-scores[i], i))
     return RerankResult(scores=scores, order=order[:top_n] if top_n else order)

@@ -33,14 +33,20 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import BackendUnavailable
+from ..control import RequestControl
+from ..errors import BackendUnavailable, RateLimited, RCPError, Timeout
 from .llm_guard import reply_problem
-from .llm_retry import CallPolicy, backoff, describe, status_of, transient
+from .llm_retry import CallPolicy, backoff, describe, retry_after, status_of, transient
+from .llm_spend import SpendGovernor
 from .llm_usage import BUILD_STAGES, LLMUsage, TokenBudget
+from .redact import redact, secret_forms
 
 # Statuses with which a server refuses one input rather than the caller (context length,
 # payload size, unprocessable content); auth (401/403) and unknown model (404) stop a build.
 REJECTED_INPUT = frozenset({400, 413, 422})
+# How often a waiting call looks at its request's cancellation.
+CANCEL_POLL_SECONDS = 0.25
+NO_SLOT_RETRY_MS = 1000
 
 LC_LANGUAGE_MODEL = "langchain_core.language_models.base.BaseLanguageModel"
 LC_RUNNABLE = "langchain_core.runnables.base.Runnable"
@@ -147,7 +153,8 @@ class ChatLLM:
     def __init__(self, llm: Any, *, concurrency: int | None = None,
                  policy: CallPolicy | None = None, cache: Any = None,
                  screen: Callable[[str], bool] | None = None,
-                 count_tokens: Callable[[str], int] | None = None) -> None:
+                 count_tokens: Callable[[str], int] | None = None,
+                 spend: SpendGovernor | None = None) -> None:
         if isinstance(llm, ChatLLM):
             raise TypeError("already a ChatLLM")
         mro = mro_names(llm)
@@ -174,8 +181,10 @@ class ChatLLM:
             count_tokens = count_cl100k
         self.count_tokens: Callable[[str], int] = count_tokens
         self.usage = LLMUsage()
+        self.secrets = secret_forms(_held_secrets(llm))
         self.identity = self._identity()
-        self.cache_identity = self.identity + self._settings()
+        self.cache_identity = self.identity + self._address() + self._settings()
+        self.spend = spend or SpendGovernor()
         self._slots = threading.BoundedSemaphore(policy.concurrency)
         self._budget: TokenBudget | None = None
         # Told (stage, calls answered, calls to make) as a build's calls come back.
@@ -203,6 +212,15 @@ class ChatLLM:
                     break
         return f"llm:{self.kind}:{cls.__module__}.{cls.__qualname__}" + (f":{name}" if name else "")
 
+    def _address(self) -> str:
+        """Where the model is served (part of the cache key: two servers of one model name
+        answer differently), without any credential a URL may hold."""
+        for attr in ("base_url", "openai_api_base", "api_base"):
+            value = getattr(self.llm, attr, None)
+            if isinstance(value, str) and value:
+                return "@" + redact(value, self.secrets)
+        return ""
+
     def _settings(self) -> str:
         """Generation settings that change replies (part of the cache key, not the identity)."""
         parts = []
@@ -214,16 +232,20 @@ class ChatLLM:
 
     # --- asking -----------------------------------------------------------------------
 
-    def ask(self, system: str, user: str, *, stage: str = "query") -> str:
+    def ask(self, system: str, user: str, *, stage: str = "query",
+            control: RequestControl | None = None) -> str:
         """The reply text to one user turn (``""`` when the reply was unfit; see the module
         doc)."""
-        return self.ask_many(system, [user], stage=stage)[0]
+        return self.ask_many(system, [user], stage=stage, control=control)[0]
 
-    def ask_many(self, system: str, users: Sequence[str], *, stage: str = "query") -> list[str]:
+    def ask_many(self, system: str, users: Sequence[str], *, stage: str = "query",
+                 control: RequestControl | None = None) -> list[str]:
         """Reply texts to several independent user turns, in order. Calls of a build stage
         (``tree``, ``graph``, ``communities``) are read from and kept in the cache and charged
-        to the build's budget. The first call that fails for good stops new calls; the
-        calls in flight finish (and are cached), then it is raised."""
+        to the build's budget; calls of a query run under ``control`` (its deadline, its
+        cancellation, its caller's allowance) and are charged to it. The first call that
+        fails for good stops new calls; the calls in flight finish (and are cached), then it
+        is raised."""
         if not users:
             return []
         from ..store.llm_cache import CachedReply, cache_key
@@ -242,6 +264,8 @@ class ChatLLM:
                 todo.append(i)
         if hits:
             self.usage.add(stage, cached=len(users) - len(todo))
+            if control is not None:
+                control.charge_llm(cached=len(users) - len(todo))
         budget = self._budget if building else None
         stop = threading.Event()
         errors: list[BaseException] = []
@@ -255,9 +279,10 @@ class ChatLLM:
             try:
                 if budget is not None:
                     budget.check(stage, left[0])
-                reply = self._call_with_retries(system, users[i], stage)
+                reply = self._call_with_retries(system, users[i], stage, control)
             except BaseException as exc:  # noqa: BLE001 - re-raised once the batch settles
-                if isinstance(exc, BackendUnavailable) and status_of(exc) in REJECTED_INPUT:
+                if isinstance(exc, BackendUnavailable) and exc.data.get("status") in \
+                        REJECTED_INPUT:
                     # The server refused this input (too long for its context, say): this
                     # unit gets its offline output; the others go on. Not cached, so a
                     # larger context later is asked again.
@@ -317,58 +342,139 @@ class ChatLLM:
 
     # --- one call ---------------------------------------------------------------------
 
-    def _call_with_retries(self, system: str, user: str, stage: str) -> Reply:
+    def _estimate(self, system: str, user: str) -> int:
+        """Tokens one call may cost: the prompt's and the completion cap."""
+        cap = getattr(self.llm, "max_tokens", None)
+        cap = cap if isinstance(cap, int) and not isinstance(cap, bool) and cap > 0 else 512
+        return self.count_tokens(system) + self.count_tokens(user) + cap
+
+    def _failure(self, exc: BaseException, attempts: int, stage: str) -> BackendUnavailable:
+        """The engine's error for a call given up: a status and a short reason, scrubbed of
+        every credential; the upstream exception is not chained (its text may hold one)."""
+        status = status_of(exc)
+        data: dict[str, Any] = {"model": redact(self.identity, self.secrets), "stage": stage,
+                                "retryable": transient(exc)}
+        if status is not None:
+            data["status"] = status
+        hint = retry_after(exc)
+        if hint is not None:
+            data["retryAfterMs"] = max(1, int(hint * 1000))
+        return BackendUnavailable(
+            redact(f"LLM {self.identity} failed after {attempts} attempt(s): "
+                   f"{describe(exc)}", self.secrets), **data)
+
+    def _call_with_retries(self, system: str, user: str, stage: str,
+                           control: RequestControl | None) -> Reply:
+        estimate = self._estimate(system, user) if control is not None else 0
         attempt = 0
-        while True:
+        failure: RCPError | None = None
+        while failure is None:
+            if control is not None:
+                control.check()
+            reservation = (self.spend.reserve(control.spender, estimate)
+                           if control is not None else None)
             started = time.perf_counter()
             try:
-                reply = self._attempt(system, user)
-            except BackendUnavailable:
+                reply = self._attempt(system, user, control)
+            except NoSlot:
+                self.spend.settle(reservation, 0)  # nothing was sent
+                raise
+            except RCPError:  # cancelled, or the deadline passed while waiting
                 self.usage.add(stage, calls=1, failures=1,
                                seconds=time.perf_counter() - started)
+                if control is not None:
+                    control.charge_llm(calls=1)
                 raise
             except Exception as exc:
+                # What a failed call cost stays charged at its estimate: failing on purpose
+                # must not be a way to spend more.
                 self.usage.add(stage, calls=1, seconds=time.perf_counter() - started)
+                if control is not None:
+                    control.charge_llm(calls=1)
                 attempt += 1
-                if attempt > self.policy.retries or not transient(exc):
+                wait = backoff(self.policy, attempt, exc)
+                out_of_time = control is not None and not _time_for(control, wait)
+                if attempt > self.policy.retries or not transient(exc) or out_of_time:
                     self.usage.add(stage, failures=1)
-                    raise BackendUnavailable(
-                        f"LLM {self.identity} failed after {attempt} attempt(s): "
-                        f"{describe(exc)}", model=self.identity, stage=stage,
-                        retryable=transient(exc)) from exc
+                    # Raised outside this block, so no upstream exception rides along as
+                    # its context (its text may hold a credential).
+                    failure = (Timeout("the request's deadline leaves no time for the LLM "
+                                       "call", retryable=True, stage=stage)
+                               if out_of_time and transient(exc)
+                               else self._failure(exc, attempt, stage))
+                    continue
                 self.usage.add(stage, retries=1)
-                time.sleep(backoff(self.policy, attempt, exc))
+                _sleep(wait, control)
                 continue
+            tokens = reply.prompt_tokens + reply.completion_tokens
+            self.spend.settle(reservation, tokens or estimate)
             self.usage.add(stage, calls=1, prompt_tokens=reply.prompt_tokens,
                            completion_tokens=reply.completion_tokens,
                            seconds=time.perf_counter() - started)
+            if control is not None:
+                control.charge_llm(calls=1, prompt_tokens=reply.prompt_tokens,
+                                   completion_tokens=reply.completion_tokens)
             return reply
+        raise failure
 
-    def _attempt(self, system: str, user: str) -> Reply:
-        """One call, in a daemon thread holding a slot until the call returns: a call past
-        the timeout is abandoned (raises ``TimeoutError``) but still counts as in flight."""
-        self._slots.acquire()
+    def _attempt(self, system: str, user: str, control: RequestControl | None) -> Reply:
+        """One call in a daemon thread holding a slot. A query's call waits for a slot and
+        for its reply no longer than its deadline and stops waiting when it is cancelled;
+        the slot is freed when the call returns or when its caller gives up, whichever is
+        first (an abandoned endpoint call stops by itself at the same deadline)."""
+        if control is None:  # a build's call waits its turn
+            self._slots.acquire()
+        elif not self._slots.acquire(timeout=_left(self._deadline(control))):
+            raise NoSlot("no LLM call slot came free before the request's deadline: the "
+                         "model is busy", retryable=True, retryAfterMs=NO_SLOT_RETRY_MS)
+        deadline = self._deadline(control)
+        slot = _Slot(self._slots)
         future: Future[Reply] = Future()
 
         def run() -> None:
             try:
-                future.set_result(self._call(system, user))
+                future.set_result(self._call(system, user, deadline, control))
             except BaseException as exc:  # noqa: BLE001 - handed to the waiting thread
                 future.set_exception(exc)
             finally:
-                self._slots.release()
+                slot.free()
 
         threading.Thread(target=run, name="rcp-llm-call", daemon=True).start()
         try:
-            return future.result(timeout=self.policy.timeout_seconds)
-        except TimeoutError:
-            if future.done():  # the call itself raised it
-                raise
-            raise TimeoutError(f"no reply within {self.policy.timeout_seconds:g} s") from None
+            return self._wait(future, deadline, control)
+        finally:
+            slot.free()
 
-    def _call(self, system: str, user: str) -> Reply:
+    def _deadline(self, control: RequestControl | None) -> float:
+        """The monotonic instant this attempt ends by: the policy's timeout, or sooner the
+        request's deadline."""
+        end = time.monotonic() + self.policy.timeout_seconds
+        if control is not None and control.deadline is not None:
+            end = min(end, control.deadline)
+        return end
+
+    @staticmethod
+    def _wait(future: Future[Reply], deadline: float,
+              control: RequestControl | None) -> Reply:
+        allowed = max(0.0, deadline - time.monotonic())
+        while True:
+            left = deadline - time.monotonic()
+            try:
+                return future.result(timeout=max(0.0, min(left, CANCEL_POLL_SECONDS)))
+            except TimeoutError:
+                if future.done():  # the call itself raised it
+                    raise
+            if control is not None:
+                control.check()
+            if time.monotonic() >= deadline:
+                raise TimeoutError(f"no reply within {allowed:.3g} s") from None
+
+    def _call(self, system: str, user: str, deadline: float,
+              control: RequestControl | None) -> Reply:
         if self.kind == "endpoint":
-            reply: Reply = self.llm.chat_reply(system, user)
+            cancelled = (lambda: control.cancelled) if control is not None else None
+            reply: Reply = self.llm.chat_reply(system, user, deadline=deadline,
+                                               cancelled=cancelled)
             return reply
         raw = self._langchain(system, user) if self.kind == "langchain" else self._llamaindex(
             system, user)
@@ -390,6 +496,66 @@ class ChatLLM:
             return self.llm.chat([ChatMessage(role=MessageRole.SYSTEM, content=system),
                                   ChatMessage(role=MessageRole.USER, content=user)])
         return self.llm.complete(f"{system}\n\n{user}")
+
+
+class NoSlot(RateLimited):
+    """No call slot came free before the request's deadline (nothing was sent)."""
+
+
+class _Slot:
+    """One held slot of the door's semaphore, freed exactly once by whichever comes first:
+    the call returning or its caller giving up."""
+
+    def __init__(self, slots: threading.BoundedSemaphore) -> None:
+        self._slots = slots
+        self._lock = threading.Lock()
+        self._held = True
+
+    def free(self) -> None:
+        with self._lock:
+            if not self._held:
+                return
+            self._held = False
+        self._slots.release()
+
+
+def _left(deadline: float) -> float:
+    return max(0.0, deadline - time.monotonic())
+
+
+def _time_for(control: RequestControl, wait: float) -> bool:
+    """Whether a retry after ``wait`` seconds still has time before the deadline."""
+    left = control.remaining()
+    return left is None or left > wait
+
+
+def _sleep(seconds: float, control: RequestControl | None) -> None:
+    """Sleep, waking early (and raising) when the request is cancelled."""
+    end = time.monotonic() + seconds
+    while True:
+        if control is not None:
+            control.check()
+        left = end - time.monotonic()
+        if left <= 0:
+            return
+        time.sleep(min(left, CANCEL_POLL_SECONDS))
+
+
+def _held_secrets(llm: Any) -> list[str]:
+    """The credentials an LLM object holds (an endpoint's key; a framework model's
+    ``api_key`` / ``openai_api_key``, plain or pydantic ``SecretStr``), to mask them."""
+    found: list[str] = list(getattr(llm, "secrets", ()) or ())
+    for attr in ("api_key", "openai_api_key"):
+        try:
+            value = getattr(llm, attr, None)
+        except Exception:  # noqa: BLE001 - a framework property; no secret then
+            continue
+        reveal = getattr(value, "get_secret_value", None)
+        if callable(reveal):
+            value = reveal()
+        if isinstance(value, str):
+            found.append(value)
+    return found
 
 
 def as_chat(llm: Any) -> ChatLLM:

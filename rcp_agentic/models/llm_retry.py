@@ -14,7 +14,11 @@ import email.utils
 import random
 import time
 from dataclasses import dataclass
+from http import HTTPStatus
 
+from .redact import redact
+
+DESCRIBE_CHARS = 160
 TRANSIENT_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
 _TRANSIENT_NAMES = ("Timeout", "Connect", "Connection", "RemoteProtocol", "ReadError",
                     "ServiceUnavailable", "RateLimit", "InternalServer")
@@ -64,6 +68,9 @@ def retry_after(exc: BaseException) -> float | None:
     """Seconds the server asked to wait (``Retry-After``: seconds or an HTTP date;
     ``retry-after-ms``), if it did."""
     for e in _chain(exc):
+        hint = getattr(e, "retry_after", None)  # our endpoint's error carries it parsed
+        if isinstance(hint, (int, float)) and not isinstance(hint, bool):
+            return max(0.0, float(hint))
         headers = getattr(getattr(e, "response", None), "headers", None)
         if headers is None:
             continue
@@ -116,10 +123,17 @@ def backoff(policy: CallPolicy, attempt: int, exc: BaseException,
 
 
 def describe(exc: BaseException) -> str:
-    """A short, secret-free description of a failed call."""
+    """A short description of a failed call: the HTTP status and its standard reason when
+    there is one (never the server's body: gateways echo request headers, keys among them,
+    into error pages), else the exception's class and the first words of its message. The
+    caller still masks the credentials it holds (:func:`.redact.redact`)."""
     status = status_of(exc)
-    text = " ".join(str(exc).split())[:300]
-    return f"{type(exc).__name__}" + (f" (HTTP {status})" if status else "") + (
-        f": {text}" if text else "")
-
-
+    name = type(exc).__name__
+    if status is not None:
+        try:
+            reason = HTTPStatus(status).phrase
+        except ValueError:
+            reason = "non-standard status"
+        return f"{name} (HTTP {status} {reason})"
+    text = redact(" ".join(str(exc).split())[:DESCRIBE_CHARS])
+    return name + (f": {text}" if text else "")

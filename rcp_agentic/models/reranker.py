@@ -24,6 +24,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from rcp_agentic.control import RequestControl
 from rcp_agentic.errors import BackendUnavailable, InvalidParams
 
 from .llm import LC_LANGUAGE_MODEL, LC_RUNNABLE, LI_LLM, ChatLLM, mro_names
@@ -39,7 +40,8 @@ class Reranker(Protocol):
     method: str  # an RCP rerank method: "cross-encoder" | "llm"
     model: str  # identity string
 
-    def score(self, query: str, passages: list[str]) -> list[float]: ...
+    def score(self, query: str, passages: list[str],
+              control: RequestControl | None = None) -> list[float]: ...
 
 
 def _check_inputs(query: Any, passages: Any) -> list[str]:
@@ -124,7 +126,10 @@ class CrossEncoderReranker:
                         hf_logging.enable_progress_bar()
         return self._cross_encoder
 
-    def score(self, query: str, passages: list[str]) -> list[float]:
+    def score(self, query: str, passages: list[str],
+              control: RequestControl | None = None) -> list[float]:
+        """A relevance score per passage (``control`` is for the Reranker protocol: a
+        cross-encoder's batch is not interrupted)."""
         passages = _check_inputs(query, passages)
         if not passages:
             return []
@@ -222,12 +227,16 @@ class LLMJudgeReranker:
             passage = passage[: self.max_passage_chars] + " …"
         return JUDGE_REQUEST.format(query=_neutralise(query), passage=_neutralise(passage))
 
-    def score(self, query: str, passages: list[str]) -> list[float]:
+    def score(self, query: str, passages: list[str],
+              control: RequestControl | None = None) -> list[float]:
+        """A grade in [0, 1] per passage; the calls run under ``control`` (a request's
+        deadline, cancellation and its caller's LLM allowance)."""
         passages = _check_inputs(query, passages)
         if not passages:
             return []
         requests = [self.request_text(query, passage) for passage in passages]
-        replies = self.chat.ask_many(JUDGE_INSTRUCTIONS, requests, stage="rerank")
+        replies = self.chat.ask_many(JUDGE_INSTRUCTIONS, requests, stage="rerank",
+                                     control=control)
         scores = []
         for i, text in enumerate(replies):
             grade = parse_grade(text)

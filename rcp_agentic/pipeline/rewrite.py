@@ -65,7 +65,8 @@ def rewrite(request: Request, chat: ChatLLM | None, max_chars: int) -> Rewrite:
                                     "no LLM)", option="rewrite")
         from ..agentic.transform import transform  # the agentic package imports the engine
 
-        done = transform(chat, original, method, QUERIES, max_chars=max_chars)
+        done = transform(chat, original, method, QUERIES, max_chars=max_chars,
+                         control=request.ctl)
         request.ctl.check()
         texts, hypothetical, fallback = done.queries, done.hypothetical, done.fallback
     if fallback or (method == "hyde" and not hypothetical):

@@ -72,7 +72,8 @@ def score_passages(reranker: Reranker, query: str, texts: Sequence[str],
     scores: list[float] = []
     for at in range(0, len(texts), RERANK_SLICE):
         ctl.check()
-        scores.extend(float(x) for x in reranker.score(query, list(texts[at:at + RERANK_SLICE])))
+        scores.extend(float(x) for x in reranker.score(query, list(texts[at:at + RERANK_SLICE]),
+                                                       control=ctl))
         ctl.report(0.5 + 0.3 * len(scores) / len(texts), "rerank",
                    f"reranked {len(scores)}/{len(texts)}")
     return scores

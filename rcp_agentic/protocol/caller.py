@@ -15,7 +15,10 @@ principal and the id (:func:`session_key`): two callers naming the same id have 
 sessions, and no caller can name another's. The key goes back to its id in results (the
 ``memoryId`` of ``memory/build``). ``feedback`` keeps its ``sessionId`` as given: it is a
 label in the operator's log (``engine.feedback.signals(session_id=...)``), never read as
-session state. A caller without a principal (in process) uses ids as given.
+session state. A caller without a principal (in process) uses ids as given. A caller known
+only by its transport connection (anonymous HTTP outside a session the server issued) keeps
+a session id for that connection only; its results say so in ``usage.notes``
+(:data:`UNBOUND_NOTE`).
 """
 
 from __future__ import annotations
@@ -28,7 +31,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ..control import Spender
 from ..errors import CapabilityMissing, InvalidParams, OptionUnsupported
+from ..options import VENDOR
 from ..pipeline.params import is_unicode
 
 # Sessions live in this process's memory, so a key of this process binds them.
@@ -47,6 +52,12 @@ MEMORY_ID_METHODS = ("memory/build", "memory/recall")
 WRITE_METHODS = frozenset({"index/add", "index/delete", "feedback", "memory/build"})
 WRITE_HINT = ("writes over HTTP need a bearer token: start the server with $RCP_AGENTIC_TOKEN "
               "set and send it, or allow anonymous writes with --allow-anonymous-writes")
+# The principal of a caller known only by its transport connection (see Caller.connection_bound).
+CONNECTION = "connection\0"
+UNBOUND_NOTE = ("the session id is kept for this HTTP connection only: a request on another "
+                "connection names a new, empty session (no dedup, memory or frontier carried "
+                "over). To keep a session across connections, send the token of "
+                "initialize.result._meta.session as the RCP-Session header")
 
 
 def is_write(method: str, params: Mapping[str, Any]) -> bool:
@@ -75,6 +86,13 @@ class Caller:
 
     writes: bool = True
     principal: str | None = None
+    # Whom its LLM work is charged to (None: trusted, no allowance applies).
+    spender: Spender | None = None
+
+    @property
+    def connection_bound(self) -> bool:
+        """Whether the caller is known only by its connection: its session ids end with it."""
+        return self.principal is not None and self.principal.startswith(CONNECTION)
 
 
 TRUSTED = Caller()
@@ -82,10 +100,14 @@ TRUSTED = Caller()
 
 def read_only(caps: dict[str, Any]) -> dict[str, Any]:
     """``caps`` as offered to a caller that may not write: no ``index``, no ``feedback``,
-    and ``memory`` only with its ``session`` scope (dropped when that scope is not offered)."""
+    ``memory`` only with its ``session`` scope (dropped when that scope is not offered), and
+    no LLM spend in the derived units' status (:func:`without_spend`)."""
     out = copy.deepcopy(caps)
     out.pop("index", None)
     out.pop("feedback", None)
+    vendor = out.get(VENDOR)
+    if isinstance(vendor, dict) and isinstance(vendor.get("units"), dict):
+        vendor["units"] = without_spend(vendor["units"])
     memory = out.get("memory")
     if isinstance(memory, dict):
         if "session" in (memory.get("scopes") or ()):
@@ -93,6 +115,13 @@ def read_only(caps: dict[str, Any]) -> dict[str, Any]:
         else:
             del out["memory"]
     return out
+
+
+def without_spend(units: Mapping[str, Any]) -> dict[str, Any]:
+    """The derived units' status (``x-rcp-agentic.units``) without what their builds' LLM
+    calls cost (``llm``): the operator's bill, not for a caller that may not write."""
+    return {kind: {k: v for k, v in entry.items() if k != "llm"} if isinstance(entry, dict)
+            else entry for kind, entry in units.items()}
 
 
 def session_key(principal: str, session_id: str, chars: int = KEY_CHARS) -> str:

@@ -12,6 +12,13 @@ Errors are RCP error objects; unexpected failures become -32603 without leaking
 internals, and nothing a client sends can crash the dispatcher. Each request comes from a
 :class:`~.caller.Caller`, who is offered what it may call and whose session ids are bound
 to it (:mod:`.caller`).
+
+A dispatcher is one session (§13): its capabilities are fixed once computed (§13.2), while
+``initialize``/``info`` read the derived units' state and the index version live. A
+transport that issues session tokens (HTTP, §5.2) passes ``open_session``: a successful
+``initialize`` then opens a new session (:meth:`Dispatcher.fork`) and answers its token in
+``_meta.session``. ``_meta.conformance`` is the level the transport's mode certifies (None:
+none, stated nowhere).
 """
 
 from __future__ import annotations
@@ -19,12 +26,13 @@ from __future__ import annotations
 import logging
 import math
 import threading
+import time
 from collections.abc import Callable, Hashable
 from typing import Any
 
 from .. import __version__
 from ..control import Progress, RequestControl
-from ..capabilities import TransportLimits, build as build_capabilities
+from ..capabilities import TransportLimits, build as build_capabilities, with_status
 from ..engine import Engine
 from ..errors import (
     CapabilityMissing,
@@ -40,7 +48,17 @@ from ..errors import (
 )
 from ..pipeline.params import is_unicode, lone_surrogate_at
 from .. import jsonio
-from .caller import TRUSTED, Caller, bind_sessions, read_only, refuse_write, unbind_result
+from ..options import VENDOR
+from .caller import (
+    TRUSTED,
+    UNBOUND_NOTE,
+    Caller,
+    bind_sessions,
+    read_only,
+    refuse_write,
+    unbind_result,
+    without_spend,
+)
 from .graphwire import graph_call, memory_build_call, memory_recall_call
 from .methods import PROTOCOL_VERSION, RCP_METHODS
 from .transformwire import FALLBACK_NOTE, transform_call, with_meta_notes
@@ -51,6 +69,12 @@ ALWAYS_ALLOWED = frozenset({"initialize", "info", "ping", "shutdown"})
 CONFORMANCE_LEVEL = "L2"
 
 Send = Callable[[dict[str, Any]], None]
+# Given the dispatcher a successful initialize ran on: opens a session, returns its token.
+OpenSession = Callable[["Dispatcher"], str]
+# Why a session of a transport issuing tokens is not initialized: it names none it holds.
+UNKNOWN_SESSION_HINT = (" in this session: RCP-Session names no session this server holds (it "
+                        "issues them; they are forgotten least recently used first). Call "
+                        "initialize and send the token of its result._meta.session")
 
 
 def _error(id_: Any, err: RCPError) -> dict[str, Any]:
@@ -91,8 +115,12 @@ class Dispatcher:
     def __init__(self, engine: Engine, *, server_name: str = "rcp-agentic",
                  max_batch: int = 64, on_shutdown: Callable[[], None] | None = None,
                  stateless: bool = False, session: str | None = None,
-                 max_body_bytes: int | None = None) -> None:
+                 max_body_bytes: int | None = None,
+                 conformance: str | None = CONFORMANCE_LEVEL,
+                 open_session: OpenSession | None = None) -> None:
         self.engine = engine
+        self.conformance = conformance
+        self.open_session = open_session
         self.max_body_bytes = max_body_bytes
         self.session = session
         self.request_timeout = engine.config.request_timeout_seconds
@@ -119,6 +147,17 @@ class Dispatcher:
             "query/transform": self._transform,
         }
 
+    def fork(self, *, session: str | None, initialized: bool) -> Dispatcher:
+        """A new session like this one (engine, limits, hooks, and the capabilities computed so
+        far: those its ``initialize`` answered, §13.2), with a lifecycle of its own (§13)."""
+        twin = Dispatcher(self.engine, server_name=self.server_name, max_batch=self.max_batch,
+                          on_shutdown=self.on_shutdown, session=session,
+                          max_body_bytes=self.max_body_bytes, conformance=self.conformance,
+                          open_session=self.open_session)
+        twin.initialized = initialized
+        twin._capabilities = dict(self._capabilities)
+        return twin
+
     # --- framing ------------------------------------------------------------------------
 
     def handle_text(self, text: str | bytes, send: Send | None = None) -> str | None:
@@ -132,14 +171,18 @@ class Dispatcher:
 
     def handle(self, message: Any, send: Send | None = None, *, scope: Hashable = None,
                on_start: Callable[[RequestControl], None] | None = None,
-               caller: Caller = TRUSTED) -> dict[str, Any] | list[dict[str, Any]] | None:
+               caller: Caller = TRUSTED,
+               received: float | None = None) -> dict[str, Any] | list[dict[str, Any]] | None:
         """A parsed frame (object or batch array) in; response object(s) or None out.
 
         ``send`` receives the progress notifications of requests asking for them;
         ``scope`` names the client for cancellation (ids are unique per client);
         ``on_start`` is given each request's control (e.g. to cancel it when an HTTP
-        client disconnects); ``caller`` is who sends it (what it is offered).
+        client disconnects); ``caller`` is who sends it (what it is offered);
+        ``received`` is the ``time.monotonic()`` instant the transport got it, from which
+        its deadlines count (a request that waited for a thread has that much less).
         """
+        waited = 0.0 if received is None else max(0.0, time.monotonic() - received)
         if isinstance(message, list):
             if not message:
                 return _error(None, InvalidRequest("an empty batch is not a valid request"))
@@ -148,14 +191,14 @@ class Dispatcher:
                                                   f"{self.max_batch}", field="batch"))
             # The batch as a whole gets the server's deadline, and a cancel of the batch (the
             # client hanging up) stops every request of it still to run.
-            batch = RequestControl(timeout=self.request_timeout)
+            batch = RequestControl(timeout=self.request_timeout - waited)
             if on_start is not None:
                 on_start(batch)
-            out = [r for r in (self._one(m, send, scope, on_start, caller, batch)
+            out = [r for r in (self._one(m, send, scope, on_start, caller, batch, waited)
                                for m in message)
                    if r is not None]
             return out or None
-        return self._one(message, send, scope, on_start, caller)
+        return self._one(message, send, scope, on_start, caller, waited=waited)
 
     def cancel(self, id_: Any, reason: str | None = None, *, scope: Hashable = None) -> bool:
         """Stop the in-flight request ``id_`` of ``scope``; False if there is none (a no-op)."""
@@ -169,7 +212,8 @@ class Dispatcher:
 
     def _one(self, msg: Any, send: Send | None, scope: Hashable,
              on_start: Callable[[RequestControl], None] | None,
-             caller: Caller, batch: RequestControl | None = None) -> dict[str, Any] | None:
+             caller: Caller, batch: RequestControl | None = None,
+             waited: float = 0.0) -> dict[str, Any] | None:
         if not isinstance(msg, dict):
             return _error(None, InvalidRequest("a request must be a JSON object"))
         has_id = "id" in msg
@@ -193,8 +237,9 @@ class Dispatcher:
         if not isinstance(params, dict):
             return _error(id_, InvalidParams("params must be an object", field="params"))
         key = (scope, _id_key(id_))
+        control: RequestControl | None = None
         try:
-            control = self._control(params, send, batch)
+            control = self._control(params, send, batch, caller, waited)
             if on_start is not None:
                 on_start(control)
             with self._inflight_lock:
@@ -209,16 +254,21 @@ class Dispatcher:
                     if not controls:
                         self._inflight.pop(key, None)
         except RCPError as err:
+            if control is not None and control.llm_spent.calls:
+                err.data.setdefault("llm", control.llm_spent.wire())
             return _error(id_, err)
         except Exception:  # never let a client crash the server
             log.exception("internal error in %s", method)
             return _error(id_, InternalError(f"internal error while handling {method}"))
-        return {"jsonrpc": "2.0", "id": id_, "result": result}
+        assert control is not None
+        return {"jsonrpc": "2.0", "id": id_, "result": with_llm_spent(result, control)}
 
     def _control(self, params: dict[str, Any], send: Send | None,
-                 batch: RequestControl | None = None) -> RequestControl:
+                 batch: RequestControl | None = None,
+                 caller: Caller = TRUSTED, waited: float = 0.0) -> RequestControl:
         """The request's control: the server deadline, shortened by ``_meta.deadlineMs`` (and
-        by what is left of its ``batch``'s)."""
+        by what is left of its ``batch``'s), less the ``waited`` seconds since it arrived; its
+        LLM work is charged to ``caller``."""
         meta = params.get("_meta")
         meta = meta if isinstance(meta, dict) else {}
         timeout = self.request_timeout
@@ -236,7 +286,8 @@ class Dispatcher:
                 isinstance(token, str) or (isinstance(token, int) and not isinstance(token, bool))):
             def sink(report: Progress) -> None:
                 send(_progress_frame(token, report))
-        return RequestControl(timeout=timeout, on_progress=sink, parent=batch)
+        return RequestControl(timeout=timeout - waited, on_progress=sink, parent=batch,
+                              spender=caller.spender)
 
     def _call(self, method: str, params: dict[str, Any], control: RequestControl,
               caller: Caller) -> Any:
@@ -244,7 +295,8 @@ class Dispatcher:
         if method not in RCP_METHODS and method not in self._handlers:
             raise UnknownMethod(f"method {method!r} is not defined by RCP/1 or this server")
         if method not in ALWAYS_ALLOWED and not self.initialized:
-            raise NotInitialized(f"{method} before a successful initialize")
+            raise NotInitialized(f"{method} before a successful initialize"
+                                 + (UNKNOWN_SESSION_HINT if self.open_session else ""))
         if not caller.writes:
             refuse_write(method, params)  # checked by rule, not only by what caps omit
         gate = RCP_METHODS.get(method)
@@ -258,7 +310,9 @@ class Dispatcher:
             return handler(params, control, caps)
         bound, back = bind_sessions(method, params, caller.principal,
                                     self.engine.config.max_session_id_chars)
-        return unbind_result(handler(bound, control, caps), back)
+        result = unbind_result(handler(bound, control, caps), back)
+        return with_notes(result, [UNBOUND_NOTE]) if back and caller.connection_bound \
+            else result
 
     # --- lifecycle ----------------------------------------------------------------------
 
@@ -276,23 +330,40 @@ class Dispatcher:
             self.max_batch, self.request_timeout, self.max_body_bytes))
 
     def _peer(self, caps: dict[str, Any]) -> dict[str, Any]:
+        """The ``initialize``/``info`` result: the session's fixed ``caps`` with the derived
+        state read now, the index version now, the declared level and the session's name."""
+        meta: dict[str, Any] = {VENDOR: {"indexVersion": self.engine.index_version}}
+        if self.conformance is not None:
+            meta["conformance"] = self.conformance
+        if self.session:
+            meta["session"] = self.session
         return {"protocolVersion": PROTOCOL_VERSION,
                 "server": {"name": self.server_name, "version": __version__},
-                "capabilities": caps,
-                "_meta": {"conformance": CONFORMANCE_LEVEL,
-                          **({"session": self.session} if self.session else {})}}
+                "capabilities": self._live(caps), "_meta": meta}
+
+    def _live(self, caps: dict[str, Any]) -> dict[str, Any]:
+        """``caps`` with the derived units' state read now; LLM spend only for a caller that
+        may write (whose capabilities are the full set)."""
+        status = self.engine.derived_status()
+        if caps is not self._capabilities.get(True):
+            status = without_spend(status)
+        return with_status(caps, status)
 
     def _initialize(self, params: dict[str, Any], control: RequestControl,
              caps: dict[str, Any]) -> dict[str, Any]:
         if self.initialized and not self.stateless:
-            raise InvalidRequest("initialize was already completed on this connection")
+            raise InvalidRequest("initialize was already completed in this session")
         version = params.get("protocolVersion")
         if isinstance(version, bool) or not isinstance(version, int):
             raise InvalidParams("protocolVersion must be an integer", field="protocolVersion")
         if version < 1:
             raise VersionMismatch(f"no common protocol version (client {version}, server 1)")
-        self.initialized = True
-        return {**self._peer(caps), "protocolVersion": min(version, PROTOCOL_VERSION)}
+        result = {**self._peer(caps), "protocolVersion": min(version, PROTOCOL_VERSION)}
+        if self.open_session is None:
+            self.initialized = True
+            return result
+        # The session this initialize negotiated is a new one, named by its token (§5.2).
+        return {**result, "_meta": {**result["_meta"], "session": self.open_session(self)}}
 
     def _info(self, params: dict[str, Any], control: RequestControl,
              caps: dict[str, Any]) -> dict[str, Any]:
@@ -344,7 +415,7 @@ class Dispatcher:
             raise InvalidParams("passages must be an array", field="passages")
         top_n = params.get("topN")
         result = self.engine.rerank(params["query"], passages, method=params.get("method"),
-                                    top_n=top_n).to_wire()
+                                    top_n=top_n, control=control).to_wire()
         # Also the per-passage list those clients read; additive to {scores, order}.
         result["results"] = [{"index": i, "score": result["scores"][i]} for i in result["order"]]
         return result
@@ -391,7 +462,7 @@ class Dispatcher:
     def _transform(self, params: dict[str, Any], control: RequestControl,
                    caps: dict[str, Any]) -> dict[str, Any]:
         call = transform_call(params, caps)
-        done = self.engine.transform(**call.kwargs)
+        done = self.engine.transform(**call.kwargs, control=control)
         control.check()
         return with_meta_notes(done.to_wire(),
                                call.notes + ([FALLBACK_NOTE] if done.fallback else []))
@@ -407,6 +478,16 @@ class Dispatcher:
                                                session_id=params.get("sessionId"),
                                                query=params.get("query"))
         return {"accepted": accepted}
+
+
+def with_llm_spent(result: Any, control: RequestControl) -> Any:
+    """``result`` saying what the request's LLM calls cost, when it made or read any: in
+    ``usage.llm`` where the result has a ``usage``, else in ``_meta.llm``."""
+    spent = control.llm_spent
+    if not (spent.calls or spent.cached) or not isinstance(result, dict):
+        return result
+    key = "usage" if "usage" in result else "_meta"
+    return {**result, key: {**(result.get(key) or {}), "llm": spent.wire()}}
 
 
 def with_notes(result: dict[str, Any], notes: list[str]) -> dict[str, Any]:

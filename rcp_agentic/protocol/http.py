@@ -1,13 +1,23 @@
 """RCP/1 over HTTP (§5.2) on Starlette: ``POST /rcp/<method>`` (``POST /rcp`` for batches).
 
-Stateless by default: every request is implicitly initialized and ``initialize``
-answers idempotently (§5.2). With ``stateful=True`` the lifecycle of §13 applies
-per session: a session is named by the client's ``RCP-Session`` header (echoed in
-``initialize.result._meta.session``); requests without the header share one
-default session, as a stdio connection would. A well-formed JSON-RPC answer,
-error or not, is HTTP 200; a body that is not JSON (or nested too deep) is 400
-(-32700), not a request 400 (-32600); a notification 204. Before that, in order:
-a foreign ``Host`` is 421 and a foreign ``Origin`` 403 (:mod:`.guard`); a missing or
+Sessions (§5.2, §13). By default a request without an ``RCP-Session`` header is served
+statelessly: implicitly initialized, ``initialize`` answered every time (§5.2). Each
+successful ``initialize`` also opens a session and answers its token, unguessable, in
+``result._meta.session``; a request naming it in ``RCP-Session`` is in that session, where
+the lifecycle of §13 applies (it was initialized by that ``initialize``, so another one is
+-32600). A header naming no session the server issued (never issued, or forgotten: the
+least recently used of ``max_sessions`` goes) names a session with no successful
+``initialize``: -32001 but for ``initialize`` (which opens a new session), ``info``, ``ping``
+and ``shutdown``. The stateless answers fail three lifecycle MUSTs of §13 the official
+harness checks, so this mode states no ``_meta.conformance``. With ``stateful=True`` the
+lifecycle applies to every request: a session is named by the client's ``RCP-Session``
+header (echoed in ``initialize.result._meta.session``); requests without the header share
+one default session, as a stdio connection would; the server states L2. Session ids are
+bound to the caller (:func:`principal`).
+
+A well-formed JSON-RPC answer, error or not, is HTTP 200; a body that is not JSON (or
+nested too deep) is 400 (-32700), not a request 400 (-32600); a notification 204. Before
+that, in order: a foreign ``Host`` is 421 and a foreign ``Origin`` 403 (:mod:`.guard`); a missing or
 wrong bearer token (when one is configured) 401 with -32012; a body that is not
 ``application/json`` 415, over the limit 413 (-32013), too slow 408 (:mod:`.body`);
 an anonymous write when no token is configured 401 (unless anonymous writes are
@@ -27,13 +37,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import secrets
 import threading
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any
 
 from starlette.applications import Starlette
-from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.middleware.cors import CORSMiddleware
@@ -45,9 +55,10 @@ from ..control import RequestControl
 from ..engine import Engine
 from ..errors import InternalError, InvalidRequest, ParseError, RCPError
 from .. import jsonio
+from .admission import LLMLane, handle_admitted, llm_lane, spender
 from .body import DEFAULT_BODY_LIMIT, DEFAULT_BODY_TIMEOUT, BodyRefused, peek_id, read_body
-from .caller import Caller
-from .dispatcher import Dispatcher, dumps
+from .caller import CONNECTION, Caller
+from .dispatcher import CONFORMANCE_LEVEL, Dispatcher, dumps
 from .guard import CLOSE, Gate, HostOriginGuard, refusal
 from .listener import CONNECTION_KEY, ServerLimits, run
 
@@ -73,16 +84,16 @@ async def _body(request: Request, limit: int, timeout: float) -> bytes | Respons
         return refusal(request.url.path, refused.status, refused.error, CLOSE, id_)
 
 
-def principal(request: Request, gate: Gate, *, stateful: bool) -> str:
-    """Whom the sessions a request names belong to (docs/server.md: "Sessions are bound to the
-    caller"): with a token, its holders (one principal; per RCP-Session in stateful mode);
-    without one, the RCP-Session header the client sends, else its TCP connection."""
-    name = request.headers.get(SESSION_HEADER)
+def principal(request: Request, gate: Gate, session: str | None) -> str:
+    """Whom the session ids a request names belong to (docs/server.md: "Sessions are bound to
+    the caller"): the RCP-Session ``session`` it is in (issued by this server, or any name in
+    stateful mode), per token holder when a token is configured; outside one, the token's
+    holders (one principal), else the request's TCP connection."""
     if gate.token is not None:
-        return "bearer" + (f"\0{name}" if stateful and name else "")
-    if name:
-        return f"rcp-session\0{name}"
-    return f"connection\0{_connection(request)}"
+        return "bearer" + (f"\0{session}" if session else "")
+    if session:
+        return f"rcp-session\0{session}"
+    return CONNECTION + _connection(request)
 
 
 def _connection(request: Request) -> str:
@@ -107,7 +118,8 @@ async def _watch_disconnect(request: Request, controls: list[RequestControl]) ->
 
 
 class _Sessions:
-    """The dispatcher answering each request: one shared (stateless), or one per session."""
+    """The dispatcher answering each request: the one without a session (stateless by default,
+    the shared default session in stateful mode), or its session's (module docstring)."""
 
     def __init__(self, engine: Engine, *, stateful: bool, max_sessions: int,
                  body_limit: int) -> None:
@@ -115,32 +127,51 @@ class _Sessions:
         self.stateful = stateful
         self.max_sessions = max_sessions
         self.body_limit = body_limit
-        self.shared = Dispatcher(engine, stateless=not stateful, max_body_bytes=body_limit)
+        self.shared = Dispatcher(engine, stateless=not stateful, max_body_bytes=body_limit,
+                                 conformance=CONFORMANCE_LEVEL if stateful else None,
+                                 open_session=None if stateful else self._open)
         self._named: OrderedDict[str, Dispatcher] = OrderedDict()
         self._lock = threading.Lock()
 
     def dispatcher(self, request: Request) -> Dispatcher | RCPError:
         """The request's dispatcher, or the error refusing a malformed RCP-Session header."""
         name = request.headers.get(SESSION_HEADER)
-        if not self.stateful or not name:
+        if not name:
             return self.shared
         if len(name) > MAX_SESSION_NAME or not name.isprintable():
             return InvalidRequest(f"the RCP-Session header must be at most {MAX_SESSION_NAME} "
                                   "printable characters", field="RCP-Session")
         with self._lock:
             found = self._named.get(name)
-            if found is None:
-                found = self._named[name] = Dispatcher(self.engine, session=name,
-                                                        max_body_bytes=self.body_limit)
-                if len(self._named) > self.max_sessions:  # the least recently used one goes
-                    self._named.popitem(last=False)
-            self._named.move_to_end(name)
-            return found
+            if found is not None:
+                self._named.move_to_end(name)
+                return found
+            if not self.stateful:  # not issued here: a session no initialize succeeded in
+                return self.shared.fork(session=None, initialized=False)
+            return self._keep(name, Dispatcher(self.engine, session=name,
+                                               max_body_bytes=self.body_limit))
+
+    def _open(self, origin: Dispatcher) -> str:
+        """Open a session initialized by ``origin``'s ``initialize``; its token (§5.2)."""
+        token = secrets.token_urlsafe(32)
+        with self._lock:
+            self._keep(token, origin.fork(session=token, initialized=True))
+        return token
+
+    def _keep(self, name: str, dispatcher: Dispatcher) -> Dispatcher:
+        """Keep ``dispatcher`` as session ``name`` (the lock held); the least recently used
+        session goes past ``max_sessions``."""
+        self._named[name] = dispatcher
+        if len(self._named) > self.max_sessions:
+            self._named.popitem(last=False)
+        return dispatcher
 
 
-def rcp_routes(sessions: _Sessions, gate: Gate, *, body_limit: int = DEFAULT_BODY_LIMIT,
+def rcp_routes(sessions: _Sessions, gate: Gate, lane: LLMLane, *,
+               body_limit: int = DEFAULT_BODY_LIMIT,
                body_timeout: float = DEFAULT_BODY_TIMEOUT) -> list[BaseRoute]:
-    """The RCP endpoints: ``POST /rcp`` and ``POST /rcp/<method>``."""
+    """The RCP endpoints: ``POST /rcp`` and ``POST /rcp/<method>``; work that waits on the
+    LLM runs in ``lane`` (:mod:`.admission`)."""
 
     async def rcp(request: Request) -> Response:
         if not gate.authorized(request):
@@ -166,17 +197,19 @@ def rcp_routes(sessions: _Sessions, gate: Gate, *, body_limit: int = DEFAULT_BOD
         # Ids are unique per client: the credentials and the RCP-Session header name it.
         scope = (request.headers.get("authorization"), request.headers.get(SESSION_HEADER))
         caller = Caller(writes=gate.writes_open,
-                        principal=principal(request, gate, stateful=sessions.stateful))
+                        principal=principal(request, gate, dispatcher.session),
+                        spender=spender(request.client.host if request.client else None,
+                                        token_holder=gate.token is not None))
         if isinstance(message, dict) and "id" not in message:  # a notification: cheap
             response = dispatcher.handle(message, scope=scope, caller=caller)
             if response is None:
                 return Response(status_code=204)
             return Response(dumps(response), media_type="application/json")
         if isinstance(message, dict) and "text/event-stream" in request.headers.get("accept", ""):
-            return _stream(dispatcher, request, message, scope, caller)
+            return _stream(lane, dispatcher, request, message, scope, caller)
         controls: list[RequestControl] = []
-        work = asyncio.ensure_future(run_in_threadpool(
-            dispatcher.handle, message, None, scope=scope, on_start=controls.append,
+        work = asyncio.ensure_future(handle_admitted(
+            lane, dispatcher, message, None, scope=scope, on_start=controls.append,
             caller=caller))
         watcher = asyncio.ensure_future(_watch_disconnect(request, controls))
         try:
@@ -191,7 +224,7 @@ def rcp_routes(sessions: _Sessions, gate: Gate, *, body_limit: int = DEFAULT_BOD
             Route("/rcp/{method:path}", rcp, methods=["POST"])]
 
 
-def _stream(dispatcher: Dispatcher, request: Request, message: dict[str, Any],
+def _stream(lane: LLMLane, dispatcher: Dispatcher, request: Request, message: dict[str, Any],
             scope: tuple[str | None, str | None], caller: Caller) -> StreamingResponse:
     """Answer one request as SSE: progress frames as they happen, then the response."""
     loop = asyncio.get_running_loop()
@@ -202,8 +235,8 @@ def _stream(dispatcher: Dispatcher, request: Request, message: dict[str, Any],
         loop.call_soon_threadsafe(frames.put_nowait, frame)
 
     async def events() -> AsyncIterator[str]:
-        work = asyncio.ensure_future(run_in_threadpool(
-            dispatcher.handle, message, send, scope=scope, on_start=controls.append,
+        work = asyncio.ensure_future(handle_admitted(
+            lane, dispatcher, message, send, scope=scope, on_start=controls.append,
             caller=caller))
         work.add_done_callback(lambda _f: frames.put_nowait(None))
         watcher = asyncio.ensure_future(_watch_disconnect(request, controls))
@@ -254,7 +287,7 @@ def create_app(engine: Engine, *, token: str | None = None,
     """
     gate = Gate(token, allow_anonymous_writes=allow_anonymous_writes)
     routes = rcp_routes(_Sessions(engine, stateful=stateful, max_sessions=max_sessions,
-                                  body_limit=body_limit), gate,
+                                  body_limit=body_limit), gate, llm_lane(engine),
                         body_limit=body_limit, body_timeout=body_timeout)
     if hosted_engines:
         from .hosted import hosted_routes
