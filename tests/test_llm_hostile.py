@@ -199,7 +199,11 @@ def test_retries_spend_the_allowance_too() -> None:
         chat = ChatLLM(OpenAIEndpoint(upstream.base_url, "m"),
                        policy=CallPolicy(retries=10, backoff_seconds=0.001),
                        spend=SpendGovernor(caller=SpendLimits(calls_per_minute=4)))
-        with pytest.raises(RateLimited):
+        with pytest.raises(BackendUnavailable) as info:  # the model's failure, not the budget's
+            chat.ask("s", "u", control=RequestControl(timeout=20, spender=Spender("bearer")))
+        assert info.value.data["status"] == 500
+        assert upstream.requests == 4
+        with pytest.raises(RateLimited):  # the next request finds the allowance spent
             chat.ask("s", "u", control=RequestControl(timeout=20, spender=Spender("bearer")))
         assert upstream.requests == 4
 

@@ -368,11 +368,19 @@ class ChatLLM:
         estimate = self._estimate(system, user) if control is not None else 0
         attempt = 0
         failure: RCPError | None = None
+        last: BackendUnavailable | None = None  # the upstream failure a retry would repair
         while failure is None:
             if control is not None:
                 control.check()
-            reservation = (self.spend.reserve(control.spender, estimate)
-                           if control is not None else None)
+            try:
+                reservation = (self.spend.reserve(control.spender, estimate)
+                               if control is not None else None)
+            except RateLimited:
+                if last is None:
+                    raise
+                # No allowance left for a retry: the model's failure is the answer.
+                failure = last
+                continue
             started = time.perf_counter()
             try:
                 reply = self._attempt(system, user, control)
@@ -404,6 +412,7 @@ class ChatLLM:
                                else self._failure(exc, attempt, stage))
                     continue
                 self.usage.add(stage, retries=1)
+                last = self._failure(exc, attempt, stage)
                 _sleep(wait, control)
                 continue
             tokens = reply.prompt_tokens + reply.completion_tokens
