@@ -2,7 +2,9 @@
 and its knowledge ``graph``.
 
 ``--engine`` defaults to ``$RCP_AGENTIC_ENGINE`` or ``./.rcp-agentic``. Errors are
-printed as ``error: <message> [RCP <code>]`` on stderr with exit status 2.
+printed as ``error: <message> [RCP <code>]`` on stderr with exit status 2; Ctrl-C prints
+``interrupted`` and exits with status 130. Text that came from a document or a server is
+printed with its control characters and bidi marks escaped (:func:`inert`).
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ import contextlib
 import json
 import logging
 import os
+import re
+import signal
 import sys
 import textwrap
 from pathlib import Path
@@ -25,6 +29,38 @@ from .vocabulary import MODES
 if TYPE_CHECKING:
     from .engine import Engine
     from .warm import WarmReport
+
+# C0 and C1 controls, DEL, and the marks that reorder or hide text (bidi embeddings,
+# overrides, isolates): printed raw, a document's or a server's text could clear the screen,
+# retitle the window, write the clipboard (OSC 52) or show a line other than it is.
+_UNSAFE = re.compile(r"[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def inert(text: str, keep: str = "", *, json_text: bool = False) -> str:
+    """``text`` safe to print on a terminal: each unsafe character (but those in ``keep``) as
+    a visible escape, ``\\x1b`` or ``\\u202e``; all ``\\uXXXX`` with ``json_text``, which
+    keeps JSON valid (JSON puts these characters only inside strings)."""
+    def escape(match: re.Match[str]) -> str:
+        char = match.group()
+        if char in keep:
+            return char
+        if ord(char) < 0x100 and not json_text:
+            return f"\\x{ord(char):02x}"
+        return f"\\u{ord(char):04x}"
+
+    return _UNSAFE.sub(escape, text)
+
+
+def _say(text: str, *, err: bool = False) -> None:
+    """Print ``text`` (one line or several) on stdout, or stderr with ``err``, made inert."""
+    print(inert(text, keep="\n\t"), file=sys.stderr if err else sys.stdout, flush=err)
+
+
+class _InertFormatter(logging.Formatter):
+    """Log lines made inert: a warning may quote a document or a server's reply."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return inert(super().format(record), keep="\n\t")
 
 
 def _engine_dir(arg: str | None) -> Path:
@@ -132,6 +168,8 @@ def _add_backend_args(parser: argparse.ArgumentParser) -> None:
 def cmd_index(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
+    from .corpus.loaders import bounded_skips
+
     for p in args.paths:
         # lexists: a named symlink that loops or dangles is a skipped entry, not "missing".
         if not os.path.lexists(p):
@@ -148,17 +186,17 @@ def cmd_index(args: argparse.Namespace) -> int:
     if (args.tree or args.graph) and not result.derived:
         result.derived = engine.update_derived()  # nothing new was written: build over what is there
     stats = engine.stats()
-    print(f"Indexed {result.documents} documents ({result.chunks} chunks, {result.pages} pages) "
+    _say(f"Indexed {result.documents} documents ({result.chunks} chunks, {result.pages} pages) "
           f"in {result.seconds:.1f}s ({result.seconds_embedding:.1f}s embedding) "
           f"into {engine.path}")
-    print(f"Engine now holds {stats.get('documents', 0)} documents, {stats.get('chunk', 0)} "
+    _say(f"Engine now holds {stats.get('documents', 0)} documents, {stats.get('chunk', 0)} "
           f"chunks, {stats.get('page', 0)} pages; index version {engine.index_version}")
     for report in result.derived:
-        print(_derived_line(report))
+        _say(_derived_line(report))
     if result.skipped:
-        print(f"Skipped {len(result.skipped)} file(s):")
-        for s in result.skipped:
-            print(f"  {s.path}: {s.reason}")
+        _say(f"Skipped {len(result.skipped)} file(s):")
+        for s in bounded_skips(result.skipped):
+            _say(f"  {inert(s.path)}: {inert(s.reason)}")
     return 0
 
 
@@ -252,10 +290,10 @@ def cmd_tree(args: argparse.Namespace) -> int:
     try:
         if args.action == "rebuild":
             for report in engine.update_derived(full=True, only="tree-node"):
-                print(_derived_line(report))
-            print(f"Index version {engine.index_version}")
+                _say(_derived_line(report))
+            _say(f"Index version {engine.index_version}")
         else:
-            print(outline(engine, samples=args.samples).render())
+            _say(outline(engine, samples=args.samples).render())
     finally:
         engine.close()
     return 0
@@ -272,15 +310,15 @@ def cmd_graph(args: argparse.Namespace) -> int:
                     field="build_graph")
             for only in ("node", "community"):
                 for report in engine.update_derived(full=True, only=only):
-                    print(_derived_line(report))
-            print(f"Index version {engine.index_version}")
+                    _say(_derived_line(report))
+            _say(f"Index version {engine.index_version}")
             return 0
         if args.action == "communities":
-            print(_communities(engine, args.level, limit=args.limit))
+            _say(_communities(engine, args.level, limit=args.limit))
             return 0
         if not args.entity:
             raise InvalidParams("`graph show` needs an ENTITY", field="entity")
-        print(_neighbourhood(engine, " ".join(args.entity), neighbours=args.neighbours,
+        _say(_neighbourhood(engine, " ".join(args.entity), neighbours=args.neighbours,
                              chunks=args.chunks))
     finally:
         engine.close()
@@ -404,31 +442,32 @@ def cmd_query(args: argparse.Namespace) -> int:
     result = engine.retrieve(args.text, k=args.k,
                              **{k: v for k, v in options.items() if v is not None})
     if args.json:
-        print(json.dumps(result.to_wire(), ensure_ascii=False, indent=2))
+        _say(inert(json.dumps(result.to_wire(), ensure_ascii=False, indent=2), "\n",
+                   json_text=True))
         return 0
     if not result.hits:
-        print("No hits.")
+        _say("No hits.")
         return 0
     # A levelled unit (tree-node) pools several kinds and levels: say which each hit is.
     levelled = bool(args.unit) and units.get(args.unit).levelled
-    rows = [(hit, _where(hit)) for hit in result.hits]
-    id_w = min(48, max(2, *(len(h.id) for h, _w in rows)))
-    src_w = min(32, max(6, *(len(w) for _h, w in rows)))
+    rows = [(hit, inert(hit.id), inert(_where(hit))) for hit in result.hits]
+    id_w = min(48, max(2, *(len(i) for _h, i, _w in rows)))
+    src_w = min(32, max(6, *(len(w) for _h, _i, w in rows)))
     unit_w = max(4, *(len(_unit_label(h)) for h in result.hits)) if levelled else 0
     unit_head = f"{'unit':<{unit_w}}  " if levelled else ""
-    print(f"{'#':>2}  {'score':>8}  {'conf':>5}  {unit_head}{'id':<{id_w}}  "
+    _say(f"{'#':>2}  {'score':>8}  {'conf':>5}  {unit_head}{'id':<{id_w}}  "
           f"{'source':<{src_w}}  text")
-    for rank, (hit, where) in enumerate(rows, start=1):
+    for rank, (hit, ident, where) in enumerate(rows, start=1):
         conf = f"{hit.confidence:.2f}" if hit.confidence is not None else "-"
         unit_cell = f"{_unit_label(hit):<{unit_w}}  " if levelled else ""
-        print(f"{rank:>2}  {hit.score:>8.4f}  {conf:>5}  {unit_cell}{hit.id[:id_w]:<{id_w}}  "
-              f"{where[:src_w]:<{src_w}}  {_snippet(hit.text, 56)}")
+        _say(f"{rank:>2}  {hit.score:>8.4f}  {conf:>5}  {unit_cell}{ident[:id_w]:<{id_w}}  "
+             f"{where[:src_w]:<{src_w}}  {_snippet(inert(hit.text or ''), 56)}")
     usage = result.usage
     if usage:
-        print(f"({len(result.hits)} hits from {usage.candidates} candidates in "
+        _say(f"({len(result.hits)} hits from {usage.candidates} candidates in "
               f"{usage.latency_ms:.1f} ms; index version {result.index_version})")
         for note in usage.notes or []:
-            print(f"note: {note}")
+            _say(f"note: {note}")
     return 0
 
 
@@ -465,11 +504,11 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     calibrator, metrics = calibrate_engine(engine, queries, qrels, k=args.k)
     target = engine.path / CALIBRATION_FILE
     calibrator.save(target)
-    print(f"Fitted confidence on {len(queries)} judged queries; saved to {target}")
+    _say(f"Fitted confidence on {len(queries)} judged queries; saved to {target}")
     held_out = metrics.get("cv") or metrics.get("train") or {}
     for key, m in sorted(held_out.items()):
         if isinstance(m, dict) and "ece" in m:
-            print(f"  {key:<18} ECE {m['ece']:.4f}  AUROC {m['auroc']:.4f}  (n={m['n']})")
+            _say(f"  {key:<18} ECE {m['ece']:.4f}  AUROC {m['auroc']:.4f}  (n={m['n']})")
     return 0
 
 
@@ -529,8 +568,7 @@ def _say_ready(transport: str, engine: Engine, report: WarmReport | None,
                url: str | None = None) -> None:
     from .warm import ready_line
 
-    print(ready_line(transport, report, engine.index_version, url), file=sys.stderr,
-          flush=True)
+    _say(ready_line(transport, report, engine.index_version, url), err=True)
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -540,10 +578,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
     else:
         from .protocol.stdio import serve_stdio
 
-        report = _warm(engine, args)
-        _say_ready("stdio", engine, report)
-        serve_stdio(engine)
-        engine.close()
+        try:
+            report = _warm(engine, args)
+            _say_ready("stdio", engine, report)
+            serve_stdio(engine)
+        finally:
+            engine.close()
     return 0
 
 
@@ -743,14 +783,27 @@ def _serve_command(sub: Any) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the console script."""
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    logging.getLogger("pypdf").setLevel(logging.ERROR)
-    args = build_parser().parse_args(argv)
+    _log_to_stderr()
     try:
+        args = build_parser().parse_args(argv)
         return int(args.func(args))
     except RCPError as exc:
-        print(f"error: {exc.message} [RCP {exc.code}]", file=sys.stderr)
+        _say(f"error: {exc.message} [RCP {exc.code}]", err=True)
         return 2
+    except KeyboardInterrupt:
+        # A second Ctrl-C while the engine closes on the way out ends the process at once.
+        with contextlib.suppress(ValueError):  # main() called off the main thread
+            signal.signal(signal.SIGINT, signal.SIG_DFL)
+        _say("interrupted", err=True)
+        return 130
+
+
+def _log_to_stderr() -> None:
+    """Warnings and errors of every logger on stderr, made inert."""
+    handler = logging.StreamHandler()
+    handler.setFormatter(_InertFormatter("%(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=logging.WARNING, handlers=[handler])  # unless set up already
+    logging.getLogger("pypdf").setLevel(logging.ERROR)
 
 
 if __name__ == "__main__":

@@ -5,8 +5,12 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -298,3 +302,99 @@ def test_tree_stays_on_and_rebuilds(tree_engine: Path, tmp_path: Path) -> None:
     assert res.returncode == 0, res.stderr
     assert "Tree (tree-node): full build, " in res.stdout and "requested)" in res.stdout
     assert res.stdout.splitlines()[-1] == "Index version v5"
+
+
+# --- hostile documents and folders: inert output, bounded reports, Ctrl-C ---------------------
+
+PAYLOAD = "\x1b[2J\x1b]52;c;ZXZpbA==\x07\u202eReciprocal rank fusion\x9b31m merges rankings"
+RAW_CONTROLS = ("\x1b", "\x07", "\x9b", "\u202e")
+
+
+def test_document_text_ids_and_names_are_printed_inert(tmp_path: Path) -> None:
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    (folder / "\u202eevil.txt").write_text(PAYLOAD)
+    (folder / "ids.jsonl").write_text(json.dumps({"id": "id\u202e\x9b", "text": PAYLOAD}))
+    (folder / "\u202eskip.xyz").write_text("unsupported")
+    engine = tmp_path / "engine"
+    res = run("index", str(folder), "--quiet", "--engine", str(engine))
+    assert res.returncode == 0, res.stderr
+    assert "\\u202eskip.xyz: unsupported extension .xyz" in res.stdout
+    assert not any(c in res.stdout for c in RAW_CONTROLS)
+
+    res = run("query", "reciprocal rank fusion", "--engine", str(engine), "--k", "2")
+    assert res.returncode == 0, res.stderr
+    assert not any(c in res.stdout + res.stderr for c in RAW_CONTROLS)
+    table = "\n".join(res.stdout.splitlines()[1:3])
+    assert "\\x1b[2J\\x1b]52;c;ZXZpbA==\\x07\\u202eReciprocal" in table
+    assert "id\\u202e\\x9b" in table and "\\u202eevil.txt" in table
+
+    res = run("query", "reciprocal rank fusion", "--engine", str(engine), "--k", "2", "--json")
+    assert not any(c in res.stdout for c in RAW_CONTROLS)
+    hits = json.loads(res.stdout)["hits"]
+    assert {h["text"] for h in hits} == {PAYLOAD}
+    assert {h["chunk"]["docId"] for h in hits} == {"id\u202e\x9b", "docs/\u202eevil.txt"}
+
+
+def test_a_flood_of_bad_jsonl_lines_prints_a_few_lines(tmp_path: Path) -> None:
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    (folder / "bad.jsonl").write_text(json.dumps({"text": "the one good record"}) + "\n"
+                                      + "{not json\n" * 100_000)
+    # Records the loader reads but the engine refuses (ids over 512 characters) are bounded too.
+    (folder / "ids.jsonl").write_text("".join(json.dumps({"id": "x" * 600 + str(n),
+                                                          "text": "refused"}) + "\n"
+                                              for n in range(8)))
+    res = run("index", str(folder), "--quiet", "--engine", str(tmp_path / "engine"))
+    assert res.returncode == 0, res.stderr
+    assert "Indexed 1 documents" in res.stdout
+    lines = res.stdout.splitlines()
+    assert len(lines) < 20 and len(res.stdout) < 4000, res.stdout[:4000]
+    assert f"  {folder / 'bad.jsonl'}: 99,995 more bad lines skipped (lines 7, 8, 9 …)" in lines
+    assert f"  {folder / 'ids.jsonl'}: 3 more bad lines skipped (lines 6, 7, 8)" in lines
+    assert len(res.stderr) < 2000
+
+
+def _interrupted(args: list[str], ready: Callable[[str], bool]) -> tuple[int, str]:
+    """Run the CLI until ``ready(stderr so far)``, send it SIGINT; its exit status and stderr."""
+    proc = subprocess.Popen([sys.executable, "-m", "rcp_agentic.cli", *args], cwd=REPO,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    assert proc.stderr is not None
+    err: list[bytes] = []
+    reader = threading.Thread(target=lambda: err.extend(iter(
+        lambda: proc.stderr.read1(65536), b"")), daemon=True)  # type: ignore[union-attr]
+    reader.start()
+    deadline = time.monotonic() + 240
+    try:
+        while not ready(b"".join(err).decode(errors="replace")):
+            assert proc.poll() is None, b"".join(err).decode(errors="replace")
+            assert time.monotonic() < deadline, "never ready"
+            time.sleep(0.1)
+        proc.send_signal(signal.SIGINT)
+        status = proc.wait(timeout=240)
+    finally:
+        proc.kill()
+    reader.join(10)
+    return status, b"".join(err).decode(errors="replace")
+
+
+def test_ctrl_c_during_index_exits_130_without_a_traceback(tmp_path: Path) -> None:
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    for n in range(400):
+        (folder / f"d{n}.txt").write_text(f"document {n} on topic {n % 7}. " * 40)
+    engine = tmp_path / "engine"
+    started = time.monotonic()
+    # Once the engine exists, the run is loading the model or indexing.
+    status, err = _interrupted(["index", str(folder), "--quiet", "--engine", str(engine)],
+                               lambda _err: (engine / "engine.db").exists()
+                               and time.monotonic() - started > 3)
+    assert (status, err) == (130, "interrupted\n")
+
+
+def test_ctrl_c_stops_serve_http_with_130(tmp_path: Path) -> None:
+    status, err = _interrupted(["serve", "--http", "--port", "0", "--no-warm", "--engine",
+                                str(tmp_path / "engine")],
+                               lambda err: "serving RCP/1 on" in err)
+    assert status == 130 and "Traceback" not in err
+    assert err.splitlines()[-1] == "interrupted"

@@ -4,17 +4,21 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from fpdf import FPDF
 from pypdf import PdfReader, PdfWriter
 
+from rcp_agentic.corpus import loaders
 from rcp_agentic.corpus.loaders import (
     SUPPORTED_EXTENSIONS,
     Page,
     SkippedFile,
     SourceDocument,
+    bounded_skips,
     load_path,
 )
 
@@ -551,3 +555,119 @@ def test_a_jsonl_record_nested_past_the_limit_is_skipped(tmp_path: Path) -> None
     items = list(load_path(path))
     assert [type(i).__name__ for i in items] == ["SourceDocument", "SkippedFile"]
     assert "nested deeper than" in items[1].reason
+
+
+# --- hostile folders: swapped parents, huge files, floods of bad lines --------------------
+
+def _swap_for_symlink(folder: Path, target: Path) -> None:
+    """Replace ``folder`` by a symlink to ``target``, as an attacker racing the walk would."""
+    folder.rename(folder.parent.parent / f"{folder.name}-moved")
+    folder.symlink_to(target, target_is_directory=True)
+
+
+@pytest.fixture
+def swap_case(tmp_path: Path) -> tuple[Path, Path]:
+    """A root whose sub/ holds a.txt, and an outside folder holding a.txt of its own."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "a.txt").write_text("outside secret")
+    root = tmp_path / "root"
+    (root / "sub").mkdir(parents=True)
+    (root / "sub" / "a.txt").write_text("inside text")
+    (root / "top.txt").write_text("top text")
+    return root, outside
+
+
+def test_a_parent_swapped_for_a_symlink_before_a_file_is_opened_is_not_followed(
+        swap_case: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    root, outside = swap_case
+    real_load_file = loaders._load_file
+
+    def racing(path: Path, doc_id: str, walk: loaders._Walk) -> Any:
+        # The walk has listed sub/ and found a.txt a regular file; now sub/ changes.
+        if path == root / "sub" / "a.txt":
+            _swap_for_symlink(root / "sub", outside)
+        return real_load_file(path, doc_id, walk)
+
+    monkeypatch.setattr(loaders, "_load_file", racing)
+    items = load(root)
+    assert all("outside secret" not in i.text for i in items if isinstance(i, SourceDocument))
+    docs, skips = _summary(items, root)
+    assert docs == ["root/top.txt"]
+    assert skips == {"sub/a.txt": f"opened as {outside / 'a.txt'}, outside the indexed folder "
+                                  "(a folder on its path was replaced while indexing)"}
+
+
+def test_a_folder_swapped_for_a_symlink_before_it_is_listed_is_not_walked(
+        swap_case: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    root, outside = swap_case
+    real_list_folder = loaders._list_folder
+
+    def racing(folder: Path, walk: loaders._Walk) -> Any:
+        # The walk has seen sub/ as a real folder (not a symlink); now it changes.
+        if folder == root / "sub":
+            _swap_for_symlink(folder, outside)
+        return real_list_folder(folder, walk)
+
+    monkeypatch.setattr(loaders, "_list_folder", racing)
+    docs, skips = _summary(load(root), root)
+    assert docs == ["root/top.txt"]
+    assert skips == {"sub": f"opened as {outside}, outside the indexed folder (a folder on its "
+                            "path was replaced while indexing)"}
+    # Followed symlinks are the caller's choice: then the swapped folder is walked.
+    monkeypatch.setattr(loaders, "_list_folder", real_list_folder)
+    docs, _skips = _summary(list(load_path(root, follow_symlinks=True)), root)
+    assert docs == ["root/sub/a.txt", "root/top.txt"]
+
+
+@pytest.mark.parametrize("name,size,allowed", [("page.html", 200 * 2**20, "html (8"),
+                                               ("scan.pdf", 400 * 2**20, "pdf (32"),
+                                               ("notes.md", 200 * 2**20, None)])
+def test_a_file_too_large_for_max_chars_is_skipped_unread(tmp_path: Path, name: str, size: int,
+                                                          allowed: str | None) -> None:
+    path = tmp_path / name
+    with path.open("wb") as f:   # a small head, then a sparse hole: nothing to write or read
+        f.write(b"<html><head><title>big</title></head><body><p>" + b"word " * 4000)
+        f.truncate(size)
+    started = time.monotonic()
+    (item,) = load_path(path, max_chars=10_000_000)
+    assert time.monotonic() - started < 2
+    reason = f"file of {size:,} bytes is longer than max_document_chars (10,000,000 characters)"
+    assert item == SkippedFile(str(path), reason + (f" allows for {allowed} bytes a character)"
+                                                    if allowed else ""))
+
+
+def test_a_jsonl_line_too_large_for_max_chars_is_skipped_unread(tmp_path: Path) -> None:
+    path = tmp_path / "recs.jsonl"
+    huge = json.dumps({"id": "huge", "text": "w" * 2000})
+    path.write_text(json.dumps({"id": "small", "text": "fits"}) + "\n" + huge + "\n"
+                    + json.dumps({"id": "last", "text": "after the long line"}), "utf-8")
+    items = list(load_path(path, max_chars=100))
+    assert [i.id for i in items if isinstance(i, SourceDocument)] == ["small", "last"]
+    assert [i for i in items if isinstance(i, SkippedFile)] == [SkippedFile(
+        f"{path}#L2", f"line 2 of {len(huge):,} bytes is longer than max_document_chars "
+                      "(100 characters) allows for jsonl (8 bytes a character)")]
+
+
+def test_a_flood_of_bad_jsonl_lines_is_reported_in_a_few_entries(tmp_path: Path) -> None:
+    path = tmp_path / "bad.jsonl"
+    path.write_text(json.dumps({"id": "good", "text": "one good record"}) + "\n"
+                    + "{not json\n" * 100_000, "utf-8")
+    items = load(path)
+    assert [i.id for i in items if isinstance(i, SourceDocument)] == ["good"]
+    skips = [i for i in items if isinstance(i, SkippedFile)]
+    assert [s.path for s in skips] == [f"{path}#L{n}" for n in range(2, 7)] + [str(path)]
+    assert all(s.reason.startswith(f"line {n}: invalid JSON")
+               for n, s in zip(range(2, 7), skips))
+    assert skips[-1].reason == "99,995 more bad lines skipped (lines 7, 8, 9 …)"
+
+
+def test_bounded_skips_summarises_each_jsonl_file_past_the_first_lines() -> None:
+    many = [SkippedFile(f"/d/a.jsonl#L{n}", "bad id") for n in range(1, 10)]
+    others = [SkippedFile("/d/x.txt", "empty file"), SkippedFile("/d/b#L3.txt", "binary file"),
+              SkippedFile("/d/b.jsonl#L4", "bad id")]
+    assert bounded_skips(many[:3] + others + many[3:]) == [
+        *many[:3], *others, *many[3:5], SkippedFile("/d/a.jsonl", "4 more bad lines skipped "
+                                                                  "(lines 6, 7, 8 …)")]
+    assert bounded_skips(many[:6]) == [*many[:5], SkippedFile("/d/a.jsonl", "1 more bad lines "
+                                                                            "skipped (lines 6)")]

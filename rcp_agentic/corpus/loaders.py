@@ -3,30 +3,35 @@
 Plain text, Markdown, HTML, PDF and JSON Lines are supported. A bad file never stops a
 walk: it comes out as a :class:`SkippedFile` with a short reason, so callers can report it
 (so does any OSError on one entry, and a symlink leading outside the folder walked unless
-symlinks are followed).
+symlinks are followed). Every folder and file is checked where it really lies once opened, so
+a parent folder swapped for a symlink mid-walk cannot lead outside either. A file too large
+for ``max_chars`` is skipped before it is read, and the bad lines of one JSON Lines file are
+reported a few at a time (:func:`bounded_skips`).
 """
 
 from __future__ import annotations
 
 import codecs
+import contextlib
 import errno
 import io
 import json
 import os
 import re
 import stat
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from html.parser import HTMLParser
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from pypdf import PdfReader
 
 from .. import jsonio
 from ..errors import ParseError
 
-__all__ = ["SUPPORTED_EXTENSIONS", "Page", "SkippedFile", "SourceDocument", "load_path"]
+__all__ = ["SUPPORTED_EXTENSIONS", "Page", "SkippedFile", "SourceDocument", "bounded_skips",
+           "load_path"]
 
 _FILE_TYPES: dict[str, str] = {
     ".txt": "txt",
@@ -40,6 +45,12 @@ _FILE_TYPES: dict[str, str] = {
 SUPPORTED_EXTENSIONS: frozenset[str] = frozenset(_FILE_TYPES)
 
 _SNIFF_BYTES = 8192
+# Bytes of a file (of a line, for JSON Lines) allowed per character of max_chars, checked
+# before anything is read. UTF-8 text holds a character per 4 bytes at least, so a larger
+# .txt/.md is certainly too long; markup (tags, PDF structure, JSON escapes) gets more room.
+_BYTES_PER_CHAR: dict[str, int] = {"txt": 4, "md": 4, "html": 8, "jsonl": 8, "pdf": 32}
+# Bad lines of one JSON Lines file reported one by one; the rest are one summary entry.
+LISTED_BAD_LINES = 5
 
 
 @dataclass(frozen=True)
@@ -170,13 +181,20 @@ def _walk(top: Path, walk: _Walk) -> Iterator[Path | SkippedFile]:
 def _list_folder(folder: Path, walk: _Walk) -> list[str] | SkippedFile | None:
     """The sorted entry names of a folder; None if this real folder was walked already."""
     try:
-        st = folder.stat()
-        # Each real folder is walked once, which also stops loops through symlinks.
-        if (st.st_dev, st.st_ino) in walk.seen:
-            return None
-        walk.seen.add((st.st_dev, st.st_ino))
-        with os.scandir(folder) as it:
-            return sorted(entry.name for entry in it)
+        fd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+        try:
+            _check_inside(fd, folder, walk)
+            st = os.fstat(fd)
+            # Each real folder is walked once, which also stops loops through symlinks.
+            if (st.st_dev, st.st_ino) in walk.seen:
+                return None
+            walk.seen.add((st.st_dev, st.st_ino))
+            with os.scandir(fd) as it:
+                return sorted(entry.name for entry in it)
+        finally:
+            os.close(fd)
+    except _Skip as skip:
+        return SkippedFile(_shown(folder), skip.reason)
     except OSError as exc:
         return SkippedFile(_shown(folder), _os_reason(exc, folder, "folder"))
 
@@ -186,10 +204,37 @@ def _leaves_root(path: Path, walk: _Walk) -> str | None:
     if walk.follow_symlinks or not path.is_symlink():
         return None
     target = os.path.realpath(path, strict=True)  # raises on a loop or a dangling link
-    inside = walk.inside
-    if target == inside or target.startswith(inside.rstrip(os.sep) + os.sep):
-        return None
-    return target
+    return None if _is_under(target, walk.inside) else target
+
+
+def _is_under(path: str, folder: str) -> bool:
+    return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
+
+
+def _check_inside(fd: int, path: Path, walk: _Walk) -> None:
+    """Raise _Skip when what ``fd`` opened lies outside the walked folder (unless symlinks are
+    followed): the walk checks each entry, then opens it by path, and a parent folder swapped
+    for a symlink in between would lead elsewhere. So what was opened is checked instead."""
+    if walk.follow_symlinks or not walk.inside:
+        return
+    real = _opened_path(fd, path)
+    if not _is_under(real, walk.inside):
+        raise _Skip(f"opened as {_shown(real)}, outside the indexed folder (a folder on its "
+                    "path was replaced while indexing)")
+
+
+def _opened_path(fd: int, path: Path) -> str:
+    """The real path of the file open on ``fd``."""
+    try:
+        return os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:
+        pass
+    # Without /proc: the path resolved now, provided it still names the file opened.
+    real = os.path.realpath(path)
+    opened, now = os.fstat(fd), os.stat(real)
+    if (opened.st_dev, opened.st_ino) != (now.st_dev, now.st_ino):
+        raise _Skip("replaced while indexing")
+    return real
 
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
@@ -222,17 +267,14 @@ def _load_file(path: Path, doc_id: str, walk: _Walk) -> Iterator[SourceDocument 
                           else "no file extension")
         return
     try:
-        data, st = _read_regular(path, file_type, walk.max_chars)
-        base = SourceDocument(id=doc_id, text="", source=source, file_type=file_type,
-                              modified=st.st_mtime)
-        if file_type == "jsonl":
-            for item in _load_jsonl(data, base):
-                if isinstance(item, SourceDocument) and (reason := _too_long(item.text,
-                                                                             walk.max_chars)):
-                    yield SkippedFile(item.source or source, reason)
-                else:
-                    yield item
-            return
+        with _open_regular(path, walk) as fh:
+            st = os.fstat(fh.fileno())
+            base = SourceDocument(id=doc_id, text="", source=source, file_type=file_type,
+                                  modified=st.st_mtime)
+            if file_type == "jsonl":
+                yield from _load_jsonl(fh, base, walk.max_chars)
+                return
+            data = _read_bounded(fh, st.st_size, file_type, walk.max_chars)
         if file_type == "pdf":
             base.text, base.pages, base.title = _read_pdf(data)
         elif file_type == "html":
@@ -248,18 +290,35 @@ def _load_file(path: Path, doc_id: str, walk: _Walk) -> Iterator[SourceDocument 
         yield SkippedFile(source, _os_reason(exc, path))
 
 
-def _read_regular(path: Path, file_type: str, max_chars: int | None
-                  ) -> tuple[bytes, os.stat_result]:
-    """The bytes of a regular file; O_NONBLOCK so a FIFO swapped in after the walk cannot hang."""
+@contextlib.contextmanager
+def _open_regular(path: Path, walk: _Walk) -> Iterator[BinaryIO]:
+    """A regular file inside the walked folder, open for reading; O_NONBLOCK so a FIFO
+    swapped in after the walk cannot hang."""
     with open(os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0)), "rb") as fh:
-        st = os.fstat(fh.fileno())
-        if not stat.S_ISREG(st.st_mode):
+        if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
             raise _Skip("not a regular file")
-        # Plain text has at least a character per 4 bytes (UTF-8): skip it unread when too big.
-        if max_chars is not None and file_type in ("txt", "md") and st.st_size > 4 * max_chars:
-            raise _Skip(f"file of {st.st_size:,} bytes is longer than max_document_chars "
-                        f"({max_chars:,} characters)")
-        return fh.read(), st
+        _check_inside(fh.fileno(), path, walk)
+        yield fh
+
+
+def _read_bounded(fh: BinaryIO, size: int, file_type: str, max_chars: int | None) -> bytes:
+    """The bytes of a file, unread when larger than ``max_chars`` allows (_BYTES_PER_CHAR)."""
+    if max_chars is None:
+        return fh.read()
+    limit = _BYTES_PER_CHAR[file_type] * max_chars
+    # One byte past the limit is read, so a file that grew since fstat (or whose size the
+    # system reports as 0, as in /proc) is caught too.
+    data = b"" if size > limit else fh.read(limit + 1)
+    if size > limit or len(data) > limit:
+        raise _Skip(_too_big(f"file of {max(size, len(data)):,} bytes", file_type, max_chars))
+    return data
+
+
+def _too_big(what: str, file_type: str, max_chars: int) -> str:
+    """The skip reason for ``what`` (a file or a line) too large for ``max_chars``."""
+    per = _BYTES_PER_CHAR[file_type]
+    reason = f"{what} is longer than max_document_chars ({max_chars:,} characters)"
+    return reason if per == 4 else f"{reason} allows for {file_type} ({per} bytes a character)"
 
 
 def _too_long(text: str, max_chars: int | None) -> str | None:
@@ -478,21 +537,106 @@ def _describe(exc: BaseException) -> str:
 
 # --- JSON Lines -------------------------------------------------------------------------
 
-def _load_jsonl(data: bytes, base: SourceDocument) -> Iterator[SourceDocument | SkippedFile]:
-    if not data.strip():
-        raise _Skip("empty file")
-    if b"\0" in data[:_SNIFF_BYTES]:
+def _load_jsonl(fh: BinaryIO, base: SourceDocument, max_chars: int | None
+                ) -> Iterator[SourceDocument | SkippedFile]:
+    """The records of a JSON Lines file, read a line at a time; a line longer than
+    ``max_chars`` allows is skipped unread, and past LISTED_BAD_LINES bad lines are counted."""
+    if b"\0" in fh.read(_SNIFF_BYTES):
         raise _Skip("binary file")
-    data = data.removeprefix(codecs.BOM_UTF8)
-    # Split bytes on "\n" only: str.splitlines() would also split on U+2028 inside JSON strings.
-    for number, raw in enumerate(data.split(b"\n"), 1):
-        if not raw.strip():
-            continue
-        where = f"{base.source}#L{number}"
-        try:
-            yield _jsonl_record(raw, number, base)
-        except _Skip as skip:
-            yield SkippedFile(where, skip.reason)
+    fh.seek(0)
+    limit = None if max_chars is None else _BYTES_PER_CHAR["jsonl"] * max_chars
+    bad = _BadLines(base.source or "")
+    blank = True
+    for number, raw in enumerate(_lines(fh, limit), 1):
+        if isinstance(raw, bytes):
+            raw = raw.removeprefix(codecs.BOM_UTF8) if number == 1 else raw
+            if not raw.strip():
+                continue
+        blank = False
+        item = _jsonl_item(raw, number, base, max_chars)
+        if isinstance(item, SourceDocument) or bad.add(item, number):
+            yield item
+    if blank:
+        raise _Skip("empty file")
+    if (summary := bad.summary()) is not None:
+        yield summary
+
+
+def _jsonl_item(raw: bytes | int, number: int, base: SourceDocument,
+                max_chars: int | None) -> SourceDocument | SkippedFile:
+    """One line as a document, or as a SkippedFile with the reason (``raw`` is the length of
+    a line too long to be read)."""
+    where = f"{base.source}#L{number}"
+    if isinstance(raw, int):
+        assert max_chars is not None  # only lines over a limit come as lengths
+        return SkippedFile(where, _too_big(f"line {number} of {raw:,} bytes", "jsonl",
+                                           max_chars))
+    try:
+        doc = _jsonl_record(raw, number, base)
+    except _Skip as skip:
+        return SkippedFile(where, skip.reason)
+    reason = _too_long(doc.text, max_chars)
+    return SkippedFile(doc.source or where, reason) if reason else doc
+
+
+def _lines(fh: BinaryIO, limit: int | None) -> Iterator[bytes | int]:
+    """Each line of ``fh`` without its newline (split on b"\\n" only: str.splitlines() would
+    also split on U+2028 inside JSON strings); a line over ``limit`` bytes comes as its
+    length, read in pieces and dropped."""
+    while line := fh.readline(-1 if limit is None else limit + 1):
+        if line.endswith(b"\n"):
+            yield line[:-1]
+        elif limit is None or len(line) <= limit:
+            yield line  # the last line, without a newline
+        else:
+            size = len(line)
+            while line and not line.endswith(b"\n"):
+                line = fh.readline(1 << 20)
+                size += len(line)
+            yield size - line.endswith(b"\n")
+
+
+@dataclass
+class _BadLines:
+    """The bad lines of one JSON Lines file: the first LISTED_BAD_LINES are reported one by
+    one, the rest only counted, with the first few numbers kept for the summary."""
+
+    source: str
+    listed: int = 0
+    more: int = 0
+    first: list[int] = field(default_factory=list)
+
+    def add(self, skip: SkippedFile, number: int) -> bool:
+        """Whether ``skip`` is to be reported on its own (else it is counted)."""
+        if self.listed < LISTED_BAD_LINES:
+            self.listed += 1
+            return True
+        self.more += 1
+        if len(self.first) < 3:
+            self.first.append(number)
+        return False
+
+    def summary(self) -> SkippedFile | None:
+        """One entry for the lines counted, if any."""
+        if not self.more:
+            return None
+        numbers = ", ".join(map(str, self.first)) + (" …" if self.more > len(self.first) else "")
+        return SkippedFile(self.source, f"{self.more:,} more bad lines skipped (lines {numbers})")
+
+
+def bounded_skips(skipped: Iterable[SkippedFile]) -> list[SkippedFile]:
+    """``skipped`` with at most LISTED_BAD_LINES ``<file>.jsonl#L<n>`` entries per file, the
+    rest of each file's lines one summary entry at the end, so that however many bad lines
+    a file holds, a report of them stays short."""
+    shown: list[SkippedFile] = []
+    files: dict[str, _BadLines] = {}
+    for skip in skipped:
+        file, sep, line = skip.path.rpartition("#L")
+        if (not (sep and line.isdigit() and file.lower().endswith(".jsonl"))
+                or files.setdefault(file, _BadLines(file)).add(skip, int(line))):
+            shown.append(skip)
+    shown += [s for bad in files.values() if (s := bad.summary()) is not None]
+    return shown
 
 
 def _jsonl_record(raw: bytes, number: int, base: SourceDocument) -> SourceDocument:
