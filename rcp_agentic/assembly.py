@@ -93,7 +93,7 @@ def open_llm(llm: Any, config: EngineConfig, store: Docstore,
     """The engine's door to its LLM (None: offline): ``llm`` given in code, else the
     endpoint ``config`` names; build replies cached in ``store``, replies screened by
     ``suspected``, calls bounded by the ``llm_*`` settings."""
-    from .models.endpoint import endpoint_from_config
+    from .models.llm_process import endpoint_process_from_config
     from .models.llm_retry import CallPolicy
     from .models.llm_spend import SpendGovernor, SpendLimits
     from .store.llm_cache import LLMCache
@@ -101,7 +101,8 @@ def open_llm(llm: Any, config: EngineConfig, store: Docstore,
     if isinstance(llm, ChatLLM):
         return llm
     if llm is None:
-        llm = endpoint_from_config(config)
+        # In a child process: the key never enters this one's memory (llm_process.py).
+        llm = endpoint_process_from_config(config)
         if llm is None:
             return None
     policy = CallPolicy(timeout_seconds=config.llm_timeout_seconds, retries=config.llm_retries,
