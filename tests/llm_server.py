@@ -92,6 +92,22 @@ def model_behind_proxy() -> Iterator[tuple[ModelServer, FaultProxy]]:
         yield server, proxy
 
 
+@pytest.fixture(scope="module")
+def stack() -> Iterator[tuple[ModelServer, FaultProxy]]:
+    """One model server and one counting proxy in front of it, for the whole module (import
+    it, with :func:`proxy`, into the test module)."""
+    with model_behind_proxy() as both:
+        yield both
+
+
+@pytest.fixture
+def proxy(stack: tuple[ModelServer, FaultProxy]) -> Iterator[FaultProxy]:
+    """The module's proxy, its records and faults cleared around each test."""
+    stack[1].reset()
+    yield stack[1]
+    stack[1].reset()
+
+
 # The child: builds the server from a JSON config (argv[1]), prints its address as one JSON
 # line, then serves until its stdin closes (stop(), or the parent dying) or it is killed.
 _CHILD = r"""

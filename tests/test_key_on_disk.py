@@ -21,11 +21,10 @@ import re
 import secrets
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from llm_server import FaultProxy, ModelServer, model_behind_proxy
+from llm_server import FaultProxy, proxy, stack  # noqa: F401 - fixtures
 
 KEY_ENV = "RCP_TEST_CANARY_KEY"
 MAX_TOKENS = 24
@@ -58,17 +57,8 @@ with Engine(folder, llm=make(config), build_graph=True, graph_extractor="llm",
 """
 
 
-@pytest.fixture(scope="module")
-def stack() -> Iterator[tuple[ModelServer, FaultProxy]]:
-    with model_behind_proxy() as both:
-        yield both
 
 
-@pytest.fixture
-def proxy(stack: tuple[ModelServer, FaultProxy]) -> Iterator[FaultProxy]:
-    stack[1].reset()
-    yield stack[1]
-    stack[1].reset()
 
 
 def canary() -> str:

@@ -4,13 +4,13 @@ the OpenAI SDK. Every generation is capped at a few tokens."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 
 import httpx
 import llm_server
 import openai
 import pytest
-from llm_server import FaultProxy, ModelServer, model_behind_proxy, require_model
+from llm_server import FaultProxy, ModelServer, require_model
+from llm_server import proxy, stack  # noqa: F401 - fixtures
 from openai.types.chat import ChatCompletionMessageParam
 from pydantic import SecretStr
 
@@ -19,11 +19,6 @@ PROMPT = "Name one city in Norway."
 MESSAGES: list[ChatCompletionMessageParam] = [{"role": "user", "content": PROMPT}]
 
 
-@pytest.fixture(scope="module")
-def stack() -> Iterator[tuple[ModelServer, FaultProxy]]:
-    """One model server and one proxy in front of it, for the whole module."""
-    with model_behind_proxy() as both:
-        yield both
 
 
 @pytest.fixture
@@ -31,11 +26,6 @@ def server(stack: tuple[ModelServer, FaultProxy]) -> ModelServer:
     return stack[0]
 
 
-@pytest.fixture
-def proxy(stack: tuple[ModelServer, FaultProxy]) -> Iterator[FaultProxy]:
-    stack[1].reset()
-    yield stack[1]
-    stack[1].reset()
 
 
 def sdk(proxy: FaultProxy, max_retries: int) -> openai.OpenAI:
