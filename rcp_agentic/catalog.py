@@ -10,7 +10,9 @@ its communities, and whether a derived kind lags the documents it was built from
 A committed version never changes, so everything cached per version stays valid. A commit
 made in this process is followed (:meth:`Catalog.follow`): before the write returns, the
 committer prepares the new version's hot scoring indexes and graph view from the last ones,
-so the reads after a write find it ready instead of paying for it (issue 24).
+so the reads after a write find it ready instead of paying for it (issue 24). A version a
+read meets that this process did not follow (another process committed it) is handed once to
+``on_foreign_version``: the engine's derived updates check there whether a kind now lags.
 """
 
 from __future__ import annotations
@@ -142,6 +144,8 @@ class Catalog:
     keep BM25 postings and, up to ``dense_exact_max``, vectors). ``composers``: the
     engine's composers of the composed kinds, by name (a composed kind is offered while its
     composer is set and the version holds a graph). ``failures``: the derived builders'.
+    ``on_foreign_version``: called once with each newer version a read meets that
+    :meth:`follow` did not announce (a commit of another process; None: nobody asks).
     """
 
     def __init__(self, store: Docstore, config: EngineConfig, *, scores_in_memory: bool,
@@ -172,6 +176,9 @@ class Catalog:
         # One load per name at a time: a read that comes while a commit prepares the same
         # version waits for it instead of doing the work twice.
         self._load_locks = {name: threading.Lock() for name in self._per_version}
+        # The newest version met or followed: a read meeting a newer one tells the hook.
+        self._seen = store.index_version()
+        self.on_foreign_version: Callable[[int], None] | None = None
 
     # --- versions ---------------------------------------------------------------------
 
@@ -181,7 +188,20 @@ class Catalog:
         # After reading the version, so the vocabulary covers every term it uses.
         if self.store.refresh():
             self.invalidate()
+        if current > self._seen:  # no query: compared with the version just read
+            self._met(current)
         return current
+
+    def _met(self, version: int) -> None:
+        """A read met ``version``, newer than any seen: tell the hook (two threads meeting it
+        at once may both tell it; the hook is idempotent)."""
+        self._seen = max(self._seen, version)
+        hook = self.on_foreign_version
+        if hook is not None:
+            try:
+                hook(version)
+            except Exception as exc:  # noqa: BLE001 - the read goes on; the next version retries
+                log.warning("could not check the derived units after v%d: %s", version, exc)
 
     def served_version(self, pinned: str | None) -> int:
         """The version a read serves: the current one, or a pinned one still retained.
@@ -232,6 +252,7 @@ class Catalog:
         after a write find the version ready; a read that comes meanwhile waits for the
         same work instead of repeating it. With ``follow_writes`` off it only drops.
         """
+        self._seen = max(self._seen, version)  # this process's commit: not a foreign one
         with self._index_lock:
             for key in [key for key in self._indexes if key[1] < version]:
                 del self._indexes[key]

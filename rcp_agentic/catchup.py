@@ -7,16 +7,21 @@ default) it then wakes this worker, which runs the lagging builders, in the engi
 ``derived.<kind>.version`` stays behind ``data_version``: reads serve the derived units as
 they were and say so in ``usage.notes``. The same worker catches up after a crash: an
 engine that owns builders starts it when it opens and finds a kind lagging (a process that
-died between a write's commit and its builders, or an inline write whose builder failed).
+died between a write's commit and its builders, or an inline write whose builder failed),
+and an engine already open wakes it when a read first meets a version another process
+committed and a kind lags (:meth:`~.derived_updates.DerivedUpdates.notice`): the pass, after
+:data:`GRACE_SECONDS`, waits on ``derived.lock`` while that writer's builders run and builds
+what a writer that died left behind.
 
 * **Coalescing.** A wake-up only marks work wanted: the writes that commit while a pass
   runs are folded in by one more pass, not one pass each (a builder reads every committed
   chunk when it starts).
 * **One at a time.** One thread per engine. Across processes (and engines) on one
   directory a pass holds ``derived.lock`` (``flock``; released by the OS if the process
-  dies): a second worker waits for it, then finds nothing left to do. Without ``fcntl``
-  the lock is skipped; correctness never depends on it: a builder commits only on the
-  index version it read (``Docstore.write_derived``) and recomputes otherwise.
+  dies; an inline write's builders hold it too, :func:`directory_lock`): a second worker
+  waits for it, then finds nothing left to do. Without ``fcntl`` the lock is skipped;
+  correctness never depends on it: a builder commits only on the index version it read
+  (``Docstore.write_derived``) and recomputes otherwise.
 * **Writes.** A builder runs under the engine's build lock, not its write lock, so writes
   keep committing meanwhile (see ``derived_updates.BuilderSet`` for the builder that loses every
   race to them).
@@ -34,7 +39,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -54,6 +59,41 @@ log = logging.getLogger(__name__)
 
 LOCK_FILE = "derived.lock"
 POLL_SECONDS = 0.2  # how often a waiting worker tries the lock (and checks for stop)
+# How long a commit another process made is left to that process's own builders (they take
+# the lock as its write returns) before this worker tries the lock.
+GRACE_SECONDS = 1.0
+
+
+@contextmanager
+def directory_lock(directory: Path,
+                   give_up: Callable[[float], bool] | None = None) -> Iterator[bool]:
+    """Hold ``derived.lock`` of ``directory`` (yields True), waiting while another process
+    or engine holds it. ``give_up(seconds)`` is called between tries: it waits up to that long
+    and returns True to stop waiting (yields False); without it the wait blocks. Without
+    ``fcntl`` this yields True at once."""
+    if fcntl is None:
+        yield True
+        return
+    with open(directory / LOCK_FILE, "a+b") as handle:
+        if give_up is None:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+        else:
+            while not _try_lock(handle.fileno()):
+                if give_up(POLL_SECONDS):
+                    yield False
+                    return
+        try:
+            yield True
+        finally:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+
+
+def _try_lock(fd: int) -> bool:
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    return True
 
 
 class CatchUp:
@@ -64,10 +104,11 @@ class CatchUp:
 
     def __init__(self, directory: Path, builders: BuilderSet, *,
                  failures: BuildFailures) -> None:
-        self._lock_path = directory / LOCK_FILE
+        self._directory = directory
         self._builders = builders
         self._cond = threading.Condition()
         self._wanted = False   # a wake-up not yet taken by a pass
+        self._due = 0.0        # when that pass may start (time.monotonic)
         self._busy = False     # a pass is running
         self._stopping = False
         self.passes = 0        # passes run (each may run several builders)
@@ -82,11 +123,17 @@ class CatchUp:
         if not self._thread.is_alive() and not self._stopping:
             self._thread.start()
 
-    def wake(self) -> None:
-        """Ask for a pass over the lagging builders (after a commit, or at open)."""
+    def wake(self, delay: float = 0.0) -> None:
+        """Ask for a pass over the lagging builders (after a commit, or at open), ``delay``
+        seconds from now at the earliest (a pass already asked for keeps its earlier time)."""
         with self._cond:
-            self._wanted = True
-            self._cond.notify_all()
+            self._want(time.monotonic() + delay)
+
+    def _want(self, due: float) -> None:
+        """Mark a pass wanted from ``due`` on (the caller holds ``_cond``)."""
+        self._due = min(self._due, due) if self._wanted else due
+        self._wanted = True
+        self._cond.notify_all()
 
     @property
     def running(self) -> bool:
@@ -125,8 +172,7 @@ class CatchUp:
                         return True
                     if self._stopping or not self._thread.is_alive():
                         return False
-                    self._wanted = True
-                    self._cond.notify_all()
+                    self._want(time.monotonic())
                 left = None if deadline is None else deadline - time.monotonic()
                 if left is not None and left <= 0:
                     return False
@@ -143,8 +189,9 @@ class CatchUp:
     def _run(self) -> None:
         while True:
             with self._cond:
-                while not self._wanted and not self._stopping:
-                    self._cond.wait()
+                while not self._stopping and not self._is_due():
+                    self._cond.wait(max(0.0, self._due - time.monotonic())
+                                    if self._wanted else None)
                 if self._stopping:
                     return
                 self._wanted = False
@@ -157,9 +204,12 @@ class CatchUp:
                     self.passes += 1
                     self._cond.notify_all()
 
+    def _is_due(self) -> bool:
+        return self._wanted and time.monotonic() >= self._due
+
     def _pass(self) -> None:
         try:
-            with self._directory_lock() as held:
+            with directory_lock(self._directory, self._stopped_within) as held:
                 if not held:
                     return  # stopped while another worker held the directory
                 for unit in self._builders.lagging():  # again: another process may have caught up
@@ -171,22 +221,7 @@ class CatchUp:
             self.error = exc
             log.warning("derived units did not catch up (the next write retries): %s", exc)
 
-    @contextmanager
-    def _directory_lock(self) -> Iterator[bool]:
-        if fcntl is None:
-            yield True
-            return
-        with open(self._lock_path, "a+b") as handle:
-            while True:
-                try:
-                    fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    break
-                except BlockingIOError:
-                    with self._cond:
-                        if self._cond.wait_for(lambda: self._stopping, POLL_SECONDS):
-                            yield False
-                            return
-            try:
-                yield True
-            finally:
-                fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+    def _stopped_within(self, seconds: float) -> bool:
+        """Wait up to ``seconds`` for :meth:`stop`; whether it was called."""
+        with self._cond:
+            return self._cond.wait_for(lambda: self._stopping, seconds)

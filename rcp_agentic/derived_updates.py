@@ -5,7 +5,8 @@ request.
 their order, one at a time, and says which lag the last document write.
 :class:`DerivedUpdates` decides after each write whether they run before the write returns
 (``derived_updates="inline"``) or are handed to the engine's worker
-(:class:`~.catchup.CatchUp`, the default ``"background"``), and waits for them.
+(:class:`~.catchup.CatchUp`, the default ``"background"``), and waits for them; and it wakes
+that worker when another process's commit leaves a kind lagging (:meth:`DerivedUpdates.notice`).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from .catalog import BuildFailures, Catalog
-from .catchup import CatchUp
+from .catchup import GRACE_SECONDS, CatchUp, directory_lock
 from .derived import DerivedBuilder, DerivedReport, builder_kinds
 from .heap import release_free_memory
 from .read_first import ReadFirst
@@ -84,8 +85,9 @@ class BuilderSet:
 class DerivedUpdates:
     """After-write runs of an engine's builders, inline or by its worker (module doc).
 
-    ``catch_up`` (the worker) is made on first need: a write in background mode, a wait, or
-    an engine that opens with a derived kind lagging.
+    ``catch_up`` (the worker) is made on first need: a write in background mode, a wait, an
+    engine that opens with a derived kind lagging, or (:meth:`notice`) a commit of another
+    process that leaves one lagging.
     """
 
     def __init__(self, builders: BuilderSet, *, directory: Path, inline: bool,
@@ -114,11 +116,23 @@ class DerivedUpdates:
         if not self.builders.builders:
             return []
         if self._inline:
-            return self.builders.update()
+            # Held as the worker holds it: a server's worker waits instead of building too.
+            with directory_lock(self._directory):
+                return self.builders.update()
         scheduled = [DerivedReport(unit, "scheduled", reason="built in the background")
                      for unit in self.builders.lagging()]
         self.worker().wake()
         return scheduled
+
+    def notice(self, version: int) -> None:
+        """A read met index ``version``, committed by another process (the catalog calls this
+        once per such version): if a derived kind now lags, wake the worker. It starts after
+        :data:`~.catchup.GRACE_SECONDS`, so a live writer's builders take ``derived.lock``
+        first (the pass then waits for them and finds nothing left); a writer that died
+        between its commit and its builders holds no lock, and the pass builds."""
+        if self._closed or not self.builders.builders or not self.builders.lagging():
+            return
+        self.worker().wake(delay=GRACE_SECONDS)
 
     def wait(self, timeout: float | None = None) -> bool:
         """Block until every derived kind reflects the committed documents (True) or

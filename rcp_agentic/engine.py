@@ -88,8 +88,10 @@ class Engine:
     runs every builder before a write returns.
 
     ``catch_up`` (default on): when a derived kind this engine builds lags the committed
-    documents at open (a write died before its derived update), start the worker at once;
-    off, the next write (or :meth:`wait_for_derived`) does it.
+    documents at open (a write died before its derived update), start the worker at once,
+    and wake it when a read meets another process's commit that leaves one lagging (a
+    writer killed after its commit, before its builders); off, the next write (or
+    :meth:`wait_for_derived`) does it.
     """
 
     def __init__(self, path: str | os.PathLike[str] | None = None, *,
@@ -117,8 +119,10 @@ class Engine:
         self.store = Docstore(self.path / "engine.db", retain=self.config.snapshots_retained)
         try:
             self._open_parts(models.calibrator)
-            if catch_up and self.builders and self.lagging_builders():
-                self.derived.worker().wake()
+            if catch_up:
+                self.catalog.on_foreign_version = self.derived.notice
+                if self.builders and self.lagging_builders():
+                    self.derived.worker().wake()
         except BaseException:
             self.store.close()
             raise

@@ -3,7 +3,8 @@ report the lag meanwhile.
 
 A worker process (tests/ingest_worker.py) commits documents into an engine with a graph
 and communities and is SIGKILLed before the derived builders run; reopening catches the
-graph and communities up without any write, to what the normal write path builds. The lag
+graph and communities up without any write, to what the normal write path builds, and an
+engine that was open all along catches them up at its next reads. The lag
 itself is made the honest way for the notes: an engine opened without builders
 (``build_graph=False``) commits documents and leaves the derived kinds behind.
 """
@@ -13,6 +14,7 @@ from __future__ import annotations
 import json
 import shutil
 import sqlite3
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -119,6 +121,67 @@ def test_a_write_killed_before_its_derived_update_catches_up_on_reopen(
     # Reopening a current engine starts nothing.
     with Engine(crashed, embedder=embedder, **GRAPH, **worker.ENGINE_OPTIONS) as eng:
         assert eng.catch_up is None
+
+
+def test_a_server_open_while_a_writer_dies_catches_up_without_a_write(
+        built: Path, tmp_path: Path, embedder: Any) -> None:
+    """A server (an engine with builders, opened before) outlives a writer SIGKILLed between
+    its documents' commit and its builders: its reads notice the commit, and its worker
+    catches the lagging kinds up with no further write and no reopening."""
+    path = copy_of(built, tmp_path, "server")
+    docs = tmp_path / "docs.json"
+    docs.write_text(json.dumps(NEW_DOCS))
+    with Engine(path, embedder=embedder, derived_updates="background", **GRAPH,
+                **worker.ENGINE_OPTIONS) as server:
+        assert server.catch_up is None and server.derived_status()["node"]["current"]
+        acknowledged = run_worker(path, 0, tmp_path / "worker.log",
+                                  die_at="0:before-derived", extra=["--docs", str(docs)])
+        assert acknowledged == [] and lag(path) == set(DERIVED)
+        deadline = time.monotonic() + 120
+        while not all(server.derived_status()[k]["current"] for k in DERIVED):  # reads only
+            assert time.monotonic() < deadline, server.derived_status()
+            time.sleep(POLL_SECONDS)
+        assert server.catch_up is not None and server.catch_up.join(60)  # its reports kept
+        assert server.catch_up.error is None
+        assert [r.unit for r in server.catch_up.reports] == ["node", "community"]
+        hits = server.retrieve(QUESTION, k=10, unit="node")
+        assert not any("reflect" in n for n in hits.usage.notes or [])
+        assert any("Lena Varg" in (h.text or "") for h in hits.hits)
+    assert lag(path) == set()
+
+
+def test_an_inline_write_builds_under_the_directory_lock(built: Path, tmp_path: Path,
+                                                       embedder: Any) -> None:
+    """An inline write's builders hold ``derived.lock`` as a worker's pass does (so a server
+    that noticed the commit waits instead of building it too): while another process holds
+    the lock, the write has committed its documents and waits to build them."""
+    import fcntl
+
+    path = copy_of(built, tmp_path, "inline")
+    errors: list[BaseException] = []
+
+    def write(eng: Engine) -> None:
+        try:
+            eng.add_documents(NEW_DOCS)
+        except BaseException as exc:  # noqa: BLE001 - reported by the test thread
+            errors.append(exc)
+
+    with open(path / LOCK_FILE, "a+b") as held, \
+            Engine(path, embedder=embedder, derived_updates="inline", **GRAPH,
+                   **worker.ENGINE_OPTIONS) as eng:
+        fcntl.flock(held.fileno(), fcntl.LOCK_EX)
+        writing = threading.Thread(target=write, args=(eng,))
+        writing.start()
+        deadline = time.monotonic() + 120
+        while lag(path) != set(DERIVED):  # the documents' commit
+            assert time.monotonic() < deadline and writing.is_alive(), errors
+            time.sleep(POLL_SECONDS)
+        time.sleep(5 * POLL_SECONDS)
+        assert writing.is_alive() and lag(path) == set(DERIVED)
+        fcntl.flock(held.fileno(), fcntl.LOCK_UN)
+        writing.join(300)
+        assert not writing.is_alive() and errors == []
+    assert lag(path) == set()
 
 
 def test_two_openers_run_one_catch_up(built: Path, tmp_path: Path, embedder: Any) -> None:
