@@ -229,7 +229,9 @@ def test_rerank_over_the_protocol(judged: Engine) -> None:
         out = rpc.handle({"jsonrpc": "2.0", "id": 1, "method": "rerank",
                           "params": {"query": "fusion", name: ["pears", "rank fusion"],
                                      "topN": 1}})
-        assert out["result"] == {  # type: ignore[index,call-overload]
+        result = dict(out["result"])  # type: ignore[index,call-overload]
+        assert result.pop("_meta")["llm"]["calls"] == 2  # one judge call per passage
+        assert result == {
             "scores": [0.2, 0.9], "order": [1], "results": [{"index": 1, "score": 0.9}]}
 
 
