@@ -293,8 +293,10 @@ class RecordingCalibrator:
     """Stands in for the engine's calibrator to record the exact signals it would score.
 
     The engine calls ``predict`` once per calibration family with that family's hits in
-    list order; each call is kept with its signals (pooled ceiling and pooled ranks
-    included) and answered by the real model when there is one (else 0.5).
+    list order first, then any unit fused above a hit that the page does not hold (in the
+    collapsed tree: the ones packing passed over as contained; they cap the hits'
+    confidence and are no sample); each call is kept with its signals (pooled ceiling and
+    pooled ranks included) and answered by the real model when there is one (else 0.5).
     """
 
     def __init__(self, inner: conf.Calibrator | None) -> None:
@@ -343,11 +345,11 @@ def collect_pool_samples(engine: Engine, queries: dict[str, str],
                 by_family: dict[str, list[Any]] = {}
                 for h in res.hits:
                     by_family.setdefault(unit_kinds.calibration_family(str(h.unit)), []).append(h)
-                if sum(len(c["ranks"]) for c in recorder.calls) != len(res.hits):
+                if sum(len(c["ranks"]) for c in recorder.calls) < len(res.hits):
                     raise RuntimeError("the engine did not score every hit's confidence")
                 for call in recorder.calls:
                     hits = by_family.get(call["family"], [])
-                    assert len(hits) == len(call["ranks"]), "hits and recorded signals differ"
+                    assert len(hits) <= len(call["ranks"]), "hits and recorded signals differ"
                     for j, h in enumerate(hits):
                         docs = [h.chunk.doc_id] if h.chunk else list(h.meta.get("doc_ids") or [])
                         samples.append(fitting.Sample(
@@ -527,7 +529,7 @@ def collect_graph_samples(engine: Engine, queries: dict[str, str],
                         res = engine.retrieve(text, k=k, mode=mode, unit=unit,
                                               include_text=False, graph_recall=graph)
                         calls = list(recorder.calls)
-                        if sum(len(c["ranks"]) for c in calls) != len(res.hits):
+                        if sum(len(c["ranks"]) for c in calls) < len(res.hits):
                             raise RuntimeError("the engine did not score every hit's confidence")
                         if graph and not any(c["graph"] is not None for c in calls):
                             continue  # no entity linked: hybrid alone
@@ -847,7 +849,7 @@ def collect_community_samples(engine: Engine, questions: list[dict[str, Any]], *
                     res = engine.retrieve(q["question"], k=k, mode=mode, unit="community",
                                           **extra)
                     calls = list(recorder.calls)
-                    if sum(len(c["ranks"]) for c in calls) != len(res.hits):
+                    if sum(len(c["ranks"]) for c in calls) < len(res.hits):
                         raise RuntimeError("the engine did not score every hit's confidence")
                     for call in calls:
                         for j, h in enumerate(res.hits):

@@ -274,26 +274,34 @@ def run_recall(args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
+def graph_engine(name: str, docs: list[dict[str, Any]]) -> Engine:
+    """The set's cached engine with its knowledge graph built (a copy of ``engine_for``'s,
+    under ``bench/.cache/graph-engine-<set>-graph``; the graph is built once and rebuilt
+    when the builder's identity changes, as the engine decides on open)."""
+    import shutil
+
+    engine_for(name, docs).close()
+    path = CACHE / f"graph-engine-{name}-graph"
+    if not (path / "graph-built.txt").exists():
+        shutil.rmtree(path, ignore_errors=True)
+        shutil.copytree(CACHE / f"graph-engine-{name}", path)
+    engine = Engine(path, build_graph=True)
+    if not (path / "graph-built.txt").exists():
+        t0 = time.perf_counter()
+        engine.update_derived()
+        (path / "graph-built.txt").write_text(f"{time.perf_counter() - t0:.1f} s\n")
+    return engine
+
+
 def run_engine(args: argparse.Namespace) -> dict[str, Any]:
     """Recall@2/@5 through the engine: ``engine.retrieve`` hybrid (k = candidate_k = 100)
     against the same with ``graph_recall=True``, on an engine with ``build_graph=True`` (a
     copy of the set's cached engine, its graph built once, under
     ``bench/.cache/graph-engine-<set>-graph``); also how often the graph list joined."""
-    import shutil
-
     out: dict[str, Any] = {"depth": DEPTH}
     for name in args.sets:
         docs, questions = load_set(name)
-        engine_for(name, docs).close()
-        path = CACHE / f"graph-engine-{name}-graph"
-        if not (path / "graph-built.txt").exists():
-            shutil.rmtree(path, ignore_errors=True)
-            shutil.copytree(CACHE / f"graph-engine-{name}", path)
-        engine = Engine(path, build_graph=True)
-        if not (path / "graph-built.txt").exists():
-            t0 = time.perf_counter()
-            engine.update_derived()
-            (path / "graph-built.txt").write_text(f"{time.perf_counter() - t0:.1f} s\n")
+        engine = graph_engine(name, docs)
         doc_of = {uid: d for _r, uid, d, *_ in engine.store.live_leaves("chunk")}
         row: dict[str, Any] = {"questions": len(questions)}
         for label, extra in (("hybrid", {}), ("graph recall", {"graph_recall": True})):

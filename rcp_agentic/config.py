@@ -105,7 +105,8 @@ class EngineConfig(BaseModel):
     chunk_overlap: int = Field(30, ge=0, description="tokens of sentence overlap between chunks")
     embed_batch_size: int = Field(64, ge=1, le=4096)
     embed_batch_limit: int = Field(256, ge=1, description="advertised embed.batchLimit")
-    candidate_k: int = Field(100, ge=1, description="default recall depth per retriever")
+    candidate_k: int = Field(100, ge=1, description="default recall depth per retriever, and "
+                             "the depth of the pool hit confidence is read against")
     max_k: int = Field(200, ge=1, description="advertised retrieve.maxK; larger k is clamped")
     max_candidate_k: int = Field(1000, ge=1, description="candidate_k is clamped to this")
     rrf_k: int = Field(60, ge=1)

@@ -57,8 +57,9 @@ OPTIONS: tuple[RetrieveOption, ...] = (
                    "unset).", field=True),
     RetrieveOption("modality", "modality", "Modality of the query: text, image, audio, code or "
                    "multimodal (RCP §4.8; this engine: text)."),
-    RetrieveOption("candidate_k", "candidateK", "Recall-stage candidate count before rerank.",
-                   field=True),
+    RetrieveOption("candidate_k", "candidateK", "Recall-stage candidate count before rerank; "
+                   "also the depth of the pool each hit's confidence is read against (unset: "
+                   "the engine's candidate_k, whatever k).", field=True),
     RetrieveOption("fusion", "fusion", "Hybrid fusion: {'method': 'rrf'|'weighted'|'convex', "
                    "'weights'?, 'rrf_k'?, 'alpha'?}.", field=True),
     RetrieveOption("rerank", "rerank", "Reranking: {'method', 'model'?, 'top_n'?}, or False to "

@@ -99,8 +99,22 @@ def test_no_entity_in_the_query_falls_back_to_hybrid(eng: Engine) -> None:
     q = "in which city was the group founded"
     plain = eng.retrieve(q, k=4)
     res = eng.retrieve(q, k=4, **GRAPH)
-    assert [h.id for h in res.hits] == [h.id for h in plain.hits]
+    assert same_but_the_bridge(res, plain)
     assert any("names no entity" in n for n in res.usage.notes or [])
+
+
+def same_but_the_bridge(res: Any, plain: Any) -> bool:
+    """``res`` ranks as ``plain`` (hybrid) does, but for the bridge passage its note names
+    (``rcp_agentic.pipeline.bridge``: the first hop is hybrid's head when the graph list
+    stays out)."""
+    bridged = [n.split()[4] for n in res.usage.notes or [] if n.startswith("graph recall: bridge")]
+    got = [h.id for h in res.hits]
+    want = [h.id for h in plain.hits]
+    if not bridged:
+        return got == want
+    slot = got.index(bridged[0])
+    return got[:slot] == want[:slot] and [i for i in got if i != bridged[0]] == \
+        [i for i in want if i != bridged[0]][:len(got) - 1]
 
 
 def test_entities_no_passage_is_about_do_not_vote(eng: Engine) -> None:
@@ -109,7 +123,7 @@ def test_entities_no_passage_is_about_do_not_vote(eng: Engine) -> None:
     q = "Which album did Lena Varg produce?"
     plain = eng.retrieve(q, k=4)
     res = eng.retrieve(q, k=4, **GRAPH)
-    assert [h.id for h in res.hits] == [h.id for h in plain.hits]
+    assert same_but_the_bridge(res, plain)
     assert any("no passage is about" in n for n in res.usage.notes or [])
     # ... unless the request gives the graph list a weight of its own.
     weighted = eng.retrieve(q, k=4, fusion={"method": "rrf", "weights": {"graph": 1.0}},

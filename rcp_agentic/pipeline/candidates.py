@@ -6,7 +6,8 @@ know once it is planned: the scoring index of its pool, the query vector and ana
 terms, and the units its filter allows. :class:`Candidates` holds what recall found — each recall
 source's ranked list (:class:`RecallList`, which can score any other position exactly) —
 and what the stages made of it: the ranking they reorder, the fused, rerank and learned
-scores.
+scores. Its *pool* — each list's head, ``Plan.pool_depth`` deep, and their fusion — is what
+a hit's confidence is read against; it does not depend on ``k``, the page or the session.
 """
 
 from __future__ import annotations
@@ -79,21 +80,49 @@ class RecallList(list[tuple[int, float]], ABC):
 
 
 class Candidates:
-    """What recall found for a query and what the stages made of it (module doc)."""
+    """What recall found for a query and what the stages made of it (module doc).
 
-    def __init__(self, lists: Mapping[str, RecallList]) -> None:
+    ``pool_depth``: how deep each list is read as the query's pool (``Plan.pool_depth``;
+    the lists may run deeper). ``pool_order`` is the fusion of the pool's lists, before
+    session dedup, rerank, recency, ``minScore`` and MMR (set by ``stages.fuse``).
+    """
+
+    def __init__(self, lists: Mapping[str, RecallList], pool_depth: int) -> None:
         self.lists = dict(lists)
+        self.pool_depth = pool_depth
         self.ranked: Ranking = []
+        self._pool_order: list[int] = []
+        self._pool_rank: dict[int, int] = {}
         self.fused: dict[int, float] = {}
         self.rerank: dict[int, float] = {}
         self.learned: dict[int, float] | None = None
         self._per_stage: dict[tuple[int, ...], dict[str, dict[int, float]]] = {}
 
+    @property
+    def pool(self) -> dict[str, Ranking]:
+        """Each recall list's head, ``pool_depth`` deep: the query's pool."""
+        return {name: list(ranked[:self.pool_depth]) for name, ranked in self.lists.items()}
+
+    @property
+    def pool_order(self) -> list[int]:
+        """The pool's units in fused order (class doc)."""
+        return self._pool_order
+
+    @pool_order.setter
+    def pool_order(self, order: list[int]) -> None:
+        self._pool_order = list(order)
+        self._pool_rank = {p: i for i, p in enumerate(self._pool_order)}
+
+    def pool_ranks(self, positions: list[int]) -> list[int]:
+        """Each position's 0-based rank in ``pool_order``; a unit outside the pool (recalled
+        deeper than ``pool_depth``) ranks after all of it."""
+        return [self._pool_rank.get(p, len(self._pool_order)) for p in positions]
+
     def per_stage(self, positions: list[int]) -> dict[str, dict[int, float]]:
         """Every source's exact score of ``positions``, by source, scored once per list of
-        positions (the hits' confidence and their ``scores`` read the same). A list is
-        scored as one batch: a float32 product's last bit can depend on the batch, and a
-        hit's scores must not depend on what another stage asked for."""
+        positions (the hits' confidence and their ``scores`` read the same). A source's
+        score of a unit does not depend on the other positions asked for (its list's own
+        score where it listed the unit: :class:`~.sources.ScoredList`)."""
         key = tuple(positions)
         got = self._per_stage.get(key)
         if got is None:

@@ -16,10 +16,14 @@ mode's own (which reads the dense and sparse signals only).
 Raw scores do not transfer between corpora (a cosine of 0.5 is a strong match in one
 and a weak one in another; BM25 grows with the corpus and the query; a PageRank mass is
 a share of one walk over one graph), so the features of formats 2 and 3 read a hit
-against its own query: against the query's recall lists (its *pool*: the dense, sparse
-and graph candidates ``retrieve`` recalled, before fusion and packing) and against the
-BM25 ceiling. They depend on the hit and its query, never on ``k``, paging or the other
-hits returned:
+against its own query: against the query's recall lists (its *pool*: the head of each of
+the dense, sparse and graph lists ``retrieve`` recalled, ``Plan.pool_depth`` deep — the
+engine's ``candidate_k``, or the request's ``candidateK``, never ``k`` — before fusion and
+packing) and against the BM25 ceiling. A hit's rank is its place in the pool's fused order
+(before session dedup, rerank, recency and MMR), and its scores are the ones its lists
+ranked it by (:class:`~.sources.ScoredList`). So the features depend on the hit and its
+query, never on ``k``, ``tokenBudget``, the page, a session or the other hits returned
+(``tests/test_confidence_pool.py``):
 
 =======================  ==============================================  ======  ============
 feature                  definition                                      sign    signal sets
@@ -40,7 +44,7 @@ feature                  definition                                      sign   
 ``top_sparse_z``         ``sparse_z`` of the pool's best BM25            w ≥ 0   sparse, hybrid
 ``log1p_docs``           log(1 + documents of the unit's leaves)         w ≥ 0   node, triplet
 ``log1p_sparse``         log(1 + BM25) (format 1; scale-bound)           w ≥ 0   —
-``log1p_rank``           log(1 + rank), rank 0-based in the list         w ≤ 0   all
+``log1p_rank``           log(1 + rank), rank 0-based in the fused pool   w ≤ 0   all
 ``inv_rank``             1 / (1 + rank)                                  w ≥ 0   all
 =======================  ==============================================  ======  ============
 
@@ -179,7 +183,7 @@ class Signals:
     """What the features of one list of hits are computed from (float arrays of equal length).
 
     ``d``/``s``: the hits' cosine and BM25; ``c``: the BM25 ceiling; ``r``: the hits' ranks in
-    the returned list; ``top_d``/``top_s``: the best cosine / BM25 of the query's recall list;
+    the pool's fused order; ``top_d``/``top_s``: the best cosine / BM25 of the query's recall list;
     ``rank_d``/``rank_s``: each hit's 0-based rank in that recall list (its length when absent).
     ``g``/``top_g``/``rank_g``: the same for graph recall's list of PageRank masses (the hit's
     mass, the list's best, its rank; 0, 0 and absent when graph recall did not run).
@@ -534,12 +538,14 @@ class Calibrator:
 
         ``dense``: cosine similarities (required in dense/hybrid mode); ``sparse``: BM25
         scores and ``ceiling`` = ``engine.sparse_ceiling(query, unit)`` (both required in
-        sparse/hybrid mode); ``ranks``: 0-based positions in the returned list. ``pool``:
-        the query's recall lists as recalled, before fusion and packing (``{"dense":
-        cosines, "sparse": BM25 scores, "graph": PageRank masses}``, any order); models of
-        format 2 and 3 read a hit's score relative to them (gap to the best, rank in each
-        list). Without it the hits given stand in for the pool, which is exact only when
-        they are the head of each recall list. ``graph``: the hits' PageRank masses when the
+        sparse/hybrid mode); ``ranks``: 0-based ranks in the pool's fused order (what the
+        engine passes; a page's own positions would make a hit's confidence depend on the
+        page). ``pool``: the query's recall lists as recalled, before fusion and packing
+        (``{"dense": cosines, "sparse": BM25 scores, "graph": PageRank masses}``, any
+        order), holding each hit's score exactly as given here; models of format 2 and 3
+        read a hit's score relative to them (gap to the best, rank in each list). Without
+        it the hits given stand in for the pool, which is exact only when they are the head
+        of each recall list. ``graph``: the hits' PageRank masses when the
         request ran graph recall (0 for a unit PageRank did not reach); then the mode's
         graph model scores them, if there is one; ``graph_share``: the query's subject share
         (``GraphList.share``, 1 when not given). ``docs``: how many documents each hit's

@@ -69,13 +69,17 @@ class GraphList(RecallList):
     depth), with the mass of every position PageRank reached (``scores``: fills the ``graph``
     stage score of units beyond the cut) and the query's subject share (``share``: the part
     of its link weight on entities some passage is about, which scales the list's default
-    fusion weight)."""
+    fusion weight); also the query's linked entities and the graph the request may see
+    (``links``, ``view``: the bridge hop, :mod:`.bridge`, walks from them)."""
 
     def __init__(self, ranked: list[tuple[int, float]], scores: Mapping[int, float],
-                 share: float = 1.0) -> None:
+                 share: float = 1.0, links: Mapping[str, float] | None = None,
+                 view: GraphView | None = None) -> None:
         super().__init__(ranked)
         self.scores = scores
         self.share = share
+        self.links = links
+        self.view = view
 
     def scores_at(self, positions: list[int]) -> dict[int, float]:
         return {p: float(self.scores.get(p, 0.0)) for p in positions}
@@ -86,10 +90,18 @@ def graph_scope(plan: Plan, snapshot: Snapshot
     """The graph this request may see in ``snapshot`` (restricted to the chunks its filter
     allows) and those chunk keys (None without a filter); (None, None) without a graph,
     with a usage note."""
-    view = snapshot.graph_view()
+    view, allowed = scoped_graph(plan, snapshot)
     if view is None:
         plan.notes.append(f"index version {snapshot.token} holds no knowledge graph: no graph "
                           "recall")
+    return view, allowed
+
+
+def scoped_graph(plan: Plan, snapshot: Snapshot
+                 ) -> tuple[GraphView | None, frozenset[str] | None]:
+    """:func:`graph_scope` without its note."""
+    view = snapshot.graph_view()
+    if view is None:
         return None, None
     allowed = snapshot.chunk_scope(plan.filter)
     from ..graph.compose import scoped_view
@@ -167,7 +179,7 @@ class GraphSource:
         ranked = [(int(positions[i]), float(masses[i])) for i in best[:depth]
                   if masses[i] >= floor]
         self._note_uncalibrated(plan, bool(ranked))
-        return GraphList(ranked, PositionScores(positions, masses), share)
+        return GraphList(ranked, PositionScores(positions, masses), share, links, view)
 
     def _note_uncalibrated(self, plan: Plan, found: bool) -> None:
         model = (self.calibrator.model_for(plan.mode, units.calibration_family(plan.unit), True)

@@ -102,6 +102,12 @@ class Plan:
     stored_unit: str
     level: int | None
     candidate_k: int
+    # How deep each recall list is read as the query's pool, which every confidence feature
+    # reads a hit against (and ranks it in): the request's candidateK when given, else the
+    # engine's candidate_k; never k, so a hit's confidence does not change with k, the
+    # page or what a session has seen (recall may run deeper: max(k, candidate_k), plus
+    # what the session has seen).
+    pool_depth: int
     fusion: str
     weights: dict[str, float]
     rrf_k: int
@@ -330,6 +336,7 @@ def make_plan(p: RetrieveParams, config: EngineConfig = DEFAULT_CONFIG, *,
         raise InvalidParams("candidateK must be >= k (candidateK >= rerank.topN >= k)",
                             field="candidateK")
     candidate_k = min(p.candidate_k or max(k, config.candidate_k), config.max_candidate_k)
+    pool_depth = min(p.candidate_k or config.candidate_k, config.max_candidate_k)
     rank_by_confidence = _plan_rank_by(p, can_rank_by_confidence, rerank, unsupported)
     rerank_top_n = _plan_top_n(p, rerank, k, candidate_k, config, notes)
     graph_recall = _plan_graph_recall(p, unit, offered, unsupported)
@@ -339,6 +346,7 @@ def make_plan(p: RetrieveParams, config: EngineConfig = DEFAULT_CONFIG, *,
     return Plan(
         query=query, k=k, mode=mode, unit=unit, stored_unit=units.get(unit).stored,
         level=level, kinds=kinds, tree_search=tree_search, candidate_k=candidate_k,
+        pool_depth=pool_depth,
         fusion=fusion.method, weights=weights, rrf_k=fusion.rrf_k or config.rrf_k,
         alpha=fusion.alpha if fusion.alpha is not None else 0.5,
         filter=p.filter, min_score=p.min_score, include_text=p.include_text,

@@ -41,6 +41,7 @@ from .confidence import Calibrator
 from .cursor import query_hash
 from .evidence import packing_containment
 from .filters import compile_filter
+from .bridge import follow_bridge
 from .graph_recall import GraphSource
 from .hits import stored_hits
 from .params import PARAM_NAMES, make_plan, parse_params
@@ -194,18 +195,22 @@ class Retriever:
 
     def _recall(self, query: Query) -> Candidates:
         """Each wanted source's list, deeper by what the session already holds (so ``k`` new
-        hits remain after dedup)."""
+        hits remain after dedup). A source that reads the lists before it (graph recall's
+        passage prior) is given their heads, ``pool_depth`` deep, so what it finds does not
+        depend on ``k`` or the session either."""
         plan = query.plan
         seen = self.sessions.seen_count(plan.session_id) if plan.session_id else 0
         depth = plan.candidate_k + seen
         lists: dict[str, Any] = {}
+        heads: dict[str, Any] = {}
         for source in self.sources:
             if source.wanted(plan):
-                got = source.recall(query, lists, depth)
+                got = source.recall(query, heads, depth)
                 if got is not None:
                     lists[source.name] = got
+                    heads[source.name] = got[:plan.pool_depth]
         query.request.ctl.check()
-        return Candidates(lists)
+        return Candidates(lists, plan.pool_depth)
 
     def _rank(self, query: Query, cands: Candidates) -> None:
         """Fuse, dedup against the session, report the fused head as progress, rerank, rank
@@ -214,14 +219,15 @@ class Retriever:
         seen yet."""
         plan, ctl = query.plan, query.request.ctl
         stages.fuse(query, cands)
+        if plan.graph_recall and plan.kinds == [("chunk", 0)]:
+            follow_bridge(query, cands)
         if plan.session_id:
             new = self.sessions.filter_new(plan.session_id, stored_candidates(
                 self.store, query.index, [p for p, _s in cands.ranked]))
             cands.ranked = [ps for ps, ok in zip(cands.ranked, new) if ok]
         stages.keep_fused(query, cands)
         if ctl.wants_progress:
-            first = cands.ranked[:plan.k]
-            partial = self._hits(query, cands, first, list(range(len(first))))
+            partial = self._hits(query, cands, cands.ranked[:plan.k])
             ctl.report(0.5, "fuse", f"recalled {len(cands.ranked)} candidate(s)",
                        [h.to_wire() for h in partial])
         ctl.check()
@@ -254,7 +260,7 @@ class Retriever:
         top = [cands.ranked[i] for i in packed.taken]
         request.ctl.check()
         next_cursor = paging.next_cursor(request, packed, self.secret)
-        hits = self._hits(query, cands, top, packed.taken)
+        hits = self._hits(query, cands, top)
         if plan.session_id:
             paging.record(self.sessions, request,
                           stored_candidates(self.store, index, [p for p, _s in top]))
@@ -262,15 +268,14 @@ class Retriever:
         return paging.result(request, hits, candidates=cands.count, reranked=len(cands.rerank),
                              tokens=packed.tokens, next_cursor=next_cursor)
 
-    def _hits(self, query: Query, cands: Candidates, top: list[tuple[int, float]],
-              ranks: list[int]) -> list[Hit]:
-        """Hits for ``top``, their confidence learned (ranked by confidence) or calibrated at
-        their ``ranks``."""
+    def _hits(self, query: Query, cands: Candidates, top: list[tuple[int, float]]) -> list[Hit]:
+        """Hits for ``top``, their confidence learned (ranked by confidence) or calibrated
+        against the query's pool (:mod:`.scoring`: never from the page)."""
         positions = [p for p, _s in top]
         if cands.learned is not None:
             confidence: list[float | None] | None = [cands.learned[p] for p in positions]
         elif self.scorer is not None:
-            confidence = self.scorer.confidence(query, cands, positions, ranks)
+            confidence = self.scorer.confidence(query, cands, positions)
         else:
             confidence = None
         return stored_hits(self.store, query, cands, top, confidence)
@@ -323,15 +328,14 @@ class Retriever:
         """Hits for the fused ``top`` (scored by the fusion), each built from the ranking
         that placed it highest (its stage scores and confidence)."""
         best = rewrite.best_runs([c.ranked for _q, c in runs], [p for p, _s in top])
-        groups: dict[int, list[tuple[int, float, int]]] = {}
+        groups: dict[int, list[tuple[int, float]]] = {}
         for pos, score in top:
-            run, rank = best[pos]
-            groups.setdefault(run, []).append((pos, score, rank))
+            run, _rank = best[pos]
+            groups.setdefault(run, []).append((pos, score))
         built: dict[str, Hit] = {}
         for run, items in groups.items():
             query, cands = runs[run]
-            for hit in self._hits(query, cands, [(p, s) for p, s, _r in items],
-                                  [r for _p, _s, r in items]):
+            for hit in self._hits(query, cands, items):
                 built[hit.id] = hit
         uids = runs[0][0].index.uids
         return [built[str(uids[p])] for p, _s in top if str(uids[p]) in built]

@@ -2,8 +2,13 @@
 
 Each unit's confidence is P(relevant) from the model of its kind's calibration family
 (:class:`~.confidence.Calibrator`), read from its per-stage scores against the query's
-whole recall pool. Down a result list it is made non-increasing (:func:`ceiling`): a hit
-never claims more confidence than the one ranked above it.
+pool (each recall list's head, ``Plan.pool_depth`` deep) at its rank in the pool's fused
+order. Down that order it is made non-increasing (:func:`ceiling`): a hit never claims
+more confidence than a unit the fusion ranked above it, returned or not. Nothing of it
+depends on ``k``, ``tokenBudget``, the page (a cursor's place), what a session has seen, or
+a reordering after fusion (rerank, recency, MMR): the same hit of the same query gets the
+same confidence whichever page returns it (only an explicit ``candidateK`` changes the
+pool).
 """
 
 from __future__ import annotations
@@ -45,15 +50,18 @@ class Scorer:
         self._recall = recall
         self._store = store
 
-    def probabilities(self, query: Query, cands: Candidates, positions: list[int],
-                      ranks: np.ndarray) -> np.ndarray | None:
+    def probabilities(self, query: Query, cands: Candidates,
+                      positions: list[int]) -> np.ndarray | None:
         """P(relevant) of the units at ``positions``, each by the model of its kind's family
-        (NaN where that family has no model; None without any). The recall lists are the
-        pool the scores are read against; when graph recall ran, the hits' PageRank masses
-        go with them and the mode's graph model scores them."""
+        (NaN where that family has no model; None without any), at its rank in the pool's
+        fused order. The pool's lists are what the scores are read against; when graph
+        recall ran, the hits' PageRank masses go with them and the mode's graph model scores
+        them. The model of a family is asked once, with that family's units in the order of
+        ``positions``."""
         plan, index = query.plan, query.index
         if not positions:
             return None
+        ranks = np.asarray(cands.pool_ranks(positions), dtype=np.float64)
         per_stage = cands.per_stage(positions)
         graph_ran = "graph" in per_stage
         families = [units.calibration_family(index.units[p]) for p in positions]
@@ -70,7 +78,7 @@ class Scorer:
             at = np.array([i for i, f in enumerate(families) if f == family])
             pool = {name: np.array([s for p, s in ranked
                                     if units.calibration_family(index.units[p]) == family])
-                    for name, ranked in cands.lists.items()}
+                    for name, ranked in cands.pool.items()}
             got = {name: x[at] for name, x in stage.items()}
             model = self.calibrator.model_for(plan.mode, family, graph_ran)
             docs = (self._doc_counts(index, [positions[i] for i in at])
@@ -88,12 +96,26 @@ class Scorer:
         return np.array([max(1, len((rows.get(int(index.rowids[p])) or {}).get("doc_ids")
                                     or [None])) for p in positions], dtype=np.float64)
 
-    def confidence(self, query: Query, cands: Candidates, positions: list[int],
-                   ranks: list[int]) -> list[float | None] | None:
-        """Calibrated P(relevant) per hit, made non-increasing down the list (None for a hit
-        whose kind has no calibration; None for all without any)."""
-        probs = self.probabilities(query, cands, positions, np.asarray(ranks, dtype=np.float64))
-        return None if probs is None else ceiling(probs.tolist())
+    def confidence(self, query: Query, cands: Candidates,
+                   positions: list[int]) -> list[float | None] | None:
+        """Calibrated P(relevant) per hit, capped by every unit above it in the pool's fused
+        order (None for a hit whose kind has no calibration; None for all without any).
+
+        The units above a hit that the page does not hold (an earlier page's, a session's,
+        the ones packing passed over, or reranked below it) are scored too, after the hits
+        (a default first page holds them all already)."""
+        ranks = cands.pool_ranks(positions)
+        deepest = max(ranks, default=-1)
+        asked = set(positions)
+        above = [p for p in cands.pool_order[:deepest + 1] if p not in asked]
+        probs = self.probabilities(query, cands, positions + above)
+        if probs is None or np.isnan(probs[:len(positions)]).all():
+            return None
+        p_of = dict(zip(positions + above, probs.tolist()))
+        order = [p_of[p] for p in cands.pool_order[:deepest + 1]]
+        capped = ceiling(order)
+        return [capped[r] if r < len(order) else ceiling(order + [p_of[pos]])[-1]
+                for pos, r in zip(positions, ranks)]
 
     def rank(self, query: Query, cands: Candidates) -> None:
         """Re-rank the fused list by calibrated P(relevant); the score becomes that
@@ -101,8 +123,7 @@ class Scorer:
         against RRF's 0.873."""
         plan = query.plan
         positions = [p for p, _s in cands.ranked]
-        probs = self.probabilities(query, cands, positions,
-                                   np.arange(len(positions), dtype=np.float64))
+        probs = self.probabilities(query, cands, positions)
         if probs is None or np.isnan(probs).any():
             raise OptionUnsupported(f"no confidence calibration for {plan.mode}/{plan.unit}",
                                     option="x-rcp-agentic-rankBy")

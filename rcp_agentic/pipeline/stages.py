@@ -10,7 +10,7 @@ it makes; the arithmetic lives in its own module (:mod:`.fusion`, :mod:`.recency
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
@@ -21,7 +21,7 @@ from ..ranking import MASS_TOLERANCE
 from ..ranking import ranked as rank_scores
 from ..store.docstore import Docstore
 from . import fusion
-from .candidates import Candidates, Query
+from .candidates import Candidates, Query, Ranking
 from .graph_recall import GraphList
 from .mmr import mmr_order
 from .recency import decay
@@ -31,16 +31,27 @@ RERANK_SLICE = 16  # rerank in slices, so a cancel or deadline stops a long rera
 
 
 def fuse(query: Query, cands: Candidates) -> None:
-    """The fused ranking (``fused`` scores kept when lists were fused). In a pool of several
-    kinds (a collapsed tree) a chunk's rank in each list counts only the chunks above it, so
-    the chunks keep the order a chunk-only retrieve gives them; a summary's rank counts every
-    unit above it."""
-    plan, lists = query.plan, cands.lists
+    """The fused ranking (``fused`` scores kept when lists were fused) and the pool's fused
+    order (``pool_order``: the same fusion of each list's head, ``pool_depth`` deep; the
+    ranking itself when recall ran no deeper). In a pool of several kinds (a collapsed tree)
+    a chunk's rank in each list counts only the chunks above it, so the chunks keep the
+    order a chunk-only retrieve gives them; a summary's rank counts every unit above it."""
+    cands.ranked = _fused(query, cands, cands.lists)
+    pool = cands.pool
+    deeper = any(len(pool[name]) < len(ranked) for name, ranked in cands.lists.items())
+    cands.pool_order = [p for p, _s in (_fused(query, cands, pool) if deeper
+                                        else cands.ranked)]
+
+
+def _fused(query: Query, cands: Candidates,
+           lists: Mapping[str, Sequence[tuple[int, float]]]) -> Ranking:
+    """``lists`` (the recall lists, or their heads) fused as the plan says; the graph list's
+    weight scales with the query's subject share (``cands.lists``' graph list)."""
+    plan = query.plan
     if plan.mode != "hybrid" and "graph" not in lists:
-        cands.ranked = list(lists[plan.mode])
-        return
+        return list(lists[plan.mode])
     weights = plan.weights
-    graph = lists.get("graph")
+    graph = cands.lists.get("graph")
     if isinstance(graph, GraphList) and not plan.graph_weight_given:
         weights = {**weights, "graph": weights["graph"] * graph.share}
     if plan.fusion == "rrf":
@@ -48,12 +59,11 @@ def fuse(query: Query, cands: Candidates) -> None:
         if plan.pooled:
             index, chunk = query.index, units.get("chunk").stored
             leaf = lambda p: index.units[p] == chunk  # noqa: E731
-        cands.ranked = fusion.rrf(lists, weights, plan.rrf_k, leaf=leaf)
-    else:
-        union = sorted({p for ranked in lists.values() for p, _s in ranked})
-        fill = cands.per_stage(union)
-        cands.ranked = (fusion.weighted(lists, weights, fill) if plan.fusion == "weighted"
-                        else fusion.convex(lists, plan.alpha, fill))
+        return fusion.rrf(lists, weights, plan.rrf_k, leaf=leaf)
+    union = sorted({p for ranked in lists.values() for p, _s in ranked})
+    fill = cands.per_stage(union)
+    return (fusion.weighted(lists, weights, fill) if plan.fusion == "weighted"
+            else fusion.convex(lists, plan.alpha, fill))
 
 
 def keep_fused(query: Query, cands: Candidates) -> None:
