@@ -1,4 +1,5 @@
-"""The corrective retrieval loop: verdicts, refinement, re-query, escalation, fallback, bounds."""
+"""The corrective retrieval loop: verdicts, refinement, re-query, bridge following, escalation,
+fallback, bounds."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from langchain_core.language_models import FakeListChatModel
 from conftest import DOCS
 from rcp_agentic import Engine
 from rcp_agentic.agentic import ConfidenceEvaluator, CorrectiveRetriever
+from rcp_agentic.agentic.bridge import about, attests, bridge_entities, coverage, question_terms
 from rcp_agentic.agentic.rewrite import expand_query
 from test_loaders import write_pdf
 
@@ -109,9 +111,15 @@ def test_evidence_puts_the_questions_own_hits_first(paged: Engine) -> None:
     res = CorrectiveRetriever(paged, k=3, max_steps=3, min_evidence=10,
                               evaluator=ConfidenceEvaluator(upper=1.0, lower=lower)).run(question)
     asked = {s.index: s.query for s in res.trace}
-    tiers = [0 if asked[h["meta"]["step"]] == question and h["confidence"] >= lower
-             else 2 if asked[h["meta"]["step"]] == question else 1 for h in res.evidence]
-    assert tiers == sorted(tiers) and {0, 2} <= set(tiers)
+
+    def tier(hit: dict[str, Any]) -> int:
+        if asked[hit["meta"]["step"]] != question:
+            follows = hit["meta"].get("follows")
+            return 4 if not follows else 1 if about(hit, follows) else 3
+        return 0 if hit["confidence"] >= 1.0 else 2 if hit["confidence"] >= lower else 5
+
+    tiers = [tier(h) for h in res.evidence]
+    assert tiers == sorted(tiers) and {2, 5} <= set(tiers)
     assert res.evidence[-1]["id"] == first[-1]["id"]      # kept, but behind the rest
     found = [i for s in res.trace for i in s.hit_ids]
     for t in set(tiers):                                  # the order found within a tier
@@ -149,8 +157,10 @@ def test_fallback_to_another_engine(tmp_path: Path, paged: Engine, embedder: Any
     other.add_documents([{"id": "bh", "text": "Black holes bend spacetime; quantum gravity "
                                              "studies horizons and Hawking radiation."}])
     try:
+        # cover=0: a correct step ends the loop (no bridge to follow in this corpus).
         loop = CorrectiveRetriever(paged, fallbacks=[other], names=["main", "physics"], k=3,
-                                   max_steps=6, min_evidence=1, options={"unit": "chunk"})
+                                   max_steps=6, min_evidence=1, cover=0.0,
+                                   options={"unit": "chunk"})
         res = loop.run(OFF_TOPIC)
         assert [s.action for s in res.trace][-1] == "fallback"
         assert res.trace[-1].engine == "physics"
@@ -193,9 +203,16 @@ def test_no_confidence_keeps_everything(tmp_path: Path) -> None:
     eng = Engine(tmp_path / "e", embedder=DeterministicFakeEmbedding(size=16))
     eng.add_documents(DOCS)
     try:
-        res = CorrectiveRetriever(eng, k=2, max_steps=2).run("vitamin")
+        res = CorrectiveRetriever(eng, k=2, max_steps=2, follow=0).run("vitamin")
         assert res.trace[0].verdict == "ambiguous" and "no confidence" in res.trace[1].reason
+        assert res.trace[1].action == "expand"
         assert len(res.evidence) == 4  # two steps, two hits each, nothing refined away
+        # Following a bridge keeps the hits that name it, confidence or not.
+        res = CorrectiveRetriever(eng, k=2, max_steps=2).run("vitamin")
+        assert res.trace[1].action == "follow" and res.trace[1].followed
+        later = [h for h in res.evidence if h["meta"]["step"] == 2]
+        assert len(later) == res.trace[1].kept
+        assert all(any(attests(h["text"], n) for n in res.trace[1].followed) for h in later)
     finally:
         eng.close()
 
@@ -297,13 +314,13 @@ def test_loop_escalates_to_graph_recall(multihop: Engine) -> None:
 
 
 def test_graph_false_keeps_the_loop_off_the_graph(multihop: Engine) -> None:
-    from test_graph_recall import BRIDGE, QUESTION
+    from test_graph_recall import QUESTION
 
     loop = CorrectiveRetriever(multihop, k=2, max_steps=4, min_evidence=2, graph=False)
     assert loop.ladder(0) == ["chunk", "page", "document"]
     res = loop.run(QUESTION)
-    assert not any(s.graph or s.action == "graph" for s in res.trace)
-    assert f"doc:{BRIDGE}#c0" not in [i for s in res.trace for i in s.hit_ids]
+    assert res.calls > 1 and not any(s.graph or s.action == "graph" for s in res.trace)
+    assert all(h["unit"] == "chunk" for h in res.evidence)
 
 
 def test_graph_recall_from_the_first_step(multihop: Engine) -> None:
@@ -350,3 +367,154 @@ def test_graph_units_never_stand_in_for_their_chunks(multihop: Engine) -> None:
     document = multihop.retrieve(question, k=1, unit="document").to_wire()["hits"][0]
     node = multihop.retrieve(question, k=1, unit="node").to_wire()["hits"][0]
     assert not _contains(document, node)
+
+
+# --- following the bridge ----------------------------------------------------------------------
+
+BRIDGE_QUESTION = ("Who was the first president of the association that publishes the Journal "
+                   "of Quiet Minds?")
+# The journal's passage names its publisher, the Northfield Society, which the question never
+# names; the society's passage shares no word of the question's second hop ("founding head",
+# not "first president"), so no retrieve of the question reaches it before its look-alikes.
+BRIDGE_DOCS = {
+    "Journal of Quiet Minds": ("The Journal of Quiet Minds is a peer-reviewed journal of "
+                               "psychology published by the Northfield Society since 1952."),
+    "Northfield Society": ("The Northfield Society was formed in 1901 by teachers in Leeds. Its "
+                           "founding head was Clara Venn, who led it for ten years."),
+    "Journal of Loud Minds": ("The Journal of Loud Minds is a journal of psychology published by "
+                              "a university press."),
+    "Presidents of associations": ("The first president of an association is usually elected "
+                                   "by its founding members."),
+    "Psychology association": ("An association of psychology publishes journals and elects a "
+                               "president every year."),
+    "Clara Venn": "Clara Venn was a teacher in Leeds and wrote two books on reading.",
+}
+
+
+@pytest.fixture(scope="module")
+def chain(tmp_path_factory: pytest.TempPathFactory, embedder: Any) -> Any:
+    eng = Engine(tmp_path_factory.mktemp("bridge") / "e", embedder=embedder)
+    eng.add_documents([{"id": t.lower().replace(" ", "-"), "title": t, "text": x}
+                       for t, x in BRIDGE_DOCS.items()])
+    yield eng
+    eng.close()
+
+
+def test_the_loop_follows_the_bridge_its_evidence_names(chain: Engine) -> None:
+    single = [h.id for h in chain.retrieve(BRIDGE_QUESTION, k=4).hits]
+    assert "doc:northfield-society#c0" not in single     # a wider retrieve misses the bridge
+    res = CorrectiveRetriever(chain, k=2, max_steps=4, graph=False, hops=2).run(BRIDGE_QUESTION)
+    first, second = res.trace[0], res.trace[1]
+    assert first.hit_ids[0] == "doc:journal-of-quiet-minds#c0" and first.hop == 0
+    assert (second.action, second.hop, second.followed) == ("follow", 1, ["Northfield Society"])
+    assert second.query == f"{BRIDGE_QUESTION} Northfield Society"
+    assert "follow Northfield Society" in second.reason
+    found = {h["id"]: h for h in res.evidence}
+    assert found["doc:northfield-society#c0"]["meta"] == {
+        **found["doc:northfield-society#c0"]["meta"], "step": 2, "follows": ["Northfield Society"]}
+    # The follow-up's look-alike names no bridge: it stays out, however confident.
+    assert "doc:journal-of-loud-minds#c0" in second.hit_ids
+    assert "doc:journal-of-loud-minds#c0" not in found
+    # The passages about the bridges rank after the question's confident hit, before its
+    # other hits (whose confidence the calibration doubts).
+    assert found["doc:journal-of-quiet-minds#c0"]["confidence"] >= 0.6
+    assert found[first.hit_ids[1]]["confidence"] < 0.6
+    assert [h["id"] for h in res.evidence] == [
+        "doc:journal-of-quiet-minds#c0", "doc:northfield-society#c0", "doc:clara-venn#c0",
+        first.hit_ids[1]]
+    # It names the next hop, followed one bridge deeper.
+    third = res.trace[2]
+    assert third.action == "follow" and third.hop == 2 and "Clara Venn" in third.followed
+    assert found["doc:clara-venn#c0"]["meta"]["follows"]
+
+
+def test_the_release_loop_neither_follows_nor_filters(chain: Engine) -> None:
+    res = CorrectiveRetriever(chain, k=2, max_steps=4, graph=False, follow=0, cover=0.0
+                              ).run(BRIDGE_QUESTION)
+    assert [s.action for s in res.trace][:2] == ["retrieve", "expand"]
+    assert not any(s.followed or s.hop for s in res.trace)
+    assert not any(h["meta"].get("follows") for h in res.evidence)
+    assert "doc:journal-of-loud-minds#c0" in {h["id"] for h in res.evidence}  # kept by confidence
+
+
+def test_hops_and_cover_bound_the_chain(chain: Engine) -> None:
+    none = CorrectiveRetriever(chain, k=2, max_steps=4, graph=False, hops=0).run(BRIDGE_QUESTION)
+    assert none.calls == 1 and none.stop_reason.startswith("hops: 0 bridge(s) followed")
+    one = CorrectiveRetriever(chain, k=2, max_steps=4, graph=False, hops=1).run(BRIDGE_QUESTION)
+    assert [s.hop for s in one.trace] == [0, 1] and one.stop_reason.startswith("hops: 1")
+    # The question's terms are never all covered here ("first president" is nowhere): with
+    # cover 1 the loop goes on; with a share the evidence reaches, the bridge ends it.
+    held = one.trace[-1].coverage
+    assert held is not None and 0 < held < 1
+    assert held == pytest.approx(coverage(question_terms(BRIDGE_QUESTION),
+                                          [h["text"] for h in one.evidence
+                                           if h["confidence"] >= 0.6 or h["meta"].get("follows")]),
+                                 abs=1e-4)
+    enough = CorrectiveRetriever(chain, k=2, max_steps=4, graph=False, cover=held
+                                 ).run(BRIDGE_QUESTION)
+    assert enough.calls == 2 and enough.stop_reason.startswith("correct: ")
+    assert "passages name Northfield Society" in enough.stop_reason
+    with pytest.raises(ValueError):
+        CorrectiveRetriever(chain, cover=1.5)
+    with pytest.raises(ValueError):
+        CorrectiveRetriever(chain, hops=-1)
+
+
+def test_bridge_entities_are_the_names_the_question_does_not_give() -> None:
+    question = "Who founded the label that released Harbor Songs?"
+    hits = [
+        {"text": "Harbor Songs is an album by Velvet Lanterns, released by Northwind Records "
+                 "in 1979.", "confidence": 0.9, "citation": {"title": "Harbor Songs"}},
+        {"text": "Northwind Records Ltd. was founded by Ada Byrne in Bergen.",
+         "confidence": 0.3, "citation": {"title": "Northwind Records"}},
+    ]
+    names = [b.name for b in bridge_entities(question, hits, limit=5)]
+    # The question's own entity is no bridge; a hit's own subject under another name
+    # ("Northwind Records Ltd." in the passage titled "Northwind Records") is not either.
+    assert names[:2] == ["Velvet Lanterns", "Northwind Records"]
+    assert "Harbor Songs" not in names and "Northwind Records Ltd" not in names
+    assert set(names[2:]) == {"Ada Byrne", "Bergen"}
+    # The naming sentence's share of the question's terms and the hit's
+    # confidence score a name; names already followed, or held by one, are skipped.
+    scored = bridge_entities(question, hits, limit=5)
+    assert scored[0].score == pytest.approx(0.9 * (1 + 3 / 5))  # harbor, song, releas
+    assert [b.name for b in bridge_entities(question, hits, skip=["Velvet Lanterns", "Bergen"],
+                                            limit=5)] == ["Northwind Records", "Ada Byrne"]
+    assert bridge_entities(question, [], limit=3) == []
+
+
+def test_attestation_and_coverage_read_words() -> None:
+    assert attests("Anna Pálsdóttir was born in Reykjavík.", "Anna Palsdottir")
+    assert not attests("Annapolis is a city.", "Anna")
+    assert attests("It was published by the American Psychological Association.",
+                   "American Psychological Association")
+    terms = question_terms("Who was the first president of the association?")
+    assert terms == {"first", "presid", "associ"}
+    assert coverage(terms, ["The association elected its president."]) == pytest.approx(2 / 3)
+    assert coverage(frozenset(), ["anything"]) == 1.0
+
+
+def test_replayed_stops_match_real_runs(chain: Engine) -> None:
+    """bench/corrective.py tunes ``cover`` and ``hops`` by replaying one long trajectory;
+    the replay must stop where the loop itself stops."""
+    import importlib.util
+
+    from conftest import REPO
+
+    spec = importlib.util.spec_from_file_location("corrective_bench",
+                                                  REPO / "bench" / "corrective.py")
+    bench = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = bench  # dataclasses look their module up while it loads
+    spec.loader.exec_module(bench)
+    questions = [BRIDGE_QUESTION, "Which teacher from Leeds wrote books on reading?",
+                 "What does the Journal of Loud Minds publish?"]
+    for question in questions:
+        long = bench.Trajectory.of(CorrectiveRetriever(
+            chain, k=2, max_steps=4, graph=False, cover=1.0, hops=3).run(question))
+        for cover, hops in ((0.0, 3), (0.5, 1), (0.6, 2), (1.0, 0), (1.0, 1)):
+            real = CorrectiveRetriever(chain, k=2, max_steps=4, graph=False, cover=cover,
+                                       hops=hops).run(question)
+            steps, why = long.cut(cover=cover, hops=hops)
+            assert steps == real.calls, (question, cover, hops)
+            assert real.stop_reason.startswith(why)
+            assert long.upto(steps) == (bench.ranked_docs(real.evidence), real.tokens)

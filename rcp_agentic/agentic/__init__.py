@@ -1,4 +1,5 @@
-"""Agentic retrieval on top of RCP: a corrective (CRAG-style) loop over confidence and sessions."""
+"""Agentic retrieval on top of RCP: a corrective (CRAG-style) loop over confidence and sessions
+that follows multi-hop bridge entities with no LLM."""
 
 from .evaluator import Assessment, ConfidenceEvaluator
 from .loop import CorrectiveResult, CorrectiveRetriever, Step

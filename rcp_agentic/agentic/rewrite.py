@@ -46,10 +46,10 @@ def expand_query(query: str, evidence: Sequence[Mapping[str, Any]], *, entities:
                 break
     if found:
         return f"{query} {' '.join(found)}"
-    return _frequent_words(query, evidence, terms)
+    return frequent_words(query, evidence, terms)
 
 
-def _frequent_words(query: str, evidence: Sequence[Mapping[str, Any]], terms: int) -> str:
+def frequent_words(query: str, evidence: Sequence[Mapping[str, Any]], terms: int = 6) -> str:
     """``query`` plus the most frequent new words of ``evidence`` (capitalised words weigh double)."""
     seen = {w.lower() for w in _WORD.findall(query)}
     counts: Counter[str] = Counter()
