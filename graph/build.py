@@ -9,16 +9,21 @@ gives (extraction — the expensive part — and name embedding are what is save
 Aggregation, all deterministic (chunks in row order, ties broken by key):
 
 * mentions per chunk: title-lexicon hits plus the extractor's, overlaps resolved
-  longest first (a title wins a tie); a one-word name that is the first or last word
-  of exactly one longer name in the same chunk is that name ("Porcaro" in the
-  passage about Jeff Porcaro);
+  longest first (a title wins a tie), then checked against the whole corpus
+  (:func:`_resolve`): a name opening a sentence loses a first word the corpus writes
+  lowercase ("Installing Valgrind" is Valgrind); a one-word name that is the first or
+  last word of exactly one longer name in the same chunk is that name ("Porcaro" in the
+  passage about Jeff Porcaro) unless it stands alone in other chunks; the name after a
+  connector inside a longer one is an entity of the chunk too ("Austria" in
+  "Margraviate of Austria");
 * entities: key = :func:`~.resolve.entity_key`; mention weight ``1 + ln(count)``;
   ``about`` = the chunks of the documents whose title has that key; description =
   its most informative mention sentences (the about-passage's lead first, then the
   sentences joining most other entities) within ``description_tokens``;
 * relations: entity pairs in one sentence (each mention with the next ``pair_window``),
   weighted by normalised PMI over sentences; each entity keeps its
-  ``max_relations_per_entity`` strongest pairs (so large corpora do not explode);
+  ``max_relations_per_entity`` strongest pairs (so large corpora do not explode); a
+  pair joined only by markup (a rule line, symbols without a letter) is no relation;
   LLM relations are added as typed triplets;
 * synonyms: name-embedding cosine between entity names (when ``embed`` is given).
 """
@@ -26,18 +31,21 @@ Aggregation, all deterministic (chunks in row order, ties broken by key):
 from __future__ import annotations
 
 import math
+import re
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 import numpy as np
 
 from ..models.tokenizer import count_tokens, count_tokens_batch
 from ..read_first import checkpoint
-from .extract import (ChunkExtraction, Extractor, Lexicon, RawMention, choose_mentions,
-                      sentence_spans,
-                      title_entries, title_key, title_name)
+from .extract import (RULE_RUN, STOPWORDS, ChunkExtraction, Extractor, Lexicon, RawMention,
+                      choose_mentions, fold, sentence_spans, title_entries, title_key,
+                      title_name)
 from .model import ChunkText, Entity, GraphData, Relation, Span, Synonym
 from .resolve import entity_key, synonym_edges
 
@@ -60,7 +68,7 @@ class GraphConfig:
 
     @property
     def identity(self) -> str:
-        return (f"graph/1;desc={self.description_tokens};win={self.pair_window};"
+        return (f"graph/2;desc={self.description_tokens};win={self.pair_window};"
                 f"rel={self.max_relations_per_entity};npmi={self.min_npmi};"
                 f"syn={self.synonym_threshold}/{self.synonym_top_k}/{self.synonym_min_chunks};"
                 f"sent={self.max_sentence_entities}")
@@ -101,6 +109,7 @@ class GraphCache:
     stats: BuildStats = field(default_factory=BuildStats)
 
 
+@lru_cache(maxsize=1 << 20)
 def _rowid_order(key: str) -> tuple[int, str]:
     digits = key[1:] if key[:1] == "r" else ""
     return (int(digits), key) if digits.isdigit() else (1 << 62, key)
@@ -178,6 +187,14 @@ def update_graph(cache: GraphCache, extractor: Extractor, *, added: Sequence[Chu
     return graph
 
 
+def resolved_mentions(cache: GraphCache) -> dict[str, list[tuple[str, RawMention]]]:
+    """Each cached chunk's mentions with the entity keys the aggregation gives them,
+    chunks in row order (what a benchmark of entity linking reads)."""
+    order = sorted(cache.chunks, key=_rowid_order)
+    title_keys, _about = _title_index(cache, order)
+    return _resolve(cache, order, title_keys)
+
+
 # --- aggregation ---------------------------------------------------------------------------
 
 @dataclass
@@ -191,10 +208,22 @@ class _Sent:
 
 
 def _name_parts(keyed: list[tuple[str, RawMention]], own: str,
-                titles: Mapping[str, object]) -> list[tuple[str, RawMention]]:
+                titles: Mapping[str, object], alone: Mapping[str, int] | None = None,
+                named: AbstractSet[str] = frozenset(),
+                own_entries: AbstractSet[str] = frozenset(),
+                common: AbstractSet[str] = frozenset()) -> list[tuple[str, RawMention]]:
     """Re-key a one-word name to the longer name of the chunk it starts or ends: the only
-    one, or the chunk's own title among several. A sentence-initial lone word (kind
-    ``initial``) that is neither such a part nor a title is dropped."""
+    one, or the chunk's own title among several — unless the word is a title or stands
+    alone (no longer name of its chunk holds it) in :data:`ALONE_CHUNKS` chunks or more:
+    then it names a thing of its own ("Valgrind" in the chunk headed "Installing
+    Valgrind", "Arkansas" in the passage titled "..., White County, Arkansas"). A name
+    that is one of ``own_entries`` (the keys of the chunk's own title) is that title, by
+    its longest key ("Toto" in "Toto (band)" is "toto band", never "Toto IV"). A
+    sentence-initial lone word (kind ``initial``) that is neither such a part nor a title
+    nor a name written mid-sentence in :data:`ALONE_CHUNKS` chunks (``named``) and not a
+    ``common`` word is dropped."""
+    alone = alone or {}
+    full = max(own_entries, key=lambda e: (len(e), e)) if own_entries else own
     long_keys = {k for k, m in keyed if " " in k and m.kind not in NO_SYNONYM_KINDS}
     if " " in own:
         long_keys.add(own)
@@ -205,15 +234,17 @@ def _name_parts(keyed: list[tuple[str, RawMention]], own: str,
         parts[words[-1]].add(k)
     out = []
     for k, m in keyed:
+        if k in own_entries:            # "Toto" in "Toto (band)" is the band, not "Toto IV"
+            out.append((full, m))
+            continue
         if " " not in k and m.kind in ("name", "title", "initial", "person"):
             cands = parts.get(k, set())
-            if len(cands) == 1:
-                k = next(iter(cands))
-            elif own in cands:
-                k = own
-            elif m.kind == "initial" and k not in titles:
+            own_thing = k in titles or alone.get(k, 0) >= ALONE_CHUNKS
+            if cands and not own_thing and (len(cands) == 1 or own in cands):
+                out.append((next(iter(cands)) if len(cands) == 1 else own, m))
                 continue
-        elif m.kind == "initial" and k not in titles:
+        if m.kind == "initial" and k not in titles and (k not in named
+                                                        or fold(m.surface) in common):
             continue
         out.append((k, m))
     return out
@@ -239,9 +270,10 @@ def _aggregate(cache: GraphCache, embed: Embed | None, config: GraphConfig,
     order = sorted(cache.chunks, key=_rowid_order)
     title_keys, about = _title_index(cache, order)
     tally = _Tally()
+    resolved = _resolve(cache, order, title_keys)
     for key in order:
         checkpoint()
-        _tally_chunk(tally, key, cache, title_keys, stats)
+        _tally_chunk(tally, key, cache, resolved[key], stats)
     stats.seconds_aggregate += time.perf_counter() - t0
 
     t1 = time.perf_counter()
@@ -281,12 +313,12 @@ def _title_index(cache: GraphCache, order: list[str]
     return title_keys, about
 
 
-def _tally_chunk(tally: _Tally, key: str, cache: GraphCache, title_keys: Mapping[str, str],
-                 stats: BuildStats) -> None:
-    """Add one chunk's mentions, sentences, title entities and LLM results to ``tally``."""
+def _tally_chunk(tally: _Tally, key: str, cache: GraphCache,
+                 keyed: list[tuple[str, RawMention]], stats: BuildStats) -> None:
+    """Add one chunk's resolved mentions, sentences, title entities and LLM results to
+    ``tally``."""
     c = cache.chunks[key]
     x = cache.extractions[key]
-    keyed = _keyed_mentions(c, x, cache.title_hits.get(key, ()), title_keys)
     local = _count_mentions(tally, key, keyed, x, stats)
     if c.title:  # the document's title is an entity of its own chunks even if unwritten
         for entry in title_entries(c.title):
@@ -299,13 +331,165 @@ def _tally_chunk(tally: _Tally, key: str, cache: GraphCache, title_keys: Mapping
     _collect_llm_results(tally, key, x)
 
 
-def _keyed_mentions(c: ChunkText, x: ChunkExtraction, title_hits: Iterable[RawMention],
-                    title_keys: Mapping[str, str]) -> list[tuple[str, RawMention]]:
-    """The chunk's chosen mentions with their entity keys, one-word name parts re-keyed."""
-    chosen = choose_mentions([*x.mentions, *title_hits])
-    keyed = [(entity_key(m.surface), m) for m in chosen]
-    return _name_parts([(k, m) for k, m in keyed if k],
-                       entity_key(title_name(c.title)) if c.title else "", title_keys)
+# --- aggregation: resolving mentions (corpus-wide evidence) ---------------------------------
+
+ALONE_CHUNKS = 2          # a one-word name standing alone in this many chunks is its own thing
+NAME_KINDS = frozenset({"name", "initial", "acronym", "person", "org", "place", "entity"})
+_LOWER_WORD = re.compile(r"(?<![\w.])[a-z][a-z'’\-]*[a-z](?!\w)")
+_HAS_LETTER = re.compile(r"[^\W\d_]")
+_LIST_PUNCT = re.compile(r"[\s,;/&+\-–—]*")
+_POSSESSIVE_GAP = re.compile(r"['’]s?\s+")
+
+
+def _resolve(cache: GraphCache, order: Sequence[str], title_keys: Mapping[str, str]
+             ) -> dict[str, list[tuple[str, RawMention]]]:
+    """Every chunk's mentions with their entity keys, from what the whole corpus says:
+
+    1. per chunk, the chosen mentions (longest first, a title wins a tie; ``part``
+       mentions wait for step 4);
+    2. a name that opens a sentence loses its first word when the corpus writes that word
+       lowercase more often than it starts a name mid-sentence ("Installing Valgrind",
+       "Currently Valgrind", "Protests in Beijing"), and an all-capitals heading whose
+       every word is such a word ("CORE CHANGES") is no name;
+    3. one-word names are re-keyed to the chunk's longer name they are part of
+       (:func:`_name_parts`), unless they stand alone elsewhere; a lone word opening a
+       sentence is kept when it is a title or written as a name mid-sentence somewhere;
+    4. ``part`` mentions inside a chosen one are kept too (nested): "Austria" in
+       "Margraviate of Austria" (an entity of the chunk, not a relation end).
+
+    Keys without a letter are dropped but for dates and numbers.
+    """
+    chosen: dict[str, list[RawMention]] = {}
+    for key in order:
+        checkpoint()
+        x = cache.extractions[key]
+        chosen[key] = choose_mentions([*(m for m in x.mentions if m.kind != "part"),
+                                       *cache.title_hits.get(key, ())])
+    common = _common_words(cache, order, chosen)
+    keyed_of: dict[str, list[tuple[str, RawMention]]] = {}
+    for key in order:
+        x = cache.extractions[key]
+        keyed = []
+        for raw in chosen[key]:
+            m = raw
+            if common and raw.kind in NAME_KINDS:
+                cased = _truecase(cache.chunks[key].text, x, raw, common)
+                if cased is None:
+                    continue
+                m = cased
+            k = entity_key(m.surface)
+            if k and (m.kind in NO_SYNONYM_KINDS or _HAS_LETTER.search(k)):
+                keyed.append((k, m))
+        keyed_of[key] = keyed
+    alone = _standalone_counts(keyed_of)
+    named_in = Counter(k for keyed in keyed_of.values()
+                       for k in {k for k, m in keyed if m.kind != "initial"})
+    named = {k for k, n in named_in.items() if n >= ALONE_CHUNKS}
+    out: dict[str, list[tuple[str, RawMention]]] = {}
+    for key in order:
+        c = cache.chunks[key]
+        own = entity_key(title_name(c.title)) if c.title else ""
+        entries = {entity_key(e) for e in title_entries(c.title)} if c.title else set()
+        keyed = _name_parts(keyed_of[key], own, title_keys, alone, named, entries, common)
+        out[key] = keyed + _nested(cache, key, keyed_of[key])
+    return out
+
+
+def _sentence_initial(text: str, x: ChunkExtraction, m: RawMention) -> bool:
+    """Whether ``m`` opens its sentence (or line), bullets and quotes aside."""
+    if 0 <= m.sentence < len(x.sentences):
+        a = x.sentences[m.sentence][0]
+        if a <= m.start and not any(ch.isalnum() for ch in text[a:m.start]):
+            return True
+    line = text.rfind("\n", 0, m.start) + 1
+    return not any(ch.isalnum() for ch in text[line:m.start])
+
+
+def _common_words(cache: GraphCache, order: Sequence[str],
+                  chosen: Mapping[str, list[RawMention]]) -> frozenset[str]:
+    """Words of names that open a sentence (or of all-capitals names) that the corpus
+    writes lowercase at least twice and more often than it starts a name with them
+    mid-sentence: "Installing", "Currently", "Analysis" are words, "Valgrind" a name."""
+    cands: set[str] = set()
+    mid: Counter[str] = Counter()
+    for key in order:
+        text, x = cache.chunks[key].text, cache.extractions[key]
+        for m in chosen[key]:
+            if m.kind not in NAME_KINDS:
+                continue
+            words = m.surface.split()
+            if (len(words) > 1 and m.surface.isupper()) or m.kind == "initial" \
+                    or _sentence_initial(text, x, m):
+                cands.update(fold(w) for w in words)
+            else:
+                mid[fold(words[0])] += 1
+    if not cands:
+        return frozenset()
+    lower: Counter[str] = Counter()
+    for key in order:
+        for w in _LOWER_WORD.findall(cache.chunks[key].text):
+            if w in cands:
+                lower[w] += 1
+    return frozenset(w for w in cands if lower[w] >= 2 and lower[w] > mid[w])
+
+
+def _truecase(text: str, x: ChunkExtraction, m: RawMention,
+              common: frozenset[str]) -> RawMention | None:
+    """``m`` without its common first words (and the function words among them) when it
+    opens a sentence ("BACKGROUND Despite" is no name); None for an all-capitals name of
+    common words only."""
+    first, *rest = m.surface.split(None, 1)
+    if not rest:
+        return m
+    if m.surface.isupper():
+        return None if all(fold(w) in common for w in m.surface.split()) else m
+    if fold(first) not in common or not _sentence_initial(text, x, m):
+        return m
+    words = list(re.finditer(r"\S+", m.surface))
+    i = 1
+    while i < len(words) and (fold(words[i].group()) in STOPWORDS or fold(words[i].group())
+                              in common or not words[i].group()[:1].isupper()):
+        i += 1
+    if i >= len(words):
+        return None
+    cut = words[i].start()
+    return RawMention(m.surface[cut:], m.start + cut, m.end, m.sentence, m.kind)
+
+
+def _standalone_counts(keyed_of: Mapping[str, list[tuple[str, RawMention]]]) -> Counter[str]:
+    """Per one-word key, the chunks where no longer name of the chunk starts or ends with it."""
+    alone: Counter[str] = Counter()
+    for keyed in keyed_of.values():
+        edges: set[str] = set()
+        for k, m in keyed:
+            if " " in k and m.kind not in NO_SYNONYM_KINDS:
+                words = k.split()
+                edges.update((words[0], words[-1]))
+        alone.update({k for k, _m in keyed if " " not in k and k not in edges})
+    return alone
+
+
+def _nested(cache: GraphCache, key: str,
+            keyed: list[tuple[str, RawMention]]) -> list[tuple[str, RawMention]]:
+    """The ``part`` mentions of chunk ``key`` strictly inside one of its chosen mentions
+    ("Austria" in "Margraviate of Austria"). Other names inside a chosen one (an inner
+    title, "Prague" in "Prague astronomical clock") are left out: measured, they link
+    passages through hubs and cost graph recall."""
+    spans = [(m.start, m.end) for _k, m in keyed if m.end > m.start]
+    if not spans:
+        return []
+    have = {(m.start, m.end) for _k, m in keyed}
+    out: list[tuple[str, RawMention]] = []
+    for m in cache.extractions[key].mentions:
+        if m.kind != "part" or (m.start, m.end) in have:
+            continue
+        if not any(a <= m.start and m.end <= b and b - a > m.end - m.start for a, b in spans):
+            continue
+        k = entity_key(m.surface)
+        if k and _HAS_LETTER.search(k):
+            have.add((m.start, m.end))
+            out.append((k, m))
+    return out
 
 
 def _count_mentions(tally: _Tally, key: str, keyed: list[tuple[str, RawMention]],
@@ -315,9 +499,11 @@ def _count_mentions(tally: _Tally, key: str, keyed: list[tuple[str, RawMention]]
     for k, m in keyed:
         tally.counts[k][key] += 1
         tally.surfaces[k][m.surface] += 1
-        tally.kinds[k]["name" if m.kind == "initial" else m.kind] += 1
+        tally.kinds[k]["name" if m.kind in ("initial", "part") else m.kind] += 1
         stats.mentions += 1
-        if not 0 <= m.sentence < len(x.sentences):
+        # A nested part links its passage, not its sentence: as a relation end it would pair
+        # with its own longer name and crowd the sentence (measured: graph recall drops).
+        if m.kind == "part" or not 0 <= m.sentence < len(x.sentences):
             continue
         s = local.get(m.sentence)
         if s is None:
@@ -401,8 +587,9 @@ def _cooccurrence_relations(sents: list[_Sent], cache: GraphCache,
     df, pairs = _sentence_pairs(sents, config)
     scored = _score_pairs(pairs, df, max(1, len(sents)), config)
     keep = _strongest_pairs(scored, config)
-    return [_cooccurrence_relation(pair, pairs[pair], scored[pair], sents, cache)
-            for pair in sorted(keep)]
+    out = [_cooccurrence_relation(pair, pairs[pair], scored[pair], sents, cache)
+           for pair in sorted(keep)]
+    return [r for r in out if r is not None]
 
 
 def _sentence_pairs(sents: list[_Sent], config: GraphConfig
@@ -450,14 +637,21 @@ def _strongest_pairs(scored: Mapping[tuple[str, str], float],
 
 
 def _cooccurrence_relation(pair: tuple[str, str], where: list[int], score: float,
-                           sents: list[_Sent], cache: GraphCache) -> Relation:
-    """The relation of one pair, attested by its first sentence, weighted by its NPMI."""
+                           sents: list[_Sent], cache: GraphCache) -> Relation | None:
+    """The relation of one pair, attested by its first sentence that joins the two with
+    words rather than markup, weighted by its NPMI; None when every sentence is markup."""
     checkpoint()
-    s = sents[where[0]]
-    c = cache.chunks[s.chunk]
+    for i in where:
+        s = sents[i]
+        c = cache.chunks[s.chunk]
+        between = _between(c.text, s, pair)
+        if between is not None:
+            break
+    else:
+        return None
     evidence = c.text[s.start:s.end]
     return Relation(
-        subject=pair[0], object=pair[1], relation=_between(c.text, s, pair),
+        subject=pair[0], object=pair[1], relation=between,
         evidence=evidence, span=Span(c.doc_id, c.start + s.start, c.start + s.end),
         chunks=tuple(sorted({sents[i].chunk for i in where}, key=_rowid_order)),
         weight=round(score / math.log1p(len(where)), 6))
@@ -507,13 +701,22 @@ def _kind(kinds: Counter[str], is_title: bool) -> str:
     return min(kinds.items(), key=lambda kv: (-kv[1], kv[0]))[0]
 
 
-def _between(text: str, s: _Sent, pair: tuple[str, str]) -> str:
-    """The words joining the two mentions in their sentence (the offline 'relation')."""
+def _between(text: str, s: _Sent, pair: tuple[str, str]) -> str | None:
+    """The words joining the two mentions in their sentence (the offline 'relation');
+    None when they are markup: a rule line, or symbols and digits without a letter
+    ("==== *", "| ... |", "(3.19.0."). List punctuation alone joins as "and"."""
     pos = dict(zip(s.keys, s.positions))
-    (a0, a1), (b0, b1) = sorted((pos[pair[0]], pos[pair[1]]))
-    words = text[a1:b0].strip(" ,;:()\"'").split()
+    (_a0, a1), (b0, _b1) = sorted((pos[pair[0]], pos[pair[1]]))
+    raw = text[a1:b0]
+    if _POSSESSIVE_GAP.fullmatch(raw):      # "Valgrind's Memcheck"
+        return "'s"
+    words = raw.strip(" ,;:()\"'").split()
     if not words:
         return "and"
+    if RULE_RUN.search(raw):
+        return None
+    if not _HAS_LETTER.search(raw):
+        return "and" if _LIST_PUNCT.fullmatch(raw) else None
     if len(words) > 12:
         return " ".join(words[:6] + ["…"] + words[-5:])
     return " ".join(words)

@@ -1,7 +1,8 @@
 """Entity resolution: one key per thing, and synonym edges between near-duplicate names.
 
 :func:`entity_key` folds the surface variations that never change what is named
-(case, diacritics, punctuation, a leading "the", an English plural, "&" for "and").
+(case, diacritics, punctuation, a possessive, a leading "the", an English plural, "&"
+for "and").
 Names that are similar but may name different things ("Jeff Porcaro" / "Porcaro",
 "MIT" / "Massachusetts Institute of Technology") are *joined by synonym edges*
 (:func:`synonym_edges`, cosine of name embeddings) and never merged.
@@ -24,6 +25,7 @@ _DIGIT = re.compile(r"\d")
 _NON_WORD = re.compile(r"[^\w]+", re.UNICODE)
 _DOTTED = re.compile(r"(?<!\w)(?:[^\W\d_]\.){2,}")     # U.S., e.g. initialisms
 _KEEP_S = ("ss", "us", "is", "os", "as", "ys", "'s")
+_POSSESSIVE = re.compile(r"(?<=\w)'s?(?!\w)")     # "Delhi's", "Jones'": the owner's name
 
 
 def _singular(word: str) -> str:
@@ -46,7 +48,7 @@ def entity_key(surface: str) -> str:
     ('beatle', 'beatle', 'pal gabor')
     """
     text = _DOTTED.sub(lambda m: m.group().replace(".", ""), surface)
-    text = fold(text).replace("&", " and ").replace("'s ", " ").replace("’", "'")
+    text = _POSSESSIVE.sub("", fold(text).replace("’", "'").replace("&", " and "))
     words = [w for w in _NON_WORD.sub(" ", text.replace("'", "")).split() if w]
     if len(words) > 1 and words[0] == "the":
         words = words[1:]
