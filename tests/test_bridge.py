@@ -16,29 +16,19 @@ from typing import Any
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-
-from rcp_agentic import Engine
 from rcp_agentic.graph.model import Entity, GraphData
 from rcp_agentic.graph.ppr import GraphView
+from test_graph_recall import DOCS as WIKI
+from test_graph_recall import doc_id
+
+from rcp_agentic import Engine
 from rcp_agentic.pipeline import bridge, retriever
 from rcp_agentic.pipeline.candidates import Candidates
 
 QUESTION = "Where did the drummer of the group behind the single Midnight Harbor grow up?"
+# The wiki of test_graph_recall, with three passages about drummers who "grew up".
 DOCS = {
-    "Midnight Harbor": ("Midnight Harbor is a 1979 single recorded by Velvet Lanterns for their "
-                        "second album."),
-    "Velvet Lanterns": ("Velvet Lanterns began playing in Bergen during 1974. Oskar Brandvik "
-                        "kept time on stage for Velvet Lanterns."),
-    "Oskar Brandvik": "Oskar Brandvik grew up in Tromsø, near fjords above the Arctic Circle.",
-    "Copper Skyline": ("Copper Skyline is a single about a city harbor at midnight. The group "
-                       "behind it was founded by two friends."),
-    "Harbor Lights Band": ("Harbor Lights Band is a group founded in a harbor city. The group "
-                           "played a single at midnight."),
-    "City Groups": ("A group founded in a city often names a single after that city. Which "
-                    "city a group is founded in shapes its sound."),
-    "Seaside Choir": ("Seaside Choir sang the single Harbor Hymn. The choir was founded in a "
-                      "small city by the harbor."),
-    "Glass Orchard": "Glass Orchard released the album Paper Moons with producer Lena Varg.",
+    **WIKI,
     "Tromso Youth Band": ("Tromso Youth Band was a group of drummers who grew up together. The "
                           "drummer of the group led it."),
     "Drum Corps": ("A drummer of a group keeps time; many drummers grew up playing in a school "
@@ -48,10 +38,6 @@ DOCS = {
 }
 DRUMMER = "oskar-brandvik"
 GRAPH = {"graph_recall": True}
-
-
-def doc_id(title: str) -> str:
-    return "".join(c if c.isalnum() else "-" for c in title.lower()).strip("-")
 
 
 @pytest.fixture(scope="module")
