@@ -3,7 +3,8 @@
 A real engine with ``build_graph`` over a titled corpus where a three-hop question ("where
 did the drummer of the group behind the single Midnight Harbor grow up") needs the passage
 about the drummer, whom only the band's passage names: graph recall without the bridge
-never ranks it, the bridge puts it at rank ``BRIDGE_SLOT``. Filters scope it, sessions do
+never ranks it, the bridge puts it at rank ``BRIDGE_SLOT`` (the next-best bridge passage
+after it). Filters scope it, sessions do
 not repeat it, its confidence does not depend on ``k``. The pieces are checked on a graph
 built by hand, and the ranking surgery on generated rankings (hypothesis).
 """
@@ -13,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -22,8 +24,10 @@ from test_graph_recall import DOCS as WIKI
 from test_graph_recall import doc_id
 
 from rcp_agentic import Engine
+from rcp_agentic.agentic.loop import CorrectiveRetriever
 from rcp_agentic.pipeline import bridge, retriever
 from rcp_agentic.pipeline.candidates import Candidates
+from rcp_agentic.pipeline.sources import ScoredList
 
 QUESTION = "Where did the drummer of the group behind the single Midnight Harbor grow up?"
 # The wiki of test_graph_recall, with three passages about drummers who "grew up".
@@ -82,6 +86,32 @@ def test_the_bridge_brings_the_passage_the_first_hop_names(eng: Engine) -> None:
     # Deterministic, and the same through the wire name.
     again = eng.retrieve_params({"query": QUESTION, "k": 5, "x-rcp-agentic-graphRecall": True})
     assert [h.id for h in again.hits] == [h.id for h in res.hits]
+
+
+def test_each_bridge_passage_is_noted_at_its_rank_and_scored(eng: Engine) -> None:
+    res = eng.retrieve(QUESTION, k=8, **GRAPH)
+    notes = res.usage.notes or []
+    noted = [n for n in notes if n.startswith("graph recall: bridge passage ")]
+    assert 1 <= len(noted) <= bridge.BRIDGE_COUNT
+    for rank, note in enumerate(noted, start=bridge.BRIDGE_SLOT + 1):
+        assert note == (f"graph recall: bridge passage {res.hits[rank - 1].id} at rank {rank}, "
+                        "through an entity the first hop names")
+    # Only the bridge passages carry a bridge score, on the wire too.
+    wire = res.to_wire()["hits"]
+    bridged = [i for i, h in enumerate(wire) if "bridge" in h["scores"]]
+    assert bridged == list(range(bridge.BRIDGE_SLOT, bridge.BRIDGE_SLOT + len(noted)))
+    assert all(wire[i]["scores"]["bridge"] > 0 for i in bridged)
+    assert "bridge" not in eng.retrieve(QUESTION, k=8).to_wire()["hits"][0]["scores"]
+
+
+def test_the_loop_ranks_the_engines_bridge_before_its_doubtful_hits(eng: Engine) -> None:
+    loop = CorrectiveRetriever(eng, k=5, max_steps=1)
+    evidence = loop.run(QUESTION).evidence
+    upper = loop.evaluator.upper
+    at = next(i for i, h in enumerate(evidence) if h["chunk"]["docId"] == DRUMMER)
+    assert "bridge" in evidence[at]["scores"] and evidence[at]["confidence"] < upper
+    assert all(h["confidence"] >= upper or "bridge" in h["scores"] for h in evidence[:at])
+    assert all(h["confidence"] < upper for h in evidence[at + 1:])
 
 
 def test_a_short_page_keeps_the_first_hops(eng: Engine) -> None:
@@ -154,20 +184,39 @@ def test_bridge_candidates_take_each_passages_best_entity() -> None:
     assert got == pytest.approx({"r1": 1 / 2, "r2": 1 / 2, "r3": 1 / 3, "r4": 1 / 3})
 
 
+def test_relevance_reads_the_cosine_and_a_sparse_retrieve_its_bm25(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    cosine = ScoredList([(0, 0.8), (1, 0.5)], lambda pos: np.full(len(pos), -0.2))
+    bm25 = ScoredList([(1, 10.0), (0, 5.0)], lambda pos: np.full(len(pos), 2.5))
+    at = np.array([0, 1, 2])
+    monkeypatch.setattr(bridge, "BRIDGE_SPARSE", 0.0)
+    hybrid = Candidates({"dense": cosine, "sparse": bm25}, 10)
+    assert bridge._relevance(hybrid, at) == pytest.approx([0.8, 0.5, 0.0])  # cosine clipped
+    sparse = Candidates({"sparse": bm25}, 10)
+    assert bridge._relevance(sparse, at) == pytest.approx([0.5, 1.0, 0.25])
+    monkeypatch.setattr(bridge, "BRIDGE_SPARSE", 0.5)
+    assert bridge._relevance(hybrid, at) == pytest.approx([1.05, 1.0, 0.125])
+
+
 @given(scores=st.lists(st.floats(0.0, 1.0, allow_nan=False), min_size=0, max_size=12),
-       pick=st.integers(0, 30))
-def test_insert_bridge_keeps_the_ranking_in_score_order(scores: list[float], pick: int) -> None:
+       picks=st.lists(st.integers(0, 30), min_size=0, max_size=3, unique=True))
+def test_insert_bridge_keeps_the_ranking_in_score_order(scores: list[float],
+                                                        picks: list[int]) -> None:
     ranked = sorted(enumerate(scores), key=lambda t: (-t[1], t[0]))
     cands = Candidates({}, 10)
     cands.ranked = list(ranked)
     before = {p for p, _s in ranked}
-    bridge.insert_bridge(cands, pick)
+    placed = bridge.insert_bridge(cands, picks)
     after = [p for p, _s in cands.ranked]
     assert len(after) == len(set(after))
     got = [s for _p, s in cands.ranked]
     assert got == sorted(got, reverse=True)
-    if len(before - {pick}) > bridge.BRIDGE_SLOT:
-        assert after[bridge.BRIDGE_SLOT] == pick and set(after) == before | {pick}
-        assert [p for p in after if p != pick] == [p for p, _s in ranked if p != pick]
+    # Either every pick is placed, each at its slot, or the ranking is left as it was; the
+    # other units keep their order.
+    if len(before - set(picks)) > bridge.BRIDGE_SLOT:
+        assert placed == picks
+        assert after[bridge.BRIDGE_SLOT:bridge.BRIDGE_SLOT + len(picks)] == picks
+        assert set(after) == before | set(picks)
+        assert [p for p in after if p not in picks] == [p for p, _s in ranked if p not in picks]
     else:
-        assert cands.ranked == ranked
+        assert placed == [] and cands.ranked == ranked

@@ -116,7 +116,9 @@ def test_evidence_puts_the_questions_own_hits_first(paged: Engine) -> None:
         if asked[hit["meta"]["step"]] != question:
             follows = hit["meta"].get("follows")
             return 4 if not follows else 1 if about(hit, follows) else 3
-        return 0 if hit["confidence"] >= 1.0 else 2 if hit["confidence"] >= lower else 5
+        if hit["confidence"] >= 1.0:
+            return 0
+        return 1 if "bridge" in hit["scores"] else 2 if hit["confidence"] >= lower else 5
 
     tiers = [tier(h) for h in res.evidence]
     assert tiers == sorted(tiers) and {2, 5} <= set(tiers)

@@ -6,15 +6,22 @@ American Psychological Association, which only the journal's passage names. Dens
 and PageRank recall all rank the first hop; the second is one entity further and rarely
 reaches the top five.
 
-After fusion, :func:`bridge_passage` reads the head of the fused ranking as the first hop
+After fusion, :func:`bridge_passages` reads the head of the fused ranking as the first hop
 (its ``BRIDGE_HOP1_DEPTH`` best passages), takes the entities those passages mention or are
 about that the query does not link (the *bridge* candidates, weighted by the passage's rank
 ``1 / (1 + r)`` times the entity's specificity ``1 / passages mentioning it``; dates and
 numbers excluded), and scores every other passage that mentions or is about one of them:
 its best bridge weight times its relevance to the query (cosine, clipped at 0, plus
-``BRIDGE_SPARSE`` times its BM25 over the query's best). :func:`insert_bridge` puts the
-best such passage at rank ``BRIDGE_SLOT`` (0-based) of the ranking, ahead of the fused
-list's own passages from there on, with a fused score between its neighbours'.
+``BRIDGE_SPARSE`` times its BM25 over the query's best; a sparse retrieve's BM25 alone). :func:`insert_bridge` puts the
+``BRIDGE_COUNT`` best such passages at ranks ``BRIDGE_SLOT``, ``BRIDGE_SLOT + 1``, ...
+(0-based) of the ranking, ahead of the fused list's own passages from there on, each with a
+fused score between its neighbours'; its hit's ``scores`` hold its bridge score as
+``bridge`` (what a loop reads to know the engine found it through the first hop's
+evidence). Two, not one: the second-best candidate is the
+second hop often enough (a passage names several entities, and the best-scored is not
+always the one the question goes through) to beat the fused list's fifth passage; a third
+hop is not reached by chaining a second bridge from the first (measured: it lost on every
+set), nor by matching bridge names by their words instead of their graph node.
 
 Measured held out (``bench/multihop.py``: k-fold within each multi-hop set and
 leave-one-set-out across them; the numbers are in ``bench/RESULTS.md``, "Multi-hop").
@@ -40,10 +47,14 @@ if TYPE_CHECKING:
 
 # How many passages at the head of the fused ranking count as the first hop.
 BRIDGE_HOP1_DEPTH = 3
-# The 0-based rank the bridge passage takes: the first hop keeps the ranks above it.
+# The 0-based rank the best bridge passage takes: the first hop keeps the ranks above it.
 BRIDGE_SLOT = 3
-# BM25 (over the query's best) beside the cosine in a bridge passage's relevance.
-BRIDGE_SPARSE = 0.5
+# How many bridge passages are put in, at consecutive ranks from BRIDGE_SLOT.
+BRIDGE_COUNT = 2
+# BM25 (over the query's best) beside the cosine in a bridge passage's relevance. Held out
+# with two bridges, none: a bridge passage is about another entity than the question's
+# words, and the cosine reads its relevance better than shared words do.
+BRIDGE_SPARSE = 0.0
 
 _SKIP_KINDS = frozenset({"date", "number"})
 
@@ -81,10 +92,11 @@ def bridge_candidates(view: GraphView, weights: Mapping[int, float]) -> dict[str
     return out
 
 
-def bridge_passage(query: Query, cands: Candidates, view: GraphView,
-                   links: Mapping[str, float]) -> int | None:
-    """The index position of the best bridge passage for this query (module doc), or None
-    when the first hop names no entity that leads to another allowed passage."""
+def bridge_passages(query: Query, cands: Candidates, view: GraphView,
+                    links: Mapping[str, float]) -> list[tuple[int, float]]:
+    """The index positions of the ``BRIDGE_COUNT`` best bridge passages for this query
+    with their bridge scores, best first (module doc); none when the first hop names no
+    entity that leads to another allowed passage."""
     index = query.index
     head = [p for p, _s in cands.ranked[:BRIDGE_HOP1_DEPTH]]
     hop1 = [f"r{int(index.rowids[p])}" for p in head]
@@ -92,7 +104,7 @@ def bridge_passage(query: Query, cands: Candidates, view: GraphView,
     for key in hop1:
         found.pop(key, None)
     if not found:
-        return None
+        return []
     positions, weights = _positions(index, found)
     if query.allowed is not None:
         inside = np.isin(positions, query.allowed)
@@ -100,23 +112,27 @@ def bridge_passage(query: Query, cands: Candidates, view: GraphView,
     fresh = ~np.isin(positions, head)
     positions, weights = positions[fresh], weights[fresh]
     if not len(positions):
-        return None
-    relevance = _relevance(cands, positions)
-    score = weights * relevance
+        return []
+    score = weights * _relevance(cands, positions)
     # Best score first, ties to the smaller position (the unit stored first).
-    best = int(np.lexsort((positions, -score))[0])
-    return int(positions[best]) if score[best] > 0 else None
+    order = np.lexsort((positions, -score))[:BRIDGE_COUNT]
+    return [(int(positions[i]), float(score[i])) for i in order if score[i] > 0]
 
 
-def insert_bridge(cands: Candidates, position: int) -> None:
-    """Move (or add) ``position`` to rank ``BRIDGE_SLOT`` of the ranking, with a fused score
-    between its new neighbours' (the ranking stays in score order)."""
-    ranked = [(p, s) for p, s in cands.ranked if p != position]
+def insert_bridge(cands: Candidates, positions: list[int]) -> list[int]:
+    """Move (or add) ``positions`` to ranks ``BRIDGE_SLOT``, ``BRIDGE_SLOT + 1``, ... of the
+    ranking, in their order, each with a fused score between its new neighbours' (the
+    ranking stays in score order), and return them; a ranking with no more than
+    ``BRIDGE_SLOT`` other units is left as it is (and none returned)."""
+    moved = set(positions)
+    ranked = [(p, s) for p, s in cands.ranked if p not in moved]
     if len(ranked) <= BRIDGE_SLOT:
-        return
-    above, below = ranked[BRIDGE_SLOT - 1][1], ranked[BRIDGE_SLOT][1]
-    ranked.insert(BRIDGE_SLOT, (position, (above + below) / 2))
+        return []
+    for slot, position in enumerate(positions, start=BRIDGE_SLOT):
+        above, below = ranked[slot - 1][1], ranked[slot][1]
+        ranked.insert(slot, (position, (above + below) / 2))
     cands.ranked = ranked
+    return list(positions)
 
 
 def _positions(index: UnitIndex, found: Mapping[str, float]) -> tuple[np.ndarray, np.ndarray]:
@@ -129,7 +145,8 @@ def _positions(index: UnitIndex, found: Mapping[str, float]) -> tuple[np.ndarray
 
 def _relevance(cands: Candidates, positions: np.ndarray) -> np.ndarray:
     """Each position's relevance to the query: cosine clipped at 0 plus ``BRIDGE_SPARSE``
-    times its BM25 over the sparse list's best (the parts its mode recalled)."""
+    times its BM25 over the sparse list's best; BM25 over the best alone when the mode
+    recalled no dense list."""
     at = positions.tolist()
     out = np.zeros(len(at))
     dense = cands.lists.get("dense")
@@ -137,16 +154,17 @@ def _relevance(cands: Candidates, positions: np.ndarray) -> np.ndarray:
         got = dense.scores_at(at)
         out += np.maximum(np.array([got.get(p, 0.0) for p in at]), 0.0)
     sparse = cands.lists.get("sparse")
-    if sparse is not None and len(sparse) and sparse[0][1] > 0:
+    weight = BRIDGE_SPARSE if dense is not None else 1.0
+    if weight and sparse is not None and len(sparse) and sparse[0][1] > 0:
         got = sparse.scores_at(at)
-        out += BRIDGE_SPARSE * np.array([got.get(p, 0.0) for p in at]) / sparse[0][1]
+        out += weight * np.array([got.get(p, 0.0) for p in at]) / sparse[0][1]
     return out
 
 
 def follow_bridge(query: Query, cands: Candidates) -> None:
-    """Put the bridge passage (module doc) into a chunk retrieve's fused ranking, over the
-    graph the request's filter allows, with a usage note naming it; nothing without a graph
-    or a bridge."""
+    """Put the bridge passages (module doc) into a chunk retrieve's fused ranking, over the
+    graph the request's filter allows, with a usage note naming each; nothing without a
+    graph or a bridge."""
     graph = cands.lists.get("graph")
     if isinstance(graph, GraphList) and graph.view is not None and graph.links is not None:
         view, links = graph.view, graph.links
@@ -155,9 +173,9 @@ def follow_bridge(query: Query, cands: Candidates) -> None:
         if view is None:
             return
         links = view.link(query.plan.query)
-    found = bridge_passage(query, cands, view, links)
-    if found is not None:
-        insert_bridge(cands, found)
-        uid = query.index.uids[found]
-        query.plan.notes.append(f"graph recall: bridge passage {uid} at rank "
-                                f"{BRIDGE_SLOT + 1}, through an entity the first hop names")
+    found = dict(bridge_passages(query, cands, view, links))
+    placed = insert_bridge(cands, list(found))
+    cands.bridged = {p: found[p] for p in placed}
+    for rank, position in enumerate(placed, start=BRIDGE_SLOT + 1):
+        query.plan.notes.append(f"graph recall: bridge passage {query.index.uids[position]} "
+                                f"at rank {rank}, through an entity the first hop names")

@@ -95,6 +95,8 @@ class Candidates:
         self._pool_rank: dict[int, int] = {}
         self.fused: dict[int, float] = {}
         self.rerank: dict[int, float] = {}
+        # Bridge passages graph recall put in (``pipeline.bridge``): position -> bridge score.
+        self.bridged: dict[int, float] = {}
         self.learned: dict[int, float] | None = None
         self._per_stage: dict[tuple[int, ...], dict[str, dict[int, float]]] = {}
 

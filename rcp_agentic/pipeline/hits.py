@@ -174,6 +174,8 @@ def stored_hits(store: Docstore, query: Query, cands: Candidates, top: list[tupl
             scores["fused"] = float(cands.fused[pos])
         if pos in cands.rerank:
             scores["rerank"] = float(cands.rerank[pos])
+        if pos in cands.bridged:
+            scores["bridge"] = float(cands.bridged[pos])
         if spans_level is not None:  # a community stands for every level of its range
             row = {**row, "level": spans_level}
         hits.append(build_hit(row, unit=plan.unit if kind.alias_of == row["unit"] else row["unit"],
