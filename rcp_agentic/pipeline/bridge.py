@@ -12,12 +12,12 @@ about that the query does not link (the *bridge* candidates, weighted by the pas
 ``1 / (1 + r)`` times the entity's specificity ``1 / passages mentioning it``; dates and
 numbers excluded), and scores every other passage that mentions or is about one of them:
 its best bridge weight times its relevance to the query (cosine, clipped at 0, plus
-``BRIDGE_SPARSE`` times its BM25 over the query's best; a sparse retrieve's BM25 alone). :func:`insert_bridge` puts the
-``BRIDGE_COUNT`` best such passages at ranks ``BRIDGE_SLOT``, ``BRIDGE_SLOT + 1``, ...
-(0-based) of the ranking, ahead of the fused list's own passages from there on, each with a
-fused score between its neighbours'; its hit's ``scores`` hold its bridge score as
-``bridge`` (what a loop reads to know the engine found it through the first hop's
-evidence). Two, not one: the second-best candidate is the
+``BRIDGE_SPARSE`` times its BM25 over the query's best; a sparse retrieve's BM25 alone).
+:func:`insert_bridge` puts the ``BRIDGE_COUNT`` best such passages at ranks
+``BRIDGE_SLOT``, ``BRIDGE_SLOT + 1``, ... (0-based) of the ranking, ahead of the fused
+list's own passages from there on, each with a fused score between its neighbours'; its
+hit's ``scores`` hold its bridge score as ``bridge`` (what a loop reads to know the engine
+found it through the first hop's evidence). Two, not one: the second-best candidate is the
 second hop often enough (a passage names several entities, and the best-scored is not
 always the one the question goes through) to beat the fused list's fifth passage; a third
 hop is not reached by chaining a second bridge from the first (measured: it lost on every
