@@ -3,10 +3,10 @@
 A real engine with ``build_graph`` over a titled corpus where a three-hop question ("where
 did the drummer of the group behind the single Midnight Harbor grow up") needs the passage
 about the drummer, whom only the band's passage names: graph recall without the bridge
-never ranks it, the bridge puts it at rank ``BRIDGE_SLOT`` (the next-best bridge passage
-after it). Filters scope it, sessions do
-not repeat it, its confidence does not depend on ``k``. The pieces are checked on a graph
-built by hand, and the ranking surgery on generated rankings (hypothesis).
+never ranks it, the bridge puts it at rank ``BRIDGE_SLOT`` and the band's town, which the
+band's passage also names, after it. Filters scope it, sessions do not repeat it, its
+confidence does not depend on ``k``. The pieces are checked on a graph built by hand, and the
+ranking surgery on generated rankings (hypothesis).
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ DOCS = {
                    "band behind the singer."),
     "Harbor Drummers": ("Harbor Drummers is a single by a group whose drummer grew up by the "
                         "harbor at midnight."),
+    "Bergen": "Bergen is a town on the west coast of Norway, between seven mountains.",
 }
 DRUMMER = "oskar-brandvik"
 GRAPH = {"graph_recall": True}
@@ -89,10 +90,12 @@ def test_the_bridge_brings_the_passage_the_first_hop_names(eng: Engine) -> None:
 
 
 def test_each_bridge_passage_is_noted_at_its_rank_and_scored(eng: Engine) -> None:
+    # The first hop names two passages outside it: the drummer's and the town's.
     res = eng.retrieve(QUESTION, k=8, **GRAPH)
     notes = res.usage.notes or []
     noted = [n for n in notes if n.startswith("graph recall: bridge passage ")]
-    assert 1 <= len(noted) <= bridge.BRIDGE_COUNT
+    assert len(noted) == 2 == bridge.BRIDGE_COUNT
+    assert docs_of(res)[bridge.BRIDGE_SLOT:bridge.BRIDGE_SLOT + 2] == [DRUMMER, "bergen"]
     for rank, note in enumerate(noted, start=bridge.BRIDGE_SLOT + 1):
         assert note == (f"graph recall: bridge passage {res.hits[rank - 1].id} at rank {rank}, "
                         "through an entity the first hop names")
