@@ -34,6 +34,8 @@ if TYPE_CHECKING:
 # overrides, isolates): printed raw, a document's or a server's text could clear the screen,
 # retitle the window, write the clipboard (OSC 52) or show a line other than it is.
 _UNSAFE = re.compile(r"[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+# The unsafe characters that are whitespace: a snippet folds them into single spaces.
+_WHITESPACE_CONTROLS = "".join(c for c in map(chr, range(0xa0)) if c.isspace() and c != " ")
 
 
 def inert(text: str, keep: str = "", *, json_text: bool = False) -> str:
@@ -460,8 +462,9 @@ def cmd_query(args: argparse.Namespace) -> int:
     for rank, (hit, ident, where) in enumerate(rows, start=1):
         conf = f"{hit.confidence:.2f}" if hit.confidence is not None else "-"
         unit_cell = f"{_unit_label(hit):<{unit_w}}  " if levelled else ""
+        text = _snippet(inert(hit.text or "", _WHITESPACE_CONTROLS), 56)
         _say(f"{rank:>2}  {hit.score:>8.4f}  {conf:>5}  {unit_cell}{ident[:id_w]:<{id_w}}  "
-             f"{where[:src_w]:<{src_w}}  {_snippet(inert(hit.text or ''), 56)}")
+             f"{where[:src_w]:<{src_w}}  {text}")
     usage = result.usage
     if usage:
         _say(f"({len(result.hits)} hits from {usage.candidates} candidates in "

@@ -306,7 +306,7 @@ def test_tree_stays_on_and_rebuilds(tree_engine: Path, tmp_path: Path) -> None:
 
 # --- hostile documents and folders: inert output, bounded reports, Ctrl-C ---------------------
 
-PAYLOAD = "\x1b[2J\x1b]52;c;ZXZpbA==\x07\u202eReciprocal rank fusion\x9b31m merges rankings"
+PAYLOAD = "\x1b[2J\x1b]52;c;ZXZpbA==\x07\u202eReciprocal\n\nrank fusion\x9b31m merges rankings"
 RAW_CONTROLS = ("\x1b", "\x07", "\x9b", "\u202e")
 
 
@@ -328,6 +328,8 @@ def test_document_text_ids_and_names_are_printed_inert(tmp_path: Path) -> None:
     table = "\n".join(res.stdout.splitlines()[1:3])
     assert "\\x1b[2J\\x1b]52;c;ZXZpbA==\\x07\\u202eReciprocal" in table
     assert "id\\u202e\\x9b" in table and "\\u202eevil.txt" in table
+    # Line breaks are the snippet's spaces, as the README shows, not escapes.
+    assert "\\u202eReciprocal rank" in table and "\\x0a" not in table
 
     res = run("query", "reciprocal rank fusion", "--engine", str(engine), "--k", "2", "--json")
     assert not any(c in res.stdout for c in RAW_CONTROLS)
