@@ -289,42 +289,6 @@ def rerank_table(engine: Engine, queries: dict[str, str], qrels: dict[str, dict[
 
 # --- tree-node hits (the collapsed RAPTOR tree) ------------------------------------------
 
-class RecordingCalibrator:
-    """Stands in for the engine's calibrator to record the exact signals it would score.
-
-    The engine calls ``predict`` once per calibration family with that family's hits in
-    list order first, then any unit fused above a hit that the page does not hold (in the
-    collapsed tree: the ones packing passed over as contained; they cap the hits'
-    confidence and are no sample); each call is kept with its signals (pooled ceiling and
-    pooled ranks included) and answered by the real model when there is one (else 0.5).
-    """
-
-    def __init__(self, inner: conf.Calibrator | None) -> None:
-        self.inner = inner
-        self.calls: list[dict[str, Any]] = []
-
-    def supports(self, mode: str, unit: str, graph: bool = False) -> bool:
-        return True
-
-    def model_for(self, mode: str, unit: str, graph: bool = False) -> conf.LogisticModel | None:
-        return None if self.inner is None else self.inner.model_for(mode, unit, graph)
-
-    def predict(self, *, mode: str, unit: str, dense: Any, sparse: Any, ceiling: Any,
-                ranks: Any, pool: Any = None, graph: Any = None, docs: Any = None,
-                graph_share: Any = None) -> np.ndarray:
-        self.calls.append({"mode": mode, "family": unit, "dense": dense, "sparse": sparse,
-                           "ceiling": ceiling, "ranks": np.asarray(ranks), "pool": pool,
-                           "graph": graph, "graph_share": graph_share})
-        if self.inner is not None and self.inner.supports(mode, unit, graph is not None):
-            model = self.inner.model_for(mode, unit, graph is not None)
-            if model is not None and "docs" in model.needs and docs is None:
-                docs = np.ones(len(np.asarray(ranks)))  # the recorder asked for none
-            return self.inner.predict(mode=mode, unit=unit, dense=dense, sparse=sparse,
-                                      ceiling=ceiling, ranks=ranks, pool=pool, graph=graph,
-                                      docs=docs, graph_share=graph_share)
-        return np.full(len(np.asarray(ranks)), 0.5)
-
-
 def collect_pool_samples(engine: Engine, queries: dict[str, str],
                          qrels: dict[str, dict[str, int]], k: int = CONF_K) -> list[fitting.Sample]:
     """Labelled top-``k`` hits of the collapsed tree in every mode, with the engine's signals.
@@ -333,7 +297,7 @@ def collect_pool_samples(engine: Engine, queries: dict[str, str],
     document is.
     """
     shipped = engine.calibrator
-    recorder = RecordingCalibrator(shipped)
+    recorder = fitting.RecordingCalibrator(shipped)
     engine.calibrator = recorder  # type: ignore[assignment]
     samples: list[fitting.Sample] = []
     try:
@@ -508,7 +472,7 @@ def collect_graph_samples(engine: Engine, queries: dict[str, str],
     how many queries linked an entity.
     """
     shipped = engine.calibrator
-    recorder = RecordingCalibrator(shipped)
+    recorder = fitting.RecordingCalibrator(shipped)
     engine.calibrator = recorder  # type: ignore[assignment]
     samples: list[fitting.Sample] = []
     ids: dict[str, dict[str, list[str]]] = {"hybrid+graph": {}, "hybrid": {}}
@@ -542,7 +506,7 @@ def collect_graph_samples(engine: Engine, queries: dict[str, str],
                         for call in calls:
                             for j, h in enumerate(res.hits):
                                 docs = _hit_docs(h)
-                                samples.append(_recorded_sample(
+                                samples.append(fitting.recorded_sample(
                                     call, j, query_id=str(qid), mode=signal_set, unit=unit,
                                     label=int(any(d in rels for d in docs)),
                                     doc_id=docs[0] if docs else None, source=source,
@@ -550,21 +514,6 @@ def collect_graph_samples(engine: Engine, queries: dict[str, str],
     finally:
         engine.calibrator = shipped
     return samples, {"ids": ids, "linked": sorted(linked)}
-
-
-def _recorded_sample(call: dict[str, Any], j: int, **fields: Any) -> fitting.Sample:
-    """The Sample of the ``j``-th hit of one recorded ``predict`` call."""
-    def at(name: str) -> float | None:
-        x = call[name]
-        return None if x is None else float(np.asarray(x, dtype=float).reshape(-1)[j])
-
-    dense, sparse, graph = at("dense"), at("sparse"), at("graph")
-    ceiling = None if call["ceiling"] is None else float(call["ceiling"])
-    share = call.get("graph_share")
-    return fitting.Sample(rank=int(call["ranks"][j]), dense=dense, sparse=sparse, ceiling=ceiling,
-                       graph=graph, graph_share=None if share is None else float(share),
-                       **fields,
-                       **fitting.Sample.pool_stats(call["pool"] or {}, dense, sparse, graph))
 
 
 def graph_set_samples(name: str, k: int, reuse: bool, n_off: int = 100,
@@ -834,7 +783,7 @@ def collect_community_samples(engine: Engine, questions: list[dict[str, Any]], *
     from bench.communities import hit_evidence
 
     shipped = engine.calibrator
-    recorder = RecordingCalibrator(shipped)
+    recorder = fitting.RecordingCalibrator(shipped)
     engine.calibrator = recorder  # type: ignore[assignment]
     samples: list[fitting.Sample] = []
     try:
@@ -853,7 +802,7 @@ def collect_community_samples(engine: Engine, questions: list[dict[str, Any]], *
                         raise RuntimeError("the engine did not score every hit's confidence")
                     for call in calls:
                         for j, h in enumerate(res.hits):
-                            samples.append(_recorded_sample(
+                            samples.append(fitting.recorded_sample(
                                 call, j, query_id=str(q["_id"]), mode=mode, unit="community",
                                 label=int(hit_evidence(h.text or "", q["evidence"])),
                                 doc_id=h.id, source=source))

@@ -512,6 +512,10 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     for key, m in sorted(held_out.items()):
         if isinstance(m, dict) and "ece" in m:
             _say(f"  {key:<18} ECE {m['ece']:.4f}  AUROC {m['auroc']:.4f}  (n={m['n']})")
+    kept = calibrator.fitted_on.get("kept") or []
+    if kept:
+        _say(f"  kept {len(kept)} models your labels did not cover "
+             f"({', '.join(sorted({k.split('/')[1].split(':')[0] for k in kept}))})")
     return 0
 
 

@@ -157,3 +157,71 @@ def test_bridge_passage_gets_more_confidence_from_the_graph_model(wiki: Engine) 
         wiki.calibrator = shipped
     assert bridge.confidence is not None and before.confidence is not None
     assert bridge.confidence > before.confidence, (bridge.confidence, before.confidence)
+
+
+# --- refitting on a graph engine (rcp-agentic calibrate) ------------------------------------
+
+ASKS = {  # query → the documents that answer it (doc ids are the example paths)
+    "q1": ("Which single did Velvet Lanterns record in 1979?", ["midnight-harbor", "velvet-lanterns"]),
+    "q2": ("Where did Oskar Brandvik grow up?", ["oskar-brandvik"]),
+    "q3": ("Who produced the album Paper Moons?", ["glass-orchard"]),
+    "q4": ("Which choir sang Harbor Hymn?", ["seaside-choir"]),
+    "q5": ("Who kept time on stage for Velvet Lanterns?", ["velvet-lanterns", "oskar-brandvik"]),
+    "q6": ("In which city did Velvet Lanterns begin playing?", ["velvet-lanterns"]),
+    "q7": ("What is the single Copper Skyline about?", ["copper-skyline"]),
+    "q8": ("Which group played a single at midnight in a harbor city?", ["harbor-lights-band"]),
+    "q9": (QUESTION, ["midnight-harbor", "velvet-lanterns"]),
+    "q10": ("Which album did Glass Orchard release with Lena Varg?", ["glass-orchard"]),
+}
+
+
+def test_calibrate_refits_the_graph_models_and_keeps_the_rest(wiki: Engine) -> None:
+    from rcp_agentic.pipeline.calibration_fit import calibrate_engine, collect_graph_samples
+
+    shipped = wiki.calibrator
+    assert shipped is not None
+    queries = {q: text for q, (text, _docs) in ASKS.items()}
+    qrels = {q: {f"wiki/{d}.md": 1 for d in docs} for q, (_t, docs) in ASKS.items()}
+    graph_samples = collect_graph_samples(wiki, queries, qrels, units=("chunk",), k=5)
+    assert wiki.calibrator is shipped  # the recorder is gone again
+    assert graph_samples and {x.mode for x in graph_samples} <= set(GRAPH_MODES)
+    assert all(x.graph is not None and x.rank_graph is not None for x in graph_samples)
+    assert 0 < sum(x.label for x in graph_samples) < len(graph_samples)
+
+    cal, metrics = calibrate_engine(wiki, queries, qrels, units=("chunk",), k=5, folds=2)
+    refit = {f"{m}/chunk" for m in MODES} | {f"{m}/chunk" for m in GRAPH_MODES}
+    assert refit <= set(cal.models)
+    assert cal.fitted_on["graph_recall"] is True
+    for key in refit:  # fitted on these labels, not the shipped parameters
+        assert cal.models[key].to_json() != shipped.models[key].to_json(), key
+        assert key not in cal.fitted_on["kept"]
+    # Every unit kind the labels did not cover keeps the model it had: no hit loses its
+    # confidence to a refit (node, triplet, tree-node, community, document, …).
+    fitted = set(cal.models) - set(cal.fitted_on["kept"])
+    assert refit <= fitted
+    assert set(cal.fitted_on["kept"]) == set(shipped.models) - fitted
+    for key in cal.fitted_on["kept"]:
+        assert cal.models[key] is shipped.models[key]
+    assert metrics["cv"]["hybrid+graph/chunk"]["n"] > 0
+
+    wiki.calibrator = cal
+    try:
+        for unit in ("chunk", "node", "triplet", "document"):
+            res = wiki.retrieve(QUESTION, k=5, unit=unit, mode="hybrid", **GRAPH_RECALL)
+            assert _in_unit_interval(res.hits), unit
+    finally:
+        wiki.calibrator = shipped
+
+
+def test_calibrate_without_graph_keeps_the_shipped_graph_models(wiki: Engine) -> None:
+    from rcp_agentic.pipeline.calibration_fit import calibrate_engine
+
+    shipped = wiki.calibrator
+    assert shipped is not None
+    queries = {q: text for q, (text, _docs) in ASKS.items()}
+    qrels = {q: {f"wiki/{d}.md": 1 for d in docs} for q, (_t, docs) in ASKS.items()}
+    cal, _metrics = calibrate_engine(wiki, queries, qrels, units=("chunk",), k=5, folds=2,
+                                     graph=False)
+    assert cal.fitted_on["graph_recall"] is False
+    for key in (f"{m}/chunk" for m in GRAPH_MODES):
+        assert cal.models[key] is shipped.models[key] and key in cal.fitted_on["kept"]

@@ -148,6 +148,7 @@ def test_calibrate_command_writes_engine_calibration(tmp_path: Path, embedder: A
                          capture_output=True, text=True, cwd=REPO, timeout=300)
     assert res.returncode == 0, res.stderr
     assert (eng_dir / "calibration.json").exists() and "Fitted confidence on 8" in res.stdout
+    assert "kept" in res.stdout and "tree-node" in res.stdout  # the units not refit
     again = Engine(eng_dir, embedder=embedder)
     assert again.calibrator is not None and again.calibrator.fitted_on != {}
     hits = again.retrieve("vitamin D", k=3).hits

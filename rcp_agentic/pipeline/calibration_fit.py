@@ -427,6 +427,100 @@ def collect_samples(engine: Any, queries: Mapping[str, str],
     return out
 
 
+class RecordingCalibrator:
+    """Stands in for an engine's calibrator to record the exact signals it would score.
+
+    The engine calls ``predict`` once per calibration family with that family's hits in
+    list order first, then any unit fused above a hit that the page does not hold (they cap
+    the hits' confidence and are no sample); each call is kept with its signals (pooled
+    ceiling, pooled ranks, graph masses) and answered by the wrapped model when there is
+    one (else 0.5).
+    """
+
+    def __init__(self, inner: Calibrator | None) -> None:
+        self.inner = inner
+        self.calls: list[dict[str, Any]] = []
+
+    def supports(self, mode: str, unit: str, graph: bool = False) -> bool:
+        return True
+
+    def model_for(self, mode: str, unit: str, graph: bool = False) -> LogisticModel | None:
+        return None if self.inner is None else self.inner.model_for(mode, unit, graph)
+
+    def predict(self, *, mode: str, unit: str, dense: Any, sparse: Any, ceiling: Any,
+                ranks: Any, pool: Any = None, graph: Any = None, docs: Any = None,
+                graph_share: Any = None) -> np.ndarray:
+        self.calls.append({"mode": mode, "family": unit, "dense": dense, "sparse": sparse,
+                           "ceiling": ceiling, "ranks": np.asarray(ranks), "pool": pool,
+                           "graph": graph, "graph_share": graph_share})
+        if self.inner is not None and self.inner.supports(mode, unit, graph is not None):
+            model = self.inner.model_for(mode, unit, graph is not None)
+            if model is not None and "docs" in model.needs and docs is None:
+                docs = np.ones(len(np.asarray(ranks)))  # the recorder asked for none
+            return self.inner.predict(mode=mode, unit=unit, dense=dense, sparse=sparse,
+                                      ceiling=ceiling, ranks=ranks, pool=pool, graph=graph,
+                                      docs=docs, graph_share=graph_share)
+        return np.full(len(np.asarray(ranks)), 0.5)
+
+
+def recorded_sample(call: Mapping[str, Any], j: int, **fields: Any) -> Sample:
+    """The Sample of the ``j``-th hit of one recorded ``predict`` call."""
+    def at(name: str) -> float | None:
+        x = call[name]
+        return None if x is None else float(np.asarray(x, dtype=float).reshape(-1)[j])
+
+    dense, sparse, graph = at("dense"), at("sparse"), at("graph")
+    ceiling = None if call["ceiling"] is None else float(call["ceiling"])
+    share = call.get("graph_share")
+    return Sample(rank=int(call["ranks"][j]), dense=dense, sparse=sparse, ceiling=ceiling,
+                  graph=graph, graph_share=None if share is None else float(share), **fields,
+                  **Sample.pool_stats(call["pool"] or {}, dense, sparse, graph))
+
+
+def has_graph(engine: Any) -> bool:
+    """Whether the engine holds a knowledge graph that graph recall can run over."""
+    status = engine.derived_status()
+    return "node" in status and bool(sum((status["node"].get("counts") or {}).values()))
+
+
+def collect_graph_samples(engine: Any, queries: Mapping[str, str],
+                          qrels: Mapping[str, Mapping[str, int]], *,
+                          modes: Sequence[str] = MODES, units: Sequence[str] = ("chunk", "document"),
+                          k: int = 20, source: str = "") -> list[Sample]:
+    """Labelled top-``k`` hits of graph-recall requests, each mode and unit, with the signals
+    exactly as the engine scores them (its recall lists and graph masses, recorded by a
+    :class:`RecordingCalibrator` around the engine's own calibrator). A request whose query
+    links no entity of the graph runs without graph recall and gives no sample (the mode's
+    own model scores it). Judging as in :func:`collect_samples`."""
+    own = engine.calibrator
+    recorder = RecordingCalibrator(own)
+    engine.calibrator = recorder
+    out: list[Sample] = []
+    try:
+        for qid, text in queries.items():
+            rels = qrels.get(qid)
+            if rels is None:
+                continue
+            for unit in units:
+                for mode in modes:
+                    recorder.calls.clear()
+                    res = engine.retrieve(text, k=k, mode=mode, unit=unit, include_text=False,
+                                          graph_recall=True)
+                    calls = [c for c in recorder.calls if c["graph"] is not None]
+                    if not calls:
+                        continue  # no entity linked: no graph list
+                    call = calls[0]  # the hits' own call comes first (one family per request)
+                    for j, h in enumerate(res.hits[:len(call["ranks"])]):
+                        doc_id = h.chunk.doc_id if h.chunk else (h.meta or {}).get("doc_id")
+                        out.append(recorded_sample(
+                            call, j, query_id=str(qid), mode=mode + GRAPH, unit=unit,
+                            label=int(rels.get(str(doc_id), 0) > 0), doc_id=doc_id,
+                            source=source))
+    finally:
+        engine.calibrator = own
+    return out
+
+
 def engine_note(engine: Any) -> dict[str, Any]:
     """What a calibration depends on besides the data: the embedder and the scoring settings."""
     cfg = getattr(engine, "config", None)
@@ -471,13 +565,15 @@ def calibrate_engine(engine: Any, queries: Mapping[str, str],
                      qrels: Mapping[str, Mapping[str, int]], *,
                      units: Sequence[str] = ("chunk", "document"), k: int = 20, folds: int = 5,
                      l2: float = 1.0, fitted_on: Mapping[str, Any] | None = None,
-                     ) -> tuple[Calibrator, dict[str, Any]]:
+                     graph: bool | None = None) -> tuple[Calibrator, dict[str, Any]]:
     """Fit a Calibrator on a live engine's top-``k`` hits for BEIR-style queries and qrels.
 
     ``queries`` is ``{query_id: text}``, ``qrels`` ``{query_id: {doc_id: grade}}``
     (grade > 0 is relevant). Every mode (dense, sparse, hybrid) and each of ``units``
-    is retrieved for every judged query. Returns the calibrator (fitted on all of
-    them; save it with ``.save(path)``) and metrics: ``queries``, ``samples``, ``k`` and
+    is retrieved for every judged query; with ``graph`` (default: when the engine holds a
+    knowledge graph) also with graph recall, which fits the ``<mode>+graph`` models. Models
+    of the engine's current calibration that the labels did not refit are kept
+    (:func:`keeping`). Returns the calibrator (save it with ``.save(path)``) and metrics: ``queries``, ``samples``, ``k`` and
     per ``mode/unit`` plus overall (``"all"``) ``{n, positives, ece, auroc, mean_p,
     base_rate}`` on held-out folds by query (``"cv"``; only with ≥ ``folds`` judged
     queries) and on the training data (``"train"``).
@@ -486,7 +582,28 @@ def calibrate_engine(engine: Any, queries: Mapping[str, str],
     if not samples:
         raise ValueError("no judged query returned any hit: check that the query ids of "
                          "QUERIES and QRELS match and that the engine holds the corpus")
-    note = {"k": k, "units": list(units), **engine_note(engine), **(fitted_on or {})}
+    if graph is None:
+        graph = has_graph(engine)
+    if graph:
+        samples += collect_graph_samples(engine, queries, qrels, units=units, k=k)
+    note = {"k": k, "units": list(units), "graph_recall": bool(graph), **engine_note(engine),
+            **(fitted_on or {})}
     calibrator, metrics, _oof = calibrate_samples(samples, folds=folds, l2=l2, fitted_on=note)
     metrics["k"] = k
-    return calibrator, metrics
+    return keeping(calibrator, engine.calibrator), metrics
+
+
+def keeping(refit: Calibrator, base: Calibrator | None) -> Calibrator:
+    """``refit`` with every model of ``base`` it did not refit (its graph, breadth, tree-node
+    and community models, and any other family), so a unit kind the labels did not cover
+    keeps the confidence it had instead of losing it; the kept keys are named in
+    ``fitted_on["kept"]``."""
+    if base is None:
+        return refit
+    kept = {key: m for key, m in base.models.items() if key not in refit.models}
+    if not kept:
+        return refit
+    note = {**refit.fitted_on, "kept": sorted(kept),
+            "kept_from": {k: base.fitted_on.get(k) for k in ("date", "embedder") if
+                          base.fitted_on.get(k) is not None}}
+    return Calibrator({**kept, **refit.models}, fallbacks=refit.fallbacks, fitted_on=note)
