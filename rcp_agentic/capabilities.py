@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING, Any
 
 from . import units
 from .options import VENDOR
-from .pipeline.filters import OPERATORS
+from .store.filters import OPERATORS
+from .pipeline.transform import MAX_QUERIES as MAX_TRANSFORM_QUERIES
 from .vocabulary import FUSIONS, MEMORY_SCOPES, MODES
 
 if TYPE_CHECKING:
@@ -32,9 +33,6 @@ GRAPH_LIMITS = {"maxGraphHops": "MAX_HOPS", "maxGraphNodes": "MAX_NODES",
                 "maxSeedIds": "MAX_SEEDS", "maxClues": "MAX_CLUES",
                 "maxMemoryDocuments": "MAX_MEMORY_DOCS", "maxCommunities": "MAX_COMMUNITIES",
                 "maxSummaryTokens": "MAX_TOKEN_BUDGET"}
-# The most queries one query/transform call returns: its ``n`` is clamped to it (§15.5 asks for
-# a bounded fan-out), advertised as x-rcp-agentic.limits.maxTransformQueries.
-MAX_TRANSFORM_QUERIES = 10
 # The configuration bounds advertised under x-rcp-agentic.limits, by EngineConfig field.
 CONFIG_LIMITS = {"maxQueryChars": "max_query_chars", "maxSessionIdChars": "max_session_id_chars",
                  "sessionMaxBytes": "session_max_bytes", "maxTokenBudget": "max_token_budget",

@@ -34,7 +34,7 @@ from .config import EngineConfig
 from .errors import BackendUnavailable
 from .models.analyzer import analyze
 from .options import TREE_SEARCHES
-from .pipeline.filters import check_filter_size, compile_filter
+from .store.filters import check_filter_size, compile_filter
 from .store.docstore import Docstore
 from .store.kind_counts import KindCounts
 from .store.memindex import UnitIndex

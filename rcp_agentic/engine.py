@@ -44,6 +44,7 @@ from .models import calls
 from .models.llm import ChatLLM
 from .pipeline.confidence import Calibrator
 from .pipeline.retriever import Retriever
+from .pipeline.transform import Transformed, transform
 from .pipeline.trust import InjectionScreen
 from .read_first import ReadFirst
 from .sessions import SessionStore
@@ -56,7 +57,6 @@ from .warm import WARM_QUERY, WarmReport, warm_models
 from .wire import RerankResult, RetrieveResult
 
 if TYPE_CHECKING:
-    from .agentic.transform import Transformed
     from .graph.community_index import CommunityStore
     from .graph.model import GraphData
     from .graph.ops import GraphOps
@@ -452,8 +452,6 @@ class Engine:
         passage in ``hypothetical``), ``multi-query`` / ``decompose`` (at most ``n``
         queries, clamped to 10) or ``step-back``; an unusable reply gives ``[query]`` back.
         CapabilityMissing without an LLM; BackendUnavailable when it cannot be reached."""
-        from .agentic.transform import transform  # the agentic package imports this module
-
         if self.chat is None:
             raise CapabilityMissing("query/transform needs an LLM, and this engine has none")
         return transform(self.chat, query, method, n, max_chars=self.config.max_query_chars,

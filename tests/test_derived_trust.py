@@ -16,7 +16,7 @@ import pytest
 from conftest import REPO, initialized, rpc_call
 
 from rcp_agentic import Engine
-from rcp_agentic.agentic.transform import Transformed, screened
+from rcp_agentic.pipeline.transform import Transformed, screened
 from rcp_agentic.models.tokenizer import count_tokens
 from rcp_agentic.pipeline.trust import InjectionScreen
 from rcp_agentic.pipeline.trust_derived import (derived_trust, markup_signals, screen_derived,

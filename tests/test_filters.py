@@ -1,7 +1,7 @@
 """RCP/1 metadata filters (§8): engine results against an independent reference evaluator, and errors.
 
 The reference evaluator below re-implements the semantics documented at the top of
-``rcp_agentic/pipeline/filters.py`` in plain Python (it shares no code with the
+``rcp_agentic/store/filters.py`` in plain Python (it shares no code with the
 package): a leaf on a missing field is false except ``ne``/``nin``/``exists: false``;
 ``contains`` is a case-sensitive substring test on ``text`` fields and element
 membership on arrays (equality on other scalars); ``date`` values compare as instants.
@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 
 from rcp_agentic import Engine
 from rcp_agentic.errors import InvalidParams, OptionUnsupported
-from rcp_agentic.pipeline.filters import compile_filter
+from rcp_agentic.store.filters import compile_filter
 
 # --- the corpus as the reference sees it ------------------------------------------------
 

@@ -334,7 +334,7 @@ def test_llm_failures_are_typed(tmp_path: Path, embedder: Any, proxy: FaultProxy
 
 def test_transform_and_rewrite_with_chat_openai(tmp_path: Path, embedder: Any,
                                                 proxy: FaultProxy) -> None:
-    from rcp_agentic.agentic.transform import METHODS
+    from rcp_agentic.pipeline.transform import METHODS
 
     with Engine(tmp_path / "e", embedder=embedder, llm=chat_openai(proxy)) as engine:
         engine.add_documents(DOCS)

@@ -21,7 +21,7 @@ from rcp_agentic import Engine
 from rcp_agentic.config import EngineConfig
 from rcp_agentic.corpus.loaders import SourceDocument
 from rcp_agentic.errors import InvalidParams, OptionUnsupported
-from rcp_agentic.pipeline.filters import BUILTIN_FIELDS, check_filter_size, compile_filter
+from rcp_agentic.store.filters import BUILTIN_FIELDS, check_filter_size, compile_filter
 from rcp_agentic.store.milvus_filter import (INEXACT, INEXACT_ROWS, LIKE_ESCAPED, MAX_EXPR_CHARS,
                                              MAX_VARCHAR_BYTES, add_columns, column_values,
                                              compile_milvus_filter, field_columns,

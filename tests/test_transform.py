@@ -21,8 +21,8 @@ from langchain_core.messages import AIMessage, BaseMessage
 from starlette.testclient import TestClient
 
 from rcp_agentic import Engine
-from rcp_agentic.agentic.transform import MAX_QUERIES, METHODS, Transformed, parse_lines, transform
 from rcp_agentic.capabilities import MAX_TRANSFORM_QUERIES
+from rcp_agentic.pipeline.transform import MAX_QUERIES, METHODS, Transformed, parse_lines, transform
 from rcp_agentic.client import AsyncRCPClient, RCPClient
 from rcp_agentic.errors import (
     BackendUnavailable,

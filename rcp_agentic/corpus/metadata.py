@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..errors import InvalidParams
-from ..pipeline.filters import BUILTIN_FIELDS, coerce_value
+from ..store.filters import BUILTIN_FIELDS, coerce_value
 
 _FIELD_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]{0,127}$")
 

@@ -29,7 +29,7 @@ from ..config import EngineConfig
 from ..errors import InvalidParams, OptionUnsupported
 from ..options import RANK_BY, TREE_SEARCHES, VENDOR
 from ..vocabulary import FUSIONS, MODES, MULTI_QUERY_METHODS, RECALL_SOURCES, TRANSFORM_METHODS
-from .filters import check_filter_size
+from ..store.filters import check_filter_size
 
 # What a plan is checked against when the caller passes no configuration.
 DEFAULT_CONFIG = EngineConfig.model_validate({})

@@ -40,7 +40,7 @@ from .composed import ComposedRecall
 from .confidence import Calibrator
 from .cursor import query_hash
 from .evidence import packing_containment
-from .filters import compile_filter
+from ..store.filters import compile_filter
 from .bridge import follow_bridge
 from .graph_recall import GraphSource
 from .hits import stored_hits

@@ -1,5 +1,5 @@
 """``retrieve``'s ``rewrite`` option (§7.7): the query transformed by the engine's LLM before
-recall (:mod:`rcp_agentic.agentic.transform`).
+recall (:mod:`rcp_agentic.pipeline.transform`).
 
 * ``rewrite`` and ``step-back`` search with the LLM's one query, every stage alike.
 * ``hyde`` embeds the LLM's hypothetical answer passage for the dense leg (and a tree
@@ -32,6 +32,7 @@ from ..models.llm import ChatLLM
 from ..vocabulary import MULTI_QUERY_METHODS
 from . import fusion
 from .candidates import Ranking, Request
+from .transform import transform
 
 JOIN = " | "
 # How many queries multi-query and decompose ask the LLM for (query/transform's default n).
@@ -63,8 +64,6 @@ def rewrite(request: Request, chat: ChatLLM | None, max_chars: int) -> Rewrite:
         if chat is None:  # the LLM was taken away after the request was planned
             raise OptionUnsupported("query rewriting is not offered by this engine (it has "
                                     "no LLM)", option="rewrite")
-        from ..agentic.transform import transform  # the agentic package imports the engine
-
         done = transform(chat, original, method, QUERIES, max_chars=max_chars,
                          control=request.ctl)
         request.ctl.check()

@@ -45,7 +45,7 @@ from starlette.routing import Route
 
 from ..engine import Engine
 from ..errors import BackendUnavailable, InvalidParams, OptionUnsupported
-from ..pipeline.filters import BUILTIN_FIELDS
+from ..store.filters import BUILTIN_FIELDS
 from ..wire import Hit
 from .body import DEFAULT_BODY_LIMIT, DEFAULT_BODY_TIMEOUT, BodyRefused, read_body
 from ..jsonio import dumps

@@ -11,7 +11,7 @@ refused under an explicit ``"strict": true`` (:func:`..pipeline.params.unknown_p
 The result carries ``trust`` beside ``queries`` (an extension key a peer ignores if it does
 not know it, §6.2), shaped as a hit's: ``{level, injectionSuspected, sanitized?}`` — the
 question's level and whether it, or a text the model wrote, screens as an injection or
-carried markup (:func:`..agentic.transform.screened`).
+carried markup (:func:`..pipeline.transform.screened`).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ..capabilities import MAX_TRANSFORM_QUERIES
+from ..pipeline.transform import MAX_QUERIES as MAX_TRANSFORM_QUERIES
 from ..errors import InvalidParams
 from ..vocabulary import TRANSFORM_METHODS
 from .graphwire import COMMON_PARAMS, EngineCall, _checked_params, _choice, _count, _obj, _string

@@ -7,7 +7,7 @@ import sqlite3
 from collections.abc import Mapping
 
 from ..errors import InvalidParams
-from ..pipeline.filters import BUILTIN_FIELDS
+from .filters import BUILTIN_FIELDS
 from .connection import Connection
 
 

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import BackendUnavailable
-from ..pipeline.filters import compile_filter
+from .filters import compile_filter
 from ..ranking import ranked
 from ..units import derived_kinds
 from .docstore import Docstore

@@ -34,7 +34,7 @@ from typing import Any
 
 from pymilvus import DataType
 
-from ..pipeline.filters import BUILTIN_FIELDS, compile_filter, parse_date
+from .filters import BUILTIN_FIELDS, compile_filter, parse_date
 
 MAX_VARCHAR_BYTES = 65_535
 MAX_ARRAY_CAPACITY = 4_096
@@ -379,7 +379,7 @@ class _Compiler:
 def compile_milvus_filter(node: Any, fields: Mapping[str, str], columns: Collection[str]
                           ) -> str | None:
     """A Milvus boolean expression selecting the exact rows (``b_inexact`` false) that
-    SQLite's :func:`~rcp_agentic.pipeline.filters.compile_filter` selects.
+    SQLite's :func:`~rcp_agentic.store.filters.compile_filter` selects.
 
     Validates with ``compile_filter`` first (same InvalidParams / OptionUnsupported). Returns
     None when the collection (``columns``: its column names) lacks a column the filter needs,

@@ -25,22 +25,22 @@ import re
 from dataclasses import dataclass, replace
 from typing import Any
 
-from ..capabilities import MAX_TRANSFORM_QUERIES
 from ..control import RequestControl
 from ..errors import InvalidParams
 from ..models.llm import ChatLLM
 from ..models.llm_guard import DATA_RULE, data_block
-from ..pipeline.params import DEFAULT_CONFIG, query_text
-from ..pipeline.trust import InjectionScreen
-from ..pipeline.trust_derived import derived_trust, strip_markup
+from .params import DEFAULT_CONFIG, query_text
+from .trust import InjectionScreen
+from .trust_derived import derived_trust, strip_markup
 from ..vocabulary import MULTI_QUERY_METHODS, TRANSFORM_METHODS, TrustLevel
 from ..wire import TransformResult, Trust
 
 __all__ = ["MAX_QUERIES", "METHODS", "Transformed", "parse_lines", "screened", "transform"]
 
 METHODS: tuple[str, ...] = TRANSFORM_METHODS
-# The most queries one call may ask for (``n`` is clamped to it; advertised in the limits).
-MAX_QUERIES = MAX_TRANSFORM_QUERIES
+# The most queries one call returns: its ``n`` is clamped to it (§15.5 asks for a bounded
+# fan-out), advertised as x-rcp-agentic.limits.maxTransformQueries.
+MAX_QUERIES = 10
 STAGE = "transform"
 # The trust level of a transformed query's one source, the caller's question: no document an
 # operator vetted ("trusted"), and not known to be hostile ("untrusted").
