@@ -16,7 +16,8 @@ from .communities import (Community, CommunityConfig, CommunityHierarchy, Commun
 from .extract import (BuiltinExtractor, ChunkExtraction, Extractor, Lexicon, LLMExtractor,
                       RawMention, RawRelation, SpacyExtractor, parse_llm_reply)
 from .model import ChunkText, Entity, GraphData, Mention, Relation, Span, Synonym
-from .ppr import GraphView, PPRWeights, Subgraph
+from .ppr import GraphView, Subgraph
+from .ppr_weights import PPRWeights
 from .resolve import entity_key, synonym_edges
 
 __all__ = [

@@ -11,15 +11,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 import numpy as np
 import scipy.sparse as sp
 
 from .model import Entity, Relation, Synonym
-
-if TYPE_CHECKING:
-    from .ppr import PPRWeights
+from .ppr_weights import PPRWeights
 
 LOW_KINDS = frozenset({"date", "number"})
 P2P_MAX_TARGETS = 8  # a title shared by more documents than this is no pointer

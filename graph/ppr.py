@@ -1,7 +1,8 @@
 """Graph-aware recall: HippoRAG-style personalised PageRank over entities and passages.
 
 :class:`GraphView` turns a :class:`~.model.GraphData` into one symmetric sparse
-matrix (scipy CSR) over entity nodes then passage nodes, with edges
+matrix (scipy CSR) over entity nodes then passage nodes, with edges (each weight a field
+of :class:`~.ppr_weights.PPRWeights`)
 
 * passage–entity: mention weight (``1 + ln count``) x ``mention``; a passage and the
   entity it is about (its title) x ``about``;
@@ -34,30 +35,10 @@ from ..ranking import MASS_TOLERANCE, top
 from .edges import LOW_KINDS, EdgeList, entity_edges, relation_edges, synonym_edges, transition
 from .extract import BuiltinExtractor, Lexicon, choose_mentions
 from .model import GraphData, Relation
+from .ppr_weights import PPRWeights
 from .resolve import entity_key
 
 Embed = Callable[[list[str]], np.ndarray]
-
-
-@dataclass(frozen=True)
-class PPRWeights:
-    """Edge and reset weights of graph recall (each choice explained in the module doc)."""
-
-    mention: float = 1.0
-    about: float = 2.0
-    relation: float = 1.0
-    synonym: float = 1.0
-    p2p: float = 1.0
-    date: float = 0.1            # edge scale for dates and numbers
-    damping: float = 0.5         # probability of following an edge (HippoRAG: 0.5)
-    prior: float = 0.05          # share of the reset mass on the dense/sparse passage scores
-    partial_link: float = 0.5    # link weight of a partial-name match
-    partial_max: int = 5         # a name contained in more entities than this is too vague
-    partial_cover: float = 0.5   # ... or covering less than this share of the entity's words
-    embed_link: float = 0.8      # min cosine for a name-embedding link
-    specificity: str = "inverse"  # inverse (1/df) | idf (log(N/df)) | none
-    max_iter: int = 50
-    tol: float = 1e-7
 
 
 @dataclass
