@@ -124,8 +124,9 @@ def quality(mod: Any, h: Any, g: Any, cfg: Any, edges: Any) -> dict[str, Any]:
 
 def new_builder(g: Any, repeats: int) -> dict[str, Any]:
     from rcp_agentic.graph import communities as mod
+    from rcp_agentic.graph.community_config import CommunityConfig
 
-    cfg = mod.CommunityConfig()
+    cfg = CommunityConfig()
     times, h, edges = [], None, None
     for _ in range(repeats):
         (edges, h), secs = timed(lambda: _edges_and_build(mod, g, cfg))

@@ -10,9 +10,9 @@ depend on it.
 """
 
 from .build import BuildStats, GraphCache, GraphConfig, build_graph, update_graph
-from .communities import (Community, CommunityConfig, CommunityHierarchy, CommunityUpdate,
-                          build_communities, community_id, entity_edges, modularity,
-                          update_communities)
+from .communities import (Community, CommunityHierarchy, CommunityUpdate, build_communities,
+                          community_id, entity_edges, modularity, update_communities)
+from .community_config import CommunityConfig
 from .extract import (BuiltinExtractor, ChunkExtraction, Extractor, Lexicon, LLMExtractor,
                       RawMention, RawRelation, SpacyExtractor, parse_llm_reply)
 from .model import ChunkText, Entity, GraphData, Mention, Relation, Span, Synonym

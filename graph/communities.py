@@ -38,9 +38,10 @@ longer than the graph build. Counting showed no quadratic recursion — about th
 processed vertices per entity (2.99-3.41 on the shared corpora and on Barabási–Albert
 graphs of 10k-200k entities, ``bench/community_scale.py``) — the cost was per call:
 leidenalg's optimiser (over half the time on HotpotQA + 2Wiki), a Python rebuild of every
-subgraph from a dict adjacency (a third), and a pure-Python ``entity_edges``. This
-module's ``ALGORITHM`` tag (``communities/2``) is part of :attr:`CommunityConfig.identity`,
-so a hierarchy stored by the former builder is rebuilt once, not patched.
+subgraph from a dict adjacency (a third), and a pure-Python ``entity_edges``. The
+``ALGORITHM`` tag (``communities/2``, in :mod:`.community_config`) is part of
+:attr:`CommunityConfig.identity`, so a hierarchy stored by the former builder is rebuilt
+once, not patched.
 
 **Levels** count from the leaves (RCP: ``level 0`` is the finest). ``height`` is 0 for a
 leaf and ``1 + max(children)`` otherwise; the partition at level ``l`` is, on every
@@ -82,49 +83,16 @@ from typing import Any
 import numpy as np
 
 from ..errors import InvalidParams
+from .community_config import CommunityConfig
 from .community_split import CommunityStats, groups, leiden, split
 from .entity_graph import LOW_KINDS, EdgeArrays, Edges, EntityGraph, edge_arrays, entity_edges
 from .model import GraphData
 
-__all__ = ["ALGORITHM", "Budget", "Community", "CommunityBudgetExceeded", "CommunityConfig",
-           "CommunityHierarchy", "CommunityStats", "CommunityUpdate", "LOW_KINDS",
-           "build_communities", "community_id", "entity_edges", "modularity",
-           "update_communities"]
+__all__ = ["Budget", "Community", "CommunityBudgetExceeded", "CommunityHierarchy", "CommunityStats",
+           "CommunityUpdate", "LOW_KINDS", "build_communities", "community_id", "entity_edges",
+           "modularity", "update_communities"]
 
 FORMAT = "rcp-agentic/communities/1"
-ALGORITHM = "communities/2"           # issue 22 part 4a: igraph Leiden, guard, breadth-first
-
-
-@dataclass(frozen=True)
-class CommunityConfig:
-    """Settings of the community hierarchy (its ``identity`` is part of the hierarchy's)."""
-
-    max_community_size: int = 10      # GraphRAG's default cap of a leaf community
-    resolution: float = 1.0           # Leiden modularity resolution (1.0 = modularity)
-    seed: int = 42
-    iterations: int = 2               # Leiden passes (-1: until stable; measured 6x slower
-                                      # for +0.005 top-level modularity on SciFact)
-    relation: float = 1.0             # edge weights (module doc)
-    synonym: float = 1.0
-    about: float = 1.0
-    comention: float = 1.0
-    date: float = 0.1                 # scale of edges touching dates and numbers
-    drift_tolerance: float = 0.25     # relative edge-weight change an update ignores
-
-    def __post_init__(self) -> None:
-        if self.max_community_size < 1:
-            raise InvalidParams("max_community_size must be >= 1", field="max_community_size")
-        if not self.resolution > 0:
-            raise InvalidParams("resolution must be > 0", field="resolution")
-        for name in ("relation", "synonym", "about", "comention", "date", "drift_tolerance"):
-            if not getattr(self, name) >= 0:
-                raise InvalidParams(f"{name} must be >= 0", field=name)
-
-    @property
-    def identity(self) -> str:
-        return (f"{ALGORITHM};max={self.max_community_size};res={self.resolution};"
-                f"seed={self.seed};it={self.iterations};rel={self.relation};"
-                f"syn={self.synonym};about={self.about};co={self.comention};date={self.date}")
 
 
 class Budget:

@@ -49,9 +49,9 @@ from ..pipeline.trust_derived import screen_derived
 from ..read_first import checkpoint
 from ..store.docstore import Docstore
 from ..store.writes import UnitRecord
-from .communities import (Budget, Community, CommunityBudgetExceeded, CommunityConfig,
-                          CommunityHierarchy, Edges, build_communities, entity_edges,
-                          update_communities)
+from .communities import (Budget, Community, CommunityBudgetExceeded, CommunityHierarchy,
+                          Edges, build_communities, entity_edges, update_communities)
+from .community_config import CommunityConfig
 from .index import live_chunks, load_graph, node_uid, triplet_uids
 from .model import ChunkText, GraphData
 from .reports import (CommunityReport, ExtractiveReporter, Finding, LLMReporter, ReportInput,

@@ -20,12 +20,11 @@ import random
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
-if TYPE_CHECKING:
-    from .communities import CommunityConfig
+from .community_config import CommunityConfig
 
 __all__ = ["GUARD", "CommunityStats", "bfs_order", "chunks", "groups", "split"]
 

@@ -6,10 +6,11 @@ arrays, and :class:`EntityGraph` the one igraph of every entity that the builder
 subgraphs from (vertex ``i`` is the ``i``-th entity key in sorted order, so a vertex subset
 in increasing order is a key-sorted member list).
 
-The weights are defined in :mod:`.communities` (module doc). They are computed here with
-numpy, every contribution to a pair summed in the order the former pure-Python loop added
-them (relations, synonyms, then passages by chunk key: *about* pairs, then co-mentions),
-and rounded by Python's ``round(v, 9)``: the output is bit-identical to it (tested against a
+The weights are defined in :mod:`.communities` (module doc), their settings in
+:class:`~.community_config.CommunityConfig`. They are computed here with numpy, every
+contribution to a pair summed in the order the former pure-Python loop added them
+(relations, synonyms, then passages by chunk key: *about* pairs, then co-mentions), and
+rounded by Python's ``round(v, 9)``: the output is bit-identical to it (tested against a
 verbatim copy, ``bench/communities_old.py``, on a real graph). That loop was a tenth of the
 community build's time on the multi-hop corpora (``bench/RESULTS.md``, community scale).
 """
@@ -17,14 +18,12 @@ community build's time on the multi-hop corpora (``bench/RESULTS.md``, community
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
+from .community_config import CommunityConfig
 from .model import GraphData
-
-if TYPE_CHECKING:
-    from .communities import CommunityConfig
 
 __all__ = ["EdgeArrays", "EntityGraph", "Edges", "LOW_KINDS", "edge_arrays", "entity_edges"]
 
@@ -168,7 +167,6 @@ def entity_edges(graph: GraphData, config: CommunityConfig | None = None) -> Edg
     """The weighted entity-entity edges (:mod:`.communities` module doc), keyed ``(a, b)``
     with ``a < b``, sorted."""
     if config is None:
-        from .communities import CommunityConfig
         config = CommunityConfig()
     return edge_arrays(graph, config).as_dict()
 

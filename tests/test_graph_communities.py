@@ -14,9 +14,9 @@ from hypothesis import strategies as st
 from rcp_agentic.errors import InvalidParams
 from rcp_agentic.graph import (BuiltinExtractor, ChunkText, Entity, GraphCache, GraphData,
                                Relation, Synonym, build_graph, update_graph)
-from rcp_agentic.graph.communities import (CommunityConfig, CommunityHierarchy,
-                                           build_communities, community_id, entity_edges,
-                                           modularity, update_communities)
+from rcp_agentic.graph.communities import (CommunityHierarchy, build_communities, community_id,
+                                           entity_edges, modularity, update_communities)
+from rcp_agentic.graph.community_config import CommunityConfig
 
 
 def graph_of(nodes: list[str], edges: list[tuple[str, str, float]],

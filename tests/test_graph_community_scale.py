@@ -22,9 +22,9 @@ from hypothesis import strategies as st
 
 import rcp_agentic.graph.community_split as split_mod
 from rcp_agentic.graph import Entity, GraphData, Relation
-from rcp_agentic.graph.communities import (Budget, CommunityBudgetExceeded, CommunityConfig,
-                                           CommunityHierarchy, build_communities,
-                                           update_communities)
+from rcp_agentic.graph.communities import (Budget, CommunityBudgetExceeded, CommunityHierarchy,
+                                           build_communities, update_communities)
+from rcp_agentic.graph.community_config import CommunityConfig
 from rcp_agentic.graph.community_split import GUARD
 
 # The engine tests read what the community builder reported for each write.
