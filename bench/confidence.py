@@ -764,7 +764,7 @@ def leave_one_out_pair(samples: list[fitting.Sample], l2: float) -> tuple[np.nda
 
 COMMUNITY_SETS = ("hotpotqa", "2wikimultihopqa")
 COMMUNITY_EVENT = ("the hit's text (its report) holds a sentence of one of the question's "
-                   "supporting passages (normalised SQuAD-style, raptor.summarize."
+                   "supporting passages (normalised SQuAD-style, rcp_agentic.text."
                    "split_sentences, sentences of >= 4 words; bench/communities.py "
                    "hit_evidence); off-domain questions have none")
 

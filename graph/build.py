@@ -43,6 +43,7 @@ import numpy as np
 
 from ..models.tokenizer import count_tokens, count_tokens_batch
 from ..read_first import checkpoint
+from ..text import cut_to_tokens
 from .extract import (RULE_RUN, STOPWORDS, ChunkExtraction, Extractor, Lexicon, RawMention,
                       choose_mentions, fold, sentence_spans, title_entries, title_key,
                       title_name)
@@ -723,8 +724,6 @@ def _between(text: str, s: _Sent, pair: tuple[str, str]) -> str | None:
 
 
 def _cap(text: str, budget: int) -> str:
-    from ..raptor.summarize import cut_to_tokens
-
     return cut_to_tokens(text, budget, count_tokens)
 
 

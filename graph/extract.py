@@ -27,7 +27,7 @@ from sklearn.feature_extraction.text import ENGLISH_STOP_WORDS
 
 from ..models.llm import as_chat, json_object
 from ..models.llm_guard import DATA_RULE, data_block
-from ..raptor.summarize import split_sentences
+from ..text import split_sentences
 from .model import ChunkText
 
 

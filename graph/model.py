@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..raptor.summarize import Span  # one span type for summaries and graph evidence
+from ..text import Span  # one span type for summaries and graph evidence
 
 __all__ = ["ChunkText", "Entity", "GraphData", "Mention", "Relation", "Span", "Synonym"]
 

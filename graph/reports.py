@@ -49,7 +49,7 @@ from typing import Any
 from ..errors import InvalidParams
 from ..models.llm import as_chat, json_object
 from ..models.llm_guard import DATA_RULE, data_block
-from ..raptor.summarize import Sentence, Span, cut_to_tokens, split_sentences
+from ..text import Sentence, Span, cut_to_tokens, split_sentences
 from .communities import Community
 from .index import object_first, triplet_header
 from .model import ChunkText, GraphData, Relation

@@ -16,9 +16,9 @@ Recursive clustering and summarisation of chunks into tree nodes with levels
 The engine imports :mod:`.index` only when ``build_tree`` is on.
 """
 
+from ..text import Sentence, Span, split_sentences
 from .cluster import cluster, reduce, soft_gmm
-from .summarize import (ExtractiveSummarizer, LLMSummarizer, Passage, Sentence, Span, Summary,
-                        split_sentences)
+from .summarize import ExtractiveSummarizer, LLMSummarizer, Passage, Summary
 from .tree import (Leaf, Node, Summarizer, TreeConfig, TreeDelta, build_tree, node_id,
                    update_tree)
 

@@ -24,8 +24,8 @@ from ..config import TreeSection
 from ..derived import BuildContext, DerivedBuilder, DerivedReport, EmbedTimer, Run
 from ..models.tokenizer import count_tokens
 from ..store.writes import UnitRecord
-from .summarize import (ExtractiveSummarizer, LLMSummarizer, Passage, Sentence, Span, Summary,
-                        split_sentences)
+from ..text import Sentence, Span, split_sentences
+from .summarize import ExtractiveSummarizer, LLMSummarizer, Passage, Summary
 from .tree import Leaf, Node, TreeConfig, build_tree, update_tree
 
 UNIT = "tree-node"

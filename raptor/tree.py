@@ -24,8 +24,9 @@ import numpy as np
 from sklearn.mixture import GaussianMixture
 from threadpoolctl import threadpool_limits
 
+from ..text import CountTokens
 from .cluster import REG_COVAR, cluster, reduce
-from .summarize import CountTokens, Passage, Summary
+from .summarize import Passage, Summary
 
 log = logging.getLogger(__name__)
 

@@ -21,7 +21,8 @@ from rcp_agentic.models.tokenizer import count_tokens
 from rcp_agentic.pipeline.trust import InjectionScreen
 from rcp_agentic.pipeline.trust_derived import (derived_trust, markup_signals, screen_derived,
                                                 strip_markup)
-from rcp_agentic.raptor.summarize import LLMSummarizer, Passage, split_sentences
+from rcp_agentic.raptor.summarize import LLMSummarizer, Passage
+from rcp_agentic.text import split_sentences
 from rcp_agentic.wire import Trust
 
 sys.path.insert(0, str(REPO))

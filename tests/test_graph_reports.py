@@ -334,7 +334,7 @@ def test_llm_failure_propagates(built: Built) -> None:
 
 def test_a_heading_glued_to_a_sentence_is_left_out_with_its_span() -> None:
     from rcp_agentic.graph.reports import _without_heading
-    from rcp_agentic.raptor.summarize import split_sentences
+    from rcp_agentic.text import split_sentences
 
     doc = "# Harbor Lights Band Harbor Lights Band is a group founded in a harbor city."
     (first,) = split_sentences(doc, "d", 0)

@@ -21,7 +21,7 @@ from typing import Any
 
 from ..client.errors import InvalidParams
 from ..models.tokenizer import count_tokens
-from ..raptor.summarize import cut_to_tokens
+from ..text import cut_to_tokens
 
 SEP = "::"
 MEMORY_PREFIX = "federation:"

@@ -10,6 +10,7 @@ from .. import units
 from ..models.analyzer import analyze
 from ..store.docstore import Docstore
 from ..store.memindex import UnitIndex, bm25_idf
+from ..text import split_sentences
 
 
 def packing_containment(store: Docstore, index: UnitIndex, ranked: list[tuple[int, float]],
@@ -22,8 +23,6 @@ def packing_containment(store: Docstore, index: UnitIndex, ranked: list[tuple[in
     contains (BM25 idf of the analysed query terms a sentence holds; ties all count).
     A summary's sentences are its stored spans; a chunk's come from the tree's splitter,
     so an extracted sentence is the same string in both. Everything is fetched lazily."""
-    from ..raptor.summarize import split_sentences
-
     cache: dict[int, frozenset[str] | None] = {}
     said: dict[int, list[str]] = {}
     weights: dict[str, float] = {}
