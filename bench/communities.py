@@ -35,7 +35,7 @@
   answer-in-context (the SQuAD-normalised answer occurs in the packed text on word
   boundaries; yes/no answers are left out: "yes" occurs anywhere) and evidence recall (a
   supporting passage counts when the packed text holds one of its sentences —
-  ``raptor.summarize.split_sentences``, normalised, of >= 4 words); p50 latency of chunk and
+  ``rcp_agentic.text.split_sentences``, normalised, of >= 4 words); p50 latency of chunk and
   community retrieve (1,000 tokens) and drift. Per-question rows are cached in
   ``bench/.cache/communities-usefulness-<set>.json``.
 
@@ -304,10 +304,10 @@ YES_NO = {"yes", "no"}
 
 def supporting_sentences(passage: str, min_words: int = 4) -> list[str]:
     """The normalised sentences of a supporting passage that count as evidence of it
-    (``raptor.summarize.split_sentences``, the splitter the community reports cut with;
+    (``rcp_agentic.text.split_sentences``, the splitter the community reports cut with;
     sentences of fewer than ``min_words`` words are left out unless nothing else is left)."""
     from bench.raptor import normalize
-    from rcp_agentic.raptor.summarize import split_sentences
+    from rcp_agentic.text import split_sentences
 
     sents = [normalize(x.text) for x in split_sentences(passage, None, 0)]
     sents = [x for x in sents if x]
