@@ -3,13 +3,15 @@
 The entry point is :class:`Engine`; results are :class:`RetrieveResult` objects whose
 ``to_wire()`` is the exact RCP result; every error is an :class:`RCPError`. The
 engine (and its model stack) is imported on first use, so ``rcp_agentic.client``
-alone stays light.
+alone stays light. The notebook displays (:mod:`.display`) are imported here: they register
+the results' ``_repr_html_`` renderers (:mod:`.display_hooks`).
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from . import display  # noqa: F401  (registers the results' notebook displays)
 from .errors import (BackendUnavailable, CapabilityMissing, Conflict, InternalError, InvalidParams,
                      NotFound, OptionUnsupported, RCPError)
 

@@ -2,6 +2,7 @@
 that follows multi-hop bridge entities with no LLM."""
 
 from .evaluator import Assessment, ConfidenceEvaluator
-from .loop import CorrectiveResult, CorrectiveRetriever, Step
+from .loop import CorrectiveRetriever
+from .result import CorrectiveResult, Step
 
 __all__ = ["Assessment", "ConfidenceEvaluator", "CorrectiveResult", "CorrectiveRetriever", "Step"]

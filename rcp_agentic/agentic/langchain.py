@@ -19,7 +19,8 @@ from langchain_core.retrievers import BaseRetriever
 from pydantic import ConfigDict, Field
 
 from ..integrations.langchain import hit_to_document
-from .loop import CorrectiveResult, CorrectiveRetriever
+from .loop import CorrectiveRetriever
+from .result import CorrectiveResult
 
 
 def evidence_documents(result: CorrectiveResult) -> list[Document]:

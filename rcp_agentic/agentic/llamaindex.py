@@ -6,7 +6,8 @@ from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.schema import NodeWithScore, QueryBundle
 
 from ..integrations.llamaindex import ScoreMode, hit_to_node
-from .loop import CorrectiveResult, CorrectiveRetriever
+from .loop import CorrectiveRetriever
+from .result import CorrectiveResult
 
 
 def evidence_nodes(result: CorrectiveResult, score_mode: ScoreMode = "confidence"

@@ -8,10 +8,19 @@ text shown is escaped.
 
 ``to_dataframe(hits)`` turns any list of hits into a pandas DataFrame (the ``notebook``
 extra); ``RetrieveResult.to_dataframe()`` does the same for a result.
+
+The results sit below this package and never import it: importing it registers its
+functions in :mod:`rcp_agentic.display_hooks`, where their ``_repr_html_`` finds them
+(``rcp_agentic`` imports this package, so that is done before any result exists).
 """
 
 from __future__ import annotations
 
+from .. import display_hooks
 from .frames import to_dataframe
+from .loop import loop_html
+
+for _hook in (loop_html,):
+    display_hooks.register(_hook)
 
 __all__ = ["to_dataframe"]

@@ -9,7 +9,7 @@ from .hits import hits_table
 from .html import MUTED, badge, block, confidence_bar, esc, line, table
 
 if TYPE_CHECKING:
-    from ..agentic.loop import CorrectiveResult
+    from ..agentic.result import CorrectiveResult
 
 VERDICT_COLOUR = {"correct": "#1a7f37", "ambiguous": "#bf8700", "incorrect": "#cf222e"}
 TRACE_HEAD = ("step", "action", "unit", "query", "verdict", "best confidence", "returned",
