@@ -26,7 +26,7 @@ if __package__ in (None, ""):
 
 from bench import scifact  # noqa: E402
 from rcp_agentic import Engine  # noqa: E402
-from rcp_agentic.models.analyzer import STOPWORDS  # noqa: E402
+from rcp_agentic.analyzer import STOPWORDS  # noqa: E402
 
 DEFAULT_ENGINE = Path(__file__).resolve().parent / ".cache" / "engine-scifact"
 

@@ -32,7 +32,7 @@ import numpy as np
 from . import units
 from .config import EngineConfig
 from .errors import BackendUnavailable
-from .models.analyzer import analyze
+from .analyzer import analyze
 from .options import TREE_SEARCHES
 from .store.filters import check_filter_size, compile_filter
 from .store.docstore import Docstore

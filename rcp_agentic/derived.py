@@ -31,7 +31,7 @@ from typing import Any, Generic, TypeVar
 
 import numpy as np
 
-from .models.analyzer import term_counts
+from .analyzer import term_counts
 from .models.embedder import TimedEmbedder
 from .models.llm import ChatLLM
 from .models.llm_usage import BUILD_STAGES, LLMUsage, StageUsage

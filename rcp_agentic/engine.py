@@ -40,8 +40,8 @@ from .derived import BuildContext, DerivedBuilder, DerivedReport
 from .derived_updates import BuilderSet, DerivedUpdates
 from .errors import CapabilityMissing, EmbeddingMismatch
 from .ingest import AddResult, Ingest
-from .models import calls
 from .models.llm import ChatLLM
+from .pipeline import model_calls
 from .pipeline.confidence import Calibrator
 from .pipeline.retriever import Retriever
 from .pipeline.transform import Transformed, transform
@@ -460,7 +460,7 @@ class Engine:
     def embed(self, inputs: list[Any], *, kind: str = "document",
               encoding: str = "json") -> dict[str, Any]:
         """RCP ``embed`` (§7.3): one unit-length vector per input, as JSON numbers or f32-base64."""
-        return calls.embed(self.embedder, self.config, inputs, kind=kind, encoding=encoding)
+        return model_calls.embed(self.embedder, self.config, inputs, kind=kind, encoding=encoding)
 
     def rerank(self, query: Any, passages: list[Any], *, method: str | None = None,
                top_n: int | None = None,
@@ -470,7 +470,7 @@ class Engine:
         ``scores[i]`` belongs to ``passages[i]``; ``order`` lists indices best first,
         truncated to ``top_n``.
         """
-        return calls.rerank(self.reranker, self.config, query, passages, method=method,
+        return model_calls.rerank(self.reranker, self.config, query, passages, method=method,
                             top_n=top_n, control=control)
 
     # --- the knowledge graph ------------------------------------------------------------

@@ -1,4 +1,5 @@
-"""The house's text toolkit: sentences with their spans in a source document, and token cuts.
+"""The house's text toolkit: sentences with their spans in a source document, token cuts,
+and lone UTF-16 surrogates (legal in JSON escapes, not in Unicode) found and replaced.
 
 One splitter and one cut for every part that quotes or trims text: RAPTOR summaries, graph
 evidence and community reports, the evidence snippets of hits, federation's graph answers.
@@ -83,3 +84,19 @@ def cut_to_tokens(text: str, budget: int, count_tokens: CountTokens) -> str:
 def join(sentences: tuple[Sentence, ...] | list[Sentence]) -> str:
     """The text of consecutive sentences (one space between them)."""
     return " ".join(s.text for s in sentences)
+
+
+def is_unicode(text: str) -> bool:
+    """False when ``text`` holds a lone UTF-16 surrogate (legal in JSON escapes, not Unicode)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def clean_text(text: str) -> str:
+    """``text`` with lone UTF-16 surrogates (legal in JSON escapes, not in Unicode) as U+FFFD."""
+    if is_unicode(text):
+        return text
+    return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")

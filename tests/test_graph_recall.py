@@ -17,7 +17,7 @@ import pytest
 
 from rcp_agentic import Engine
 from rcp_agentic.errors import OptionUnsupported
-from rcp_agentic.models.analyzer import analyze
+from rcp_agentic.analyzer import analyze
 from rcp_agentic.models.tokenizer import count_tokens
 
 GRAPH = {"x-rcp-agentic-graphRecall": True}

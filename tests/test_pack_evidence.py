@@ -10,7 +10,7 @@ import pytest
 
 from rcp_agentic import Engine
 from rcp_agentic.pipeline.evidence import packing_containment
-from rcp_agentic.models.analyzer import analyze
+from rcp_agentic.analyzer import analyze
 from rcp_agentic.pipeline.packing import pack
 
 # Rank 0 is a summary of chunks a and b; ranks 1 and 2 are those chunks; rank 3 is chunk c.

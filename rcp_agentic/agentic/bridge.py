@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from ..models.analyzer import analyze
+from ..analyzer import analyze
 
 # Question words and fillers that no passage needs to contain for the question to be covered.
 _ASKING = frozenset(analyze("who whom whose what which when where why how many much name "

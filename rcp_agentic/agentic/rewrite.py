@@ -15,7 +15,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..models.analyzer import STOPWORDS
+from ..analyzer import STOPWORDS
 from ..models.llm import ChatLLM
 from ..models.llm_guard import DATA_RULE, data_block
 

@@ -17,9 +17,9 @@ from typing import Any
 import numpy as np
 
 from ..errors import InvalidParams
-from ..models.analyzer import term_counts
+from ..analyzer import term_counts
 from ..models.tokenizer import count_tokens
-from ..pipeline.params import clean_text, is_unicode
+from ..text import clean_text, is_unicode
 from ..store.writes import DocumentRecord, UnitRecord
 from ..vocabulary import TRUST_LEVELS
 from .chunker import chunk_text

@@ -14,7 +14,7 @@ import re
 from collections.abc import Iterable, Sequence
 from urllib.parse import urlsplit
 
-from ..models.analyzer import analyze
+from ..analyzer import analyze
 
 # Characters XML 1.0 forbids (C0 controls but tab, newline, carriage return; lone
 # surrogates; U+FFFE/U+FFFF), and the C1 controls and DEL, which it allows but which only

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from .. import units
-from ..models.analyzer import analyze
+from ..analyzer import analyze
 from ..store.docstore import Docstore
 from ..store.memindex import UnitIndex, bm25_idf
 from ..text import split_sentences

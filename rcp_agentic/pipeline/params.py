@@ -28,8 +28,9 @@ from .. import units
 from ..config import EngineConfig
 from ..errors import InvalidParams, OptionUnsupported
 from ..options import RANK_BY, TREE_SEARCHES, VENDOR
-from ..vocabulary import FUSIONS, MODES, MULTI_QUERY_METHODS, RECALL_SOURCES, TRANSFORM_METHODS
 from ..store.filters import check_filter_size
+from ..text import clean_text, is_unicode
+from ..vocabulary import FUSIONS, MODES, MULTI_QUERY_METHODS, RECALL_SOURCES, TRANSFORM_METHODS
 
 # What a plan is checked against when the caller passes no configuration.
 DEFAULT_CONFIG = EngineConfig.model_validate({})
@@ -144,22 +145,6 @@ class Plan:
     def pooled(self) -> bool:
         """Whether recall pools several kinds or levels (containment matters inside one result)."""
         return len(self.kinds) > 1
-
-
-def is_unicode(text: str) -> bool:
-    """False when ``text`` holds a lone UTF-16 surrogate (legal in JSON escapes, not Unicode)."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
-
-
-def clean_text(text: str) -> str:
-    """``text`` with lone UTF-16 surrogates (legal in JSON escapes, not in Unicode) as U+FFFD."""
-    if is_unicode(text):
-        return text
-    return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
 
 
 def lone_surrogate_at(value: Any, path: str, *, keys_only: bool = False) -> str | None:

@@ -34,7 +34,7 @@ from typing import Any
 from ..control import Spender
 from ..errors import CapabilityMissing, InvalidParams, OptionUnsupported
 from ..options import VENDOR
-from ..pipeline.params import is_unicode
+from ..text import is_unicode
 
 # Sessions live in this process's memory, so a key of this process binds them.
 _SECRET = secrets.token_bytes(32)

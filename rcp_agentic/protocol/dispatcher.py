@@ -46,7 +46,8 @@ from ..errors import (
     UnknownMethod,
     VersionMismatch,
 )
-from ..pipeline.params import is_unicode, lone_surrogate_at
+from ..pipeline.params import lone_surrogate_at
+from ..text import is_unicode
 from .. import jsonio
 from ..options import VENDOR
 from .caller import (

@@ -41,7 +41,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ..errors import BackendUnavailable
-from ..models.analyzer import analyze
+from ..analyzer import analyze
 from .docstore import Docstore
 from .milvus_connection import MilvusConnection, log
 from .milvus_filter import MAX_VARCHAR_BYTES, add_columns, column_values

@@ -12,10 +12,10 @@ from ..config import EngineConfig
 from ..control import RequestControl
 from ..errors import CapabilityMissing, InternalError, InvalidParams, OptionUnsupported, \
     PayloadTooLarge
-from ..pipeline.params import query_text
+from ..models.embedder import TimedEmbedder
+from ..models.reranker import Reranker
 from ..wire import RerankResult
-from .embedder import TimedEmbedder
-from .reranker import Reranker
+from .params import query_text
 
 
 def embed(embedder: TimedEmbedder, config: EngineConfig, inputs: list[Any], *,
