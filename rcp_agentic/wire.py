@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 from pydantic.alias_generators import to_camel
 
+from . import display_hooks
 from .vocabulary import TrustLevel
 
 if TYPE_CHECKING:
@@ -34,7 +35,8 @@ class WireModel(BaseModel):
 
 class Displayed(WireModel):
     """A result that shows itself in Jupyter as HTML (``_repr_html_``), with the words of
-    the query it answers marked in its texts."""
+    the query it answers marked in its texts (drawn by :mod:`rcp_agentic.display`, which
+    this module does not import: see :mod:`.display_hooks`)."""
 
     _query: str | None = PrivateAttr(default=None)
 
@@ -126,9 +128,7 @@ class Hit(Displayed):
 
     def html(self, query: str | None = None) -> str:
         """The hit as an HTML table row with its header (see :class:`Displayed`)."""
-        from .display.hits import hit_html
-
-        return hit_html(self, query or self._query)
+        return display_hooks.render("hit_html", self, query or self._query)
 
 
 class Usage(WireModel):
@@ -157,15 +157,11 @@ class RetrieveResult(Displayed):
 
     def html(self, query: str | None = None) -> str:
         """The hits as an HTML table and the usage line (see :class:`Displayed`)."""
-        from .display.hits import result_html
-
-        return result_html(self, query or self._query)
+        return display_hooks.render("result_html", self, query or self._query)
 
     def to_dataframe(self) -> pandas.DataFrame:
         """The hits as a pandas DataFrame, one row per hit (needs the ``notebook`` extra)."""
-        from .display.frames import to_dataframe
-
-        return to_dataframe(self.hits)
+        return display_hooks.render("to_dataframe", self.hits)
 
 
 class TransformResult(WireModel):
@@ -233,15 +229,11 @@ class GraphResult(Displayed):
 
     def html(self, query: str | None = None) -> str:
         """The picture, summary, communities and hits as HTML (see :class:`Displayed`)."""
-        from .display.graphs import graph_result_html
-
-        return graph_result_html(self, query or self._query)
+        return display_hooks.render("graph_result_html", self, query or self._query)
 
     def to_dataframe(self) -> pandas.DataFrame:
         """The hits (``local``, ``drift``) as a pandas DataFrame, one row per hit."""
-        from .display.frames import to_dataframe
-
-        return to_dataframe(self.hits or [])
+        return display_hooks.render("to_dataframe", self.hits or [])
 
 
 class MemoryBuildResult(WireModel):

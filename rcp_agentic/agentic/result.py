@@ -57,5 +57,4 @@ class CorrectiveResult:
 
     def _repr_html_(self) -> str:
         """In Jupyter: the verdict, the trace table and the evidence hits."""
-        html: str = display_hooks.render("loop_html", self)
-        return html
+        return display_hooks.render("loop_html", self)

@@ -18,9 +18,11 @@ from __future__ import annotations
 
 from .. import display_hooks
 from .frames import to_dataframe
+from .graphs import graph_result_html
+from .hits import hit_html, result_html
 from .loop import loop_html
 
-for _hook in (loop_html,):
+for _hook in (hit_html, result_html, graph_result_html, loop_html, to_dataframe):
     display_hooks.register(_hook)
 
 __all__ = ["to_dataframe"]

@@ -3,7 +3,7 @@
 A row shows the rank, unit and level, score (and each stage's score), a confidence
 bar, the text with the query's terms marked, where it comes from (citation link, page,
 character span) and its trust flags. A ``path`` or ``subgraph`` hit also draws its
-entities and relations (:mod:`rcp_agentic.display.graphs`).
+entities and relations (:mod:`rcp_agentic.display.pictures`).
 """
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from collections.abc import Sequence
 from pathlib import PurePath
 from typing import TYPE_CHECKING
 
-from .graphs import PICTURED_UNITS, hit_picture
 from .html import (MUTED, badge, block, confidence_bar, details, esc, highlight, line, link,
                    number, query_terms, table)
+from .pictures import PICTURED_UNITS, hit_picture
 
 if TYPE_CHECKING:
     from ..wire import Hit, RetrieveResult, Usage
