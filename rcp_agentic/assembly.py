@@ -4,10 +4,12 @@ them, its recall backend, its derived builders and its graph ops. The
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from . import plugins
 from .config import EngineConfig
 from .corpus.metadata import is_valid_field_name
 from .derived import BuildContext, DerivedBuilder
@@ -18,10 +20,6 @@ from .models.reranker import CrossEncoderReranker, Reranker, as_reranker
 from .pipeline.confidence import Calibrator
 from .store.docstore import Docstore
 from .store.recall import EmbeddedRecall, RecallBackend
-
-if TYPE_CHECKING:
-    from .graph.context import GraphContext
-    from .graph.ops import GraphOps
 
 CALIBRATION_FILE = "calibration.json"
 
@@ -142,27 +140,14 @@ def make_builders(ctx: BuildContext, config: EngineConfig) -> dict[str, DerivedB
     reports)."""
     builders: dict[str, DerivedBuilder[Any]] = {}
     if config.build_tree:
-        from .raptor.index import TreeIndex
-
-        builders["tree-node"] = TreeIndex(ctx, config.tree_section)
+        builders["tree-node"] = plugins.tree().builder(ctx, config)
     if config.build_graph:
-        from .graph.index import GraphIndex
-
-        builders["node"] = GraphIndex(ctx, config.graph_section)
-        if config.graph_communities:  # after the graph: it clusters that graph
-            from .graph.community_index import CommunityIndex
-
-            builders["community"] = CommunityIndex(ctx, config.community_section)
+        builders.update(plugins.graph().builders(ctx, config))
     return builders
 
 
-def make_graph_ops(ctx: GraphContext, composers: dict[str, Any]) -> GraphOps:
-    """The graph and memory ops over ``ctx``; the path and subgraph composers join
-    ``composers`` (the engine's: a composed kind is offered while its composer is there).
-    The graph modules are imported only here."""
-    from .graph.compose import composers as graph_composers
-    from .graph.ops import GraphOps
-
-    for unit, composer in graph_composers(ctx.store).items():
-        composers.setdefault(unit, composer)
-    return GraphOps(ctx)
+def make_graph_ops(parts: Mapping[str, Any], composers: dict[str, Any]) -> Any:
+    """The graph and memory ops over an engine's ``parts`` (``graph.context.GraphContext``'s
+    fields); the path and subgraph composers join ``composers`` (the engine's: a composed
+    kind is offered while its composer is there)."""
+    return plugins.graph().ops(parts, composers)

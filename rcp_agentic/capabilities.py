@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from . import units
+from . import plugins, units
 from .options import VENDOR
 from .store.filters import OPERATORS
 from .pipeline.transform import MAX_QUERIES as MAX_TRANSFORM_QUERIES
@@ -27,12 +27,6 @@ if TYPE_CHECKING:
     from .config import EngineConfig
     from .models.reranker import Reranker
 
-# The graph limits advertised under x-rcp-agentic.limits, with the graph module's constant for
-# each.
-GRAPH_LIMITS = {"maxGraphHops": "MAX_HOPS", "maxGraphNodes": "MAX_NODES",
-                "maxSeedIds": "MAX_SEEDS", "maxClues": "MAX_CLUES",
-                "maxMemoryDocuments": "MAX_MEMORY_DOCS", "maxCommunities": "MAX_COMMUNITIES",
-                "maxSummaryTokens": "MAX_TOKEN_BUDGET"}
 # The configuration bounds advertised under x-rcp-agentic.limits, by EngineConfig field.
 CONFIG_LIMITS = {"maxQueryChars": "max_query_chars", "maxSessionIdChars": "max_session_id_chars",
                  "sessionMaxBytes": "session_max_bytes", "maxTokenBudget": "max_token_budget",
@@ -150,10 +144,7 @@ def _limits(config: EngineConfig, transport: TransportLimits, *, graph: bool,
     if transport.max_body_bytes is not None:
         limits["maxBodyBytes"] = transport.max_body_bytes
     if graph:
-        from .graph import ops as graph_ops  # the engine core does not import the graph
-
-        limits.update({name: int(getattr(graph_ops, const))
-                       for name, const in GRAPH_LIMITS.items()})
+        limits.update(plugins.graph().limits)
     if transform:
         limits["maxTransformQueries"] = MAX_TRANSFORM_QUERIES
     return limits

@@ -29,13 +29,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from . import units
+from . import plugins, units
+from .analyzer import analyze
 from .config import EngineConfig
 from .errors import BackendUnavailable
-from .analyzer import analyze
 from .options import TREE_SEARCHES
-from .store.filters import check_filter_size, compile_filter
 from .store.docstore import Docstore
+from .store.filters import check_filter_size, compile_filter
 from .store.kind_counts import KindCounts
 from .store.memindex import UnitIndex
 from .store.reads import UnitArrays
@@ -487,8 +487,6 @@ class Catalog:
         return self._cached("graph", version, self._follow_graph)  # type: ignore[no-any-return]
 
     def _follow_graph(self, v: int) -> GraphState:
-        from .graph.follow import advance
-
         with self._follow_lock:
             with self._graph_lock:
                 cached = self._per_version["graph"]
@@ -496,7 +494,7 @@ class Catalog:
                     return cached[v]  # type: ignore[no-any-return]
                 older = [s for u, s in cached.items() if u < v and s.rows is not None]
             base = max(older, key=lambda s: s.version) if older and self.follow_writes else None
-            return advance(base, self.store, v)
+            return plugins.graph().graph_state(base, self.store, v)
 
     def graph_view(self, version: int | None = None) -> GraphView | None:
         """The PageRank view of the graph at ``version`` (default: the current one), or None
@@ -505,11 +503,8 @@ class Catalog:
 
     def _make_graph_view(self, v: int) -> GraphView | None:
         state = self.graph_state(v)
-        graph = state.graph
-        if graph is None:
+        if state.graph is None:
             return None
-        from .graph.ppr import GraphView
-        from .graph.view_patch import patched_view
 
         def word_df(name: str) -> int:
             # Passages holding the name's rarest word (an upper bound of the name's own count).
@@ -517,19 +512,14 @@ class Catalog:
             return min((chunks.doc_freq(self.store.term_id(w)) for w in analyze(name)),
                        default=0)
 
+        older = None
         if state.change is not None and self.follow_writes:
             with self._graph_lock:
                 older = self._per_version["view"].get(state.base)
-            if older is not None:
-                view = patched_view(older, graph, state.change, word_df)
-                if view is not None:
-                    return view
-        return GraphView(graph, word_df=word_df)
+        return plugins.graph().graph_view(state, older, word_df)  # type: ignore[no-any-return]
 
     def communities(self, version: int | None = None) -> CommunityStore | None:
         """The Leiden communities stored and visible at ``version`` (default: the current
         one), or None when there are none."""
-        from .graph.community_index import load_communities
-
         return self._cached("communities", version,  # type: ignore[no-any-return]
-                            lambda v: load_communities(self.store, v))
+                            lambda v: plugins.graph().communities(self.store, v))

@@ -501,9 +501,7 @@ class Engine:
         """Make the graph and memory ops, with the composers of the composed kinds (path,
         subgraph): at open when this engine builds a graph, else when a graph is first
         served (the graph modules are imported only then)."""
-        from .graph.context import GraphContext
-
-        self._graph_ops = make_graph_ops(GraphContext(
+        self._graph_ops = make_graph_ops(dict(
             catalog=self.catalog, retriever=self.retriever, ingest=self.ingest,
             builders=self.derived.builders, store=self.store, embedder=self.embedder,
             screen=self.screen, config=self.config, session_budget=self.session_budget,

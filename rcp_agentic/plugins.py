@@ -1,0 +1,76 @@
+"""The derived-index plug-ins: the knowledge graph (``graph/``) and the RAPTOR tree (``raptor/``).
+
+The core reaches them only through this module, by the module names below (the contracts in
+pyproject.toml hold the rest of the core to that). Each names a module of the plug-in that
+defines ``PLUGIN``; it is imported on first use, so an engine that builds neither never
+loads them. The protocols say what the core asks of each.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from .config import EngineConfig
+    from .derived import BuildContext, DerivedBuilder
+    from .store.docstore import Docstore
+
+GRAPH_PLUGIN = "rcp_agentic.graph.plugin"
+TREE_PLUGIN = "rcp_agentic.raptor.plugin"
+
+
+class TreePlugin(Protocol):
+    """What the core asks of the RAPTOR tree."""
+
+    def builder(self, ctx: BuildContext, config: EngineConfig) -> DerivedBuilder[Any]:
+        """The ``tree-node`` builder, with the configuration's tree settings."""
+        ...
+
+
+class GraphPlugin(Protocol):
+    """What the core asks of the knowledge graph: its builders, its ops, the per-version
+    state the catalog serves and the limits it advertises."""
+
+    limits: Mapping[str, int]  # x-rcp-agentic.limits of the graph ops
+
+    def builders(self, ctx: BuildContext, config: EngineConfig) -> dict[str, DerivedBuilder[Any]]:
+        """The ``node`` builder (it writes the triplets too) and, with communities on, the
+        ``community`` builder after it, in run order."""
+        ...
+
+    def ops(self, parts: Mapping[str, Any], composers: dict[str, Any]) -> Any:
+        """The graph and memory ops over an engine's ``parts`` (the fields of
+        ``graph.context.GraphContext``); the composers of the composed kinds (path,
+        subgraph) join ``composers``."""
+        ...
+
+    def graph_state(self, base: Any, store: Docstore, version: int) -> Any:
+        """The graph visible at ``version``, patched from ``base`` (an older state) when given,
+        with what patching it further needs (``graph.follow.GraphState``)."""
+        ...
+
+    def graph_view(self, state: Any, older: Any, word_df: Callable[[str], int]) -> Any:
+        """The PageRank view of ``state``'s graph (None without one), patched from ``older``
+        (the view of the state it was patched from) when that works."""
+        ...
+
+    def communities(self, store: Docstore, version: int) -> Any:
+        """The Leiden communities stored and visible at ``version`` (None: none)."""
+        ...
+
+
+@functools.cache
+def graph() -> GraphPlugin:
+    """The knowledge graph's plug-in (imported on first use)."""
+    plugin: GraphPlugin = importlib.import_module(GRAPH_PLUGIN).PLUGIN
+    return plugin
+
+
+@functools.cache
+def tree() -> TreePlugin:
+    """The RAPTOR tree's plug-in (imported on first use)."""
+    plugin: TreePlugin = importlib.import_module(TREE_PLUGIN).PLUGIN
+    return plugin
