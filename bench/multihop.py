@@ -14,7 +14,7 @@ first five hits, and p50 latency, for
 
 * ``hybrid``: dense + sparse, RRF;
 * ``graph, no bridge``: + graph recall (``x-rcp-agentic-graphRecall``), the bridge hop off;
-* ``graph recall``: + the bridge hop (``rcp_agentic.pipeline.bridge``), as shipped;
+* ``graph recall``: + the bridge hop (``rcp_agentic.graph.bridge``), as shipped;
 
 ``--ablate`` adds graph recall with item 1's dense-neighbour passage-passage edges (each
 passage joined to its 3 or 10 nearest by cosine) added to the PageRank graph; and, on a set
@@ -50,7 +50,7 @@ if __package__ in (None, ""):
 from bench.graph import graph_engine, load_set  # noqa: E402
 from rcp_agentic import Engine  # noqa: E402
 from rcp_agentic.models.tokenizer import count_tokens  # noqa: E402
-from rcp_agentic.pipeline import bridge, retriever  # noqa: E402
+from rcp_agentic.graph import bridge  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results" / "multihop.json"
@@ -66,17 +66,17 @@ def bridge_setting(**values: Any) -> Iterator[None]:
     """The bridge module's knobs set to ``values`` for the block (``off=True``: no bridge)."""
     off = values.pop("off", False)
     saved = {name: getattr(bridge, name) for name in values}
-    saved_follow = retriever.follow_bridge
+    saved_follow = bridge.follow_bridge
     try:
         for name, value in values.items():
             setattr(bridge, name, value)
         if off:
-            retriever.follow_bridge = lambda query, cands: None  # type: ignore[assignment]
+            bridge.follow_bridge = lambda query, cands: None  # type: ignore[assignment]
         yield
     finally:
         for name, value in saved.items():
             setattr(bridge, name, value)
-        retriever.follow_bridge = saved_follow
+        bridge.follow_bridge = saved_follow
 
 
 def per_question(engine: Engine, questions: list[dict[str, Any]], doc_of: dict[str, str],

@@ -12,7 +12,7 @@ if TYPE_CHECKING:
     from ..derived_updates import BuilderSet
     from ..ingest import Ingest
     from ..models.embedder import TimedEmbedder
-    from ..pipeline.retriever import Retriever
+    from ..retriever import Retriever
     from ..pipeline.trust import InjectionScreen
     from ..store.docstore import Docstore
 

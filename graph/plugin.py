@@ -1,5 +1,6 @@
 """The knowledge graph as a plug-in of the core (:mod:`rcp_agentic.plugins`): its builders, its
-graph and memory ops, the per-version state the catalog serves and the limits it advertises."""
+graph and memory ops, the per-version state the catalog serves, the limits it advertises, and
+graph recall (its recall source, the bridge hop, the graph a request may see)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from typing import Any
 from ..config import EngineConfig
 from ..derived import BuildContext, DerivedBuilder
 from ..store.docstore import Docstore
+from . import bridge
 from . import ops as graph_ops
 from .community_index import CommunityIndex, CommunityStore, load_communities
 from .compose import composers as graph_composers
@@ -16,6 +18,7 @@ from .context import GraphContext
 from .follow import GraphState, advance
 from .index import GraphIndex
 from .ppr import GraphView
+from .recall import GraphSource, chunk_prior, graph_scope
 from .view_patch import patched_view
 
 # x-rcp-agentic.limits: the bounds of the graph and memory ops RCP has no key for (§6.2).
@@ -60,6 +63,15 @@ class _GraphPlugin:
 
     def communities(self, store: Docstore, version: int) -> CommunityStore | None:
         return load_communities(store, version)
+
+    def recall_source(self, recall: Any, calibrator: Any) -> GraphSource:
+        return GraphSource(recall, calibrator)
+
+    def follow_bridge(self, query: Any, cands: Any) -> None:
+        bridge.follow_bridge(query, cands)  # looked up on the module: benches swap it
+
+    graph_scope = staticmethod(graph_scope)
+    chunk_prior = staticmethod(chunk_prior)
 
 
 PLUGIN = _GraphPlugin()

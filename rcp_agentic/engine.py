@@ -10,7 +10,7 @@ first catches up with what other processes committed (see ``store/connection.py`
 
 The engine is a facade: it builds its parts once and each method hands the call to the
 part that does it — writes to :class:`~.ingest.Ingest`, reads to the
-:class:`~.pipeline.retriever.Retriever` over the :class:`~.catalog.Catalog`, derived
+:class:`~.retriever.Retriever` over the :class:`~.catalog.Catalog`, derived
 units to :class:`~.derived_updates.DerivedUpdates`, graph and memory calls to
 :class:`~.graph.ops.GraphOps`. Calls run one way: engine → services → catalog and recall
 → store.
@@ -43,10 +43,10 @@ from .ingest import AddResult, Ingest
 from .models.llm import ChatLLM
 from .pipeline import model_calls
 from .pipeline.confidence import Calibrator
-from .pipeline.retriever import Retriever
 from .pipeline.transform import Transformed, transform
 from .pipeline.trust import InjectionScreen
 from .read_first import ReadFirst
+from .retriever import Retriever
 from .sessions import SessionStore
 from .store.chroma import ChromaVectors
 from .store.docstore import Docstore

@@ -32,7 +32,7 @@ class TreePlugin(Protocol):
 
 class GraphPlugin(Protocol):
     """What the core asks of the knowledge graph: its builders, its ops, the per-version
-    state the catalog serves and the limits it advertises."""
+    state the catalog serves, the limits it advertises and graph recall."""
 
     limits: Mapping[str, int]  # x-rcp-agentic.limits of the graph ops
 
@@ -59,6 +59,24 @@ class GraphPlugin(Protocol):
 
     def communities(self, store: Docstore, version: int) -> Any:
         """The Leiden communities stored and visible at ``version`` (None: none)."""
+        ...
+
+    def recall_source(self, recall: Any, calibrator: Any) -> Any:
+        """Graph recall's source of ``retrieve``'s lists (``graph.recall.GraphSource``)."""
+        ...
+
+    def follow_bridge(self, query: Any, cands: Any) -> None:
+        """The bridge hop after fusion (``graph.bridge``): the bridge passages into a chunk
+        retrieve's ranking."""
+        ...
+
+    def graph_scope(self, plan: Any, snapshot: Any) -> tuple[Any, frozenset[str] | None]:
+        """The graph a request may see in ``snapshot`` and the chunk keys its filter allows
+        (None, None without a graph; with a usage note)."""
+        ...
+
+    def chunk_prior(self, *args: Any) -> dict[str, float]:
+        """Graph recall's passage prior (``graph.recall.chunk_prior``)."""
         ...
 
 

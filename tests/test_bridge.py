@@ -1,4 +1,4 @@
-"""The bridge hop of graph recall (``rcp_agentic.pipeline.bridge``).
+"""The bridge hop of graph recall (``rcp_agentic.graph.bridge``).
 
 A real engine with ``build_graph`` over a titled corpus where a three-hop question ("where
 did the drummer of the group behind the single Midnight Harbor grow up") needs the passage
@@ -25,7 +25,7 @@ from test_graph_recall import doc_id
 
 from rcp_agentic import Engine
 from rcp_agentic.agentic.loop import CorrectiveRetriever
-from rcp_agentic.pipeline import bridge, retriever
+from rcp_agentic.graph import bridge
 from rcp_agentic.pipeline.candidates import Candidates
 from rcp_agentic.pipeline.sources import ScoredList
 
@@ -59,7 +59,7 @@ def eng(tmp_path_factory: pytest.TempPathFactory, embedder: Any) -> Iterator[Eng
 
 @pytest.fixture()
 def no_bridge(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(retriever, "follow_bridge", lambda query, cands: None)
+    monkeypatch.setattr(bridge, "follow_bridge", lambda query, cands: None)
 
 
 def docs_of(res: Any) -> list[str]:

@@ -105,7 +105,7 @@ def test_no_entity_in_the_query_falls_back_to_hybrid(eng: Engine) -> None:
 
 def same_but_the_bridge(res: Any, plain: Any) -> bool:
     """``res`` ranks as ``plain`` (hybrid) does, but for the bridge passage its note names
-    (``rcp_agentic.pipeline.bridge``: the first hop is hybrid's head when the graph list
+    (``rcp_agentic.graph.bridge``: the first hop is hybrid's head when the graph list
     stays out)."""
     bridged = [n.split()[4] for n in res.usage.notes or [] if n.startswith("graph recall: bridge")]
     got = [h.id for h in res.hits]

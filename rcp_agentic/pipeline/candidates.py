@@ -72,7 +72,10 @@ class Query:
 
 class RecallList(list[tuple[int, float]], ABC):
     """One recall source's ranked list (positions of the query's index, best first) that can
-    score positions it did not return (:meth:`scores_at`)."""
+    score positions it did not return (:meth:`scores_at`). ``fusion_scale`` scales the list's
+    default fusion weight (graph recall's: the query's subject share)."""
+
+    fusion_scale: float = 1.0
 
     @abstractmethod
     def scores_at(self, positions: list[int]) -> dict[int, float]:
@@ -95,7 +98,7 @@ class Candidates:
         self._pool_rank: dict[int, int] = {}
         self.fused: dict[int, float] = {}
         self.rerank: dict[int, float] = {}
-        # Bridge passages graph recall put in (``pipeline.bridge``): position -> bridge score.
+        # Bridge passages graph recall put in (``graph.bridge``): position -> bridge score.
         self.bridged: dict[int, float] = {}
         self.learned: dict[int, float] | None = None
         self._per_stage: dict[tuple[int, ...], dict[str, dict[int, float]]] = {}

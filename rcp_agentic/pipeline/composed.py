@@ -24,7 +24,6 @@ from ..store.recall import RecallBackend
 from ..vocabulary import DENSE_MODES, SPARSE_MODES
 from ..wire import Hit
 from .candidates import Request
-from .graph_recall import chunk_prior, graph_scope
 from .hits import build_composed_hit
 from .scoring import ceiling
 from .session_units import composed_is_new
@@ -66,10 +65,15 @@ def check_options(request: Request) -> None:
 
 
 class ComposedRecall:
-    """Composes a request's units and ranks them (module doc)."""
+    """Composes a request's units and ranks them (module doc). ``graph_scope`` and
+    ``chunk_prior`` are graph recall's (the graph a request may see, the passage prior)."""
 
     def __init__(self, recall: RecallBackend, embedder: TimedEmbedder, sessions: SessionStore,
-                 reranker: Reranker | None, query_terms: Callable[[str], list[int]]) -> None:
+                 reranker: Reranker | None, query_terms: Callable[[str], list[int]], *,
+                 graph_scope: Callable[..., tuple[Any, frozenset[str] | None]],
+                 chunk_prior: Callable[..., dict[str, float]]) -> None:
+        self._graph_scope = graph_scope
+        self._chunk_prior = chunk_prior
         self._recall = recall
         self._embedder = embedder
         self._sessions = sessions
@@ -80,7 +84,7 @@ class ComposedRecall:
         """The ranked units (None, with a note, when the snapshot holds no graph or the query
         names no entity of it)."""
         plan, snapshot = request.plan, request.snapshot
-        view, allowed_keys = graph_scope(plan, snapshot)
+        view, allowed_keys = self._graph_scope(plan, snapshot)
         if view is None:
             return None
         lag = snapshot.lag([("node", 0)])
@@ -95,8 +99,8 @@ class ComposedRecall:
                 if plan.mode in DENSE_MODES else None)
         term_ids = (self._query_terms(plan.sparse_query or plan.query)
                     if plan.mode in SPARSE_MODES else [])
-        prior = chunk_prior(self._recall, plan, snapshot, {}, None, qvec, term_ids,
-                            allowed_keys)
+        prior = self._chunk_prior(self._recall, plan, snapshot, {}, None, qvec, term_ids,
+                                  allowed_keys)
         request.ctl.check()
         made = list(composer(view, links, prior, k=plan.k, token_budget=plan.token_budget))
         found = Composition(made=made, ranked=made)

@@ -3,7 +3,7 @@
 A source is one small protocol (:class:`RecallSource`): whether a plan wants it, and its
 list for a query (``candidate_k`` deep, plus what the session has seen), given the heads
 of the lists of the sources before it. Dense and sparse recall run in the recall backend
-(``store/recall.py``); graph recall (:mod:`.graph_recall`) walks the knowledge graph from
+(``store/recall.py``); graph recall (``graph/recall.py``, a plug-in) walks the knowledge graph from
 the query's entities, seeded with the dense and sparse lists. Each list can score any
 other position exactly, for fusion and for a hit's per-stage scores.
 """

@@ -22,7 +22,6 @@ from ..ranking import ranked as rank_scores
 from ..store.docstore import Docstore
 from . import fusion
 from .candidates import Candidates, Query, Ranking
-from .graph_recall import GraphList
 from .mmr import mmr_order
 from .recency import decay
 from .sources import unit_vectors
@@ -52,8 +51,8 @@ def _fused(query: Query, cands: Candidates,
         return list(lists[plan.mode])
     weights = plan.weights
     graph = cands.lists.get("graph")
-    if isinstance(graph, GraphList) and not plan.graph_weight_given:
-        weights = {**weights, "graph": weights["graph"] * graph.share}
+    if graph is not None and not plan.graph_weight_given:
+        weights = {**weights, "graph": weights["graph"] * graph.fusion_scale}
     if plan.fusion == "rrf":
         leaf = None
         if plan.pooled:

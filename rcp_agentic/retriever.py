@@ -1,14 +1,15 @@
 """The retrieve pipeline of an engine: one request through its stages, in order.
 
-Validate and plan (:mod:`.params`) → snapshot (:mod:`..catalog`) → transform the query with
-the LLM when ``rewrite`` asks (:mod:`.rewrite`; several queries run the stages below once each
-and are fused by rank before packing) → recall from each source
-the plan wants (dense, sparse, graph: :mod:`.sources`, :mod:`.graph_recall`; ``candidate_k``
-deep, deeper by what the session has seen) → fuse → session dedup → rerank → rank by
-confidence → recency → ``minScore`` → MMR (:mod:`.stages`, :mod:`.scoring`) → pack to ``k``
-and ``tokenBudget`` from the cursor's place (:mod:`.paging`) → hits with citations, trust
-and calibrated confidence (:mod:`.hits`). Composed kinds (path, subgraph) take their units
-from a composer instead of recall and share the rest (:mod:`.composed`).
+Validate and plan (:mod:`.pipeline.params`) → snapshot (:mod:`.catalog`) → transform the query
+with the LLM when ``rewrite`` asks (:mod:`.pipeline.rewrite`; several queries run the stages
+below once each and are fused by rank before packing) → recall from each source the plan
+wants (dense, sparse: :mod:`.pipeline.sources`; graph recall and its bridge hop from the
+graph's plug-in, :mod:`.plugins`; ``candidate_k`` deep, deeper by what the session has seen)
+→ fuse → session dedup → rerank → rank by confidence → recency → ``minScore`` → MMR
+(:mod:`.pipeline.stages`, :mod:`.pipeline.scoring`) → pack to ``k`` and ``tokenBudget`` from
+the cursor's place (:mod:`.pipeline.paging`) → hits with citations, trust and calibrated
+confidence (:mod:`.pipeline.hits`). Composed kinds (path, subgraph) take their units from a
+composer instead of recall and share the rest (:mod:`.pipeline.composed`).
 
 A :class:`Retriever` is built by the engine from its parts and never calls back into it.
 """
@@ -22,33 +23,31 @@ from typing import Any
 
 import numpy as np
 
-from .. import units
-from ..catalog import Catalog
-from ..config import EngineConfig
-from ..control import RequestControl, checked
-from ..errors import InvalidParams, OptionUnsupported
-from ..models.embedder import TimedEmbedder
-from ..models.llm import ChatLLM
-from ..models.reranker import Reranker
-from ..sessions import SessionStore
-from ..store.recall import RecallBackend
-from ..vocabulary import DENSE_MODES, MULTI_QUERY_METHODS, SPARSE_MODES, TRANSFORM_METHODS
-from ..wire import Hit, RetrieveResult
-from . import composed, cursor, paging, rewrite, stages
-from .candidates import Candidates, Query, Request
-from .composed import ComposedRecall
-from .confidence import Calibrator
-from .cursor import query_hash
-from .evidence import packing_containment
-from ..store.filters import compile_filter
-from .bridge import follow_bridge
-from .graph_recall import GraphSource
-from .hits import stored_hits
-from .params import PARAM_NAMES, make_plan, parse_params
-from .scoring import Scorer
-from .session_units import composed_candidate, stored_candidates
-from .sources import DenseSource, RecallSource, SparseSource
-from .traversal import traverse
+from . import plugins, units
+from .catalog import Catalog
+from .config import EngineConfig
+from .control import RequestControl, checked
+from .errors import InvalidParams, OptionUnsupported
+from .models.embedder import TimedEmbedder
+from .models.llm import ChatLLM
+from .models.reranker import Reranker
+from .pipeline import composed, cursor, paging, rewrite, stages
+from .pipeline.candidates import Candidates, Query, Request
+from .pipeline.composed import ComposedRecall
+from .pipeline.confidence import Calibrator
+from .pipeline.cursor import query_hash
+from .pipeline.evidence import packing_containment
+from .pipeline.hits import stored_hits
+from .pipeline.params import PARAM_NAMES, make_plan, parse_params
+from .pipeline.scoring import Scorer
+from .pipeline.session_units import composed_candidate, stored_candidates
+from .pipeline.sources import DenseSource, RecallSource, SparseSource
+from .pipeline.traversal import traverse
+from .sessions import SessionStore
+from .store.filters import compile_filter
+from .store.recall import RecallBackend
+from .vocabulary import DENSE_MODES, MULTI_QUERY_METHODS, SPARSE_MODES, TRANSFORM_METHODS
+from .wire import Hit, RetrieveResult
 
 
 class Retriever:
@@ -74,11 +73,13 @@ class Retriever:
         self.composers = composers
         self.secret = secret
         self.chat = chat
-        self._graph = GraphSource(recall, calibrator)
+        self._graph: RecallSource | None = None  # made by the first graph-recall request
         self.sources: list[RecallSource] = [DenseSource(recall, self.store),
-                                            SparseSource(recall), self._graph]
-        self.composed = ComposedRecall(recall, embedder, sessions, reranker,
-                                       catalog.query_terms)
+                                            SparseSource(recall)]
+        self.composed = ComposedRecall(
+            recall, embedder, sessions, reranker, catalog.query_terms,
+            graph_scope=lambda *a: plugins.graph().graph_scope(*a),
+            chunk_prior=lambda *a: plugins.graph().chunk_prior(*a))
         self.calibrator = calibrator
 
     @property
@@ -89,7 +90,8 @@ class Retriever:
     @calibrator.setter
     def calibrator(self, calibrator: Calibrator | None) -> None:
         self._calibrator = calibrator
-        self._graph.calibrator = calibrator
+        if self._graph is not None:
+            self._graph.calibrator = calibrator  # type: ignore[attr-defined]
         self.scorer = (Scorer(calibrator, self.recall, self.store) if calibrator is not None
                        else None)
 
@@ -203,7 +205,8 @@ class Retriever:
         depth = plan.candidate_k + seen
         lists: dict[str, Any] = {}
         heads: dict[str, Any] = {}
-        for source in self.sources:
+        sources = [*self.sources, self._graph_source()] if plan.graph_recall else self.sources
+        for source in sources:
             if source.wanted(plan):
                 got = source.recall(query, heads, depth)
                 if got is not None:
@@ -211,6 +214,12 @@ class Retriever:
                     heads[source.name] = got[:plan.pool_depth]
         query.request.ctl.check()
         return Candidates(lists, plan.pool_depth)
+
+    def _graph_source(self) -> RecallSource:
+        """Graph recall's source (the graph's plug-in), made on first use."""
+        if self._graph is None:
+            self._graph = plugins.graph().recall_source(self.recall, self._calibrator)
+        return self._graph
 
     def _rank(self, query: Query, cands: Candidates) -> None:
         """Fuse, dedup against the session, report the fused head as progress, rerank, rank
@@ -220,7 +229,7 @@ class Retriever:
         plan, ctl = query.plan, query.request.ctl
         stages.fuse(query, cands)
         if plan.graph_recall and plan.kinds == [("chunk", 0)]:
-            follow_bridge(query, cands)
+            plugins.graph().follow_bridge(query, cands)
         if plan.session_id:
             new = self.sessions.filter_new(plan.session_id, stored_candidates(
                 self.store, query.index, [p for p, _s in cands.ranked]))

@@ -34,16 +34,13 @@ What a hit's confidence reads (its scores and its rank in the pool) does not cha
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ..pipeline.candidates import Candidates, Query
 from ..store.memindex import UnitIndex
-from .candidates import Candidates, Query
-from .graph_recall import GraphList, scoped_graph
-
-if TYPE_CHECKING:
-    from ..graph.ppr import GraphView
+from .ppr import GraphView
+from .recall import GraphList, scoped_graph
 
 # How many passages at the head of the fused ranking count as the first hop.
 BRIDGE_HOP1_DEPTH = 3

@@ -21,15 +21,17 @@ from .. import units
 from ..ranking import MASS_TOLERANCE, top
 from ..store.memindex import UnitIndex
 from ..store.recall import RecallBackend
+from ..pipeline import fusion
+from ..pipeline.candidates import Query, RecallList
+from ..pipeline.params import Plan
 from ..vocabulary import DENSE_MODES, SPARSE_MODES
-from . import fusion
-from .candidates import Query, RecallList
-from .params import Plan
+from .compose import (chunk_masses, chunk_positions, community_masses, node_masses,
+                      scoped_view, triplet_masses)
+from .ppr import GraphView
 
 if TYPE_CHECKING:
     from ..catalog import Snapshot
-    from ..graph.ppr import GraphView
-    from .confidence import Calibrator
+    from ..pipeline.confidence import Calibrator
 
 # Graph recall's passage prior: the best chunks of the fused dense/sparse lists (HippoRAG seeds
 # PageRank with the query's entities; a small share of the reset on these passages).
@@ -78,6 +80,7 @@ class GraphList(RecallList):
         super().__init__(ranked)
         self.scores = scores
         self.share = share
+        self.fusion_scale = share
         self.links = links
         self.view = view
 
@@ -104,8 +107,6 @@ def scoped_graph(plan: Plan, snapshot: Snapshot
     if view is None:
         return None, None
     allowed = snapshot.chunk_scope(plan.filter)
-    from ..graph.compose import scoped_view
-
     return scoped_view(view, allowed), allowed
 
 
@@ -197,8 +198,6 @@ def graph_positions(plan: Plan, index: UnitIndex, snapshot: Snapshot, view: Grap
     map through a cached array: at 50k chunks a dict of every passage reached costs more
     than the PageRank."""
     if ("chunk", 0) in plan.kinds:
-        from ..graph.compose import chunk_positions
-
         at = chunk_positions(view, index.position)
         passage = scores[view.n_entities:]
         reached = (at >= 0) & (passage > 0)
@@ -213,8 +212,6 @@ def graph_masses(plan: Plan, index: UnitIndex, snapshot: Snapshot, view: GraphVi
     """PageRank masses of a pool without chunks, by position: a node its entity's, a
     triplet the mean of its two entities', a community the sum of its members', a
     document or page the best of its chunks'."""
-    from ..graph.compose import (chunk_masses, community_masses, node_masses,
-                                 triplet_masses)
 
     stored = plan.stored_unit
     if stored in ("node", "triplet"):
