@@ -22,7 +22,7 @@ from ..ranking import MASS_TOLERANCE, top
 from ..store.memindex import UnitIndex
 from ..store.recall import RecallBackend
 from ..pipeline import fusion
-from ..pipeline.candidates import Query, RecallList
+from ..pipeline.candidates import Query, RecallList, Snapshot
 from ..pipeline.params import Plan
 from ..vocabulary import DENSE_MODES, SPARSE_MODES
 from .compose import (chunk_masses, chunk_positions, community_masses, node_masses,
@@ -30,7 +30,6 @@ from .compose import (chunk_masses, chunk_positions, community_masses, node_mass
 from .ppr import GraphView
 
 if TYPE_CHECKING:
-    from ..catalog import Snapshot
     from ..pipeline.confidence import Calibrator
 
 # Graph recall's passage prior: the best chunks of the fused dense/sparse lists (HippoRAG seeds

@@ -15,7 +15,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -24,10 +24,32 @@ from ..store.memindex import UnitIndex
 from .cursor import CursorState
 from .params import Plan
 
-if TYPE_CHECKING:
-    from ..catalog import Snapshot
-
 Ranking = list[tuple[int, float]]
+Kinds = list[tuple[str, int]]
+
+
+class Snapshot(Protocol):
+    """The served index version a request reads, as the stages see it (the catalog's
+    ``Snapshot`` is one): its version and token, its filterable fields, the scoring index
+    of a pool of kinds, the lag of derived kinds, and what graph recall reads of it."""
+
+    version: int
+
+    @property
+    def token(self) -> str: ...
+
+    @property
+    def fields(self) -> dict[str, str]: ...
+
+    def index(self, kinds: Kinds) -> UnitIndex: ...
+
+    def lag(self, kinds: Kinds) -> str | None: ...
+
+    def graph_view(self) -> Any: ...
+
+    def communities(self) -> Any: ...
+
+    def chunk_scope(self, filter_: Mapping[str, Any] | None) -> frozenset[str] | None: ...
 
 
 @dataclass
