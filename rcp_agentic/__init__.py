@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from . import display  # noqa: F401  (registers the results' notebook displays)
 from .errors import (BackendUnavailable, CapabilityMissing, Conflict, InternalError, InvalidParams,
                      NotFound, OptionUnsupported, RCPError)
+from .version import __version__
 
 if TYPE_CHECKING:
     from .config import EngineConfig
@@ -38,6 +39,5 @@ def __getattr__(name: str) -> Any:
 __all__ = [
     "AddResult", "BackendUnavailable", "CapabilityMissing", "Citation", "Conflict",
     "EmbeddingMismatch", "Engine", "EngineConfig", "Hit", "InternalError", "InvalidParams",
-    "NotFound", "OptionUnsupported", "RCPError", "RetrieveResult", "Usage",
+    "NotFound", "OptionUnsupported", "RCPError", "RetrieveResult", "Usage", "__version__",
 ]
-__version__ = "0.1.0"

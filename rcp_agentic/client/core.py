@@ -17,9 +17,9 @@ import time
 from collections.abc import Callable, Generator, Mapping
 from typing import Any
 
-from .. import __version__
 from .errors import ClientTimeout, RCPError, TransportError, VersionMismatch, error_from_wire
 from ..protocol.methods import PROTOCOL_VERSION
+from ..version import __version__
 from .gating import check_method, check_options, clamp
 from .retry import Reinitialize, RetryPolicy, RetryState, Send, Wait, repeatable
 from .transport import Frame, Message, deliver, request_ids

@@ -30,8 +30,8 @@ import time
 from collections.abc import Callable, Hashable
 from typing import Any
 
-from .. import __version__
 from ..control import Progress, RequestControl
+from ..version import __version__
 from ..capabilities import TransportLimits, build as build_capabilities, with_status
 from ..engine import Engine
 from ..errors import (
