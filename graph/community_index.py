@@ -42,6 +42,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import display_hooks
 from ..config import CommunitySection
 from ..derived import BuildContext, DerivedBuilder, DerivedReport, Diff, Run, diff_units
 from ..models.tokenizer import count_tokens
@@ -107,9 +108,7 @@ class CommunityStore:
 
     def _repr_html_(self) -> str:
         """In Jupyter: sizes per level, and the hierarchy as a collapsible outline."""
-        from ..display.cards import communities_html
-
-        return communities_html(self)
+        return display_hooks.render("communities_html", self)
 
     def level(self, level: int) -> list[StoredCommunity]:
         """The partition at ``level`` (0 = finest), largest first (ties by id)."""

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import textwrap
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Protocol
 
+from .. import display_hooks
 from ..errors import CapabilityMissing
-
-if TYPE_CHECKING:
-    from ..engine import Engine
+from ..store.docstore import Docstore
 
 UNIT = "tree-node"
 
@@ -66,9 +67,7 @@ class TreeOutline:
 
     def _repr_html_(self) -> str:
         """In Jupyter: the levels' sizes and the tree as a collapsible outline."""
-        from ..display.cards import tree_html
-
-        return tree_html(self, self.nodes)
+        return display_hooks.render("tree_html", self, self.nodes)
 
     def render(self, *, width: int = 100) -> str:
         """The outline as text, one block per level, widest nodes first."""
@@ -95,7 +94,22 @@ class TreeOutline:
         return "\n".join(lines)
 
 
-def outline(engine: Engine, *, samples: int = 2) -> TreeOutline:
+class TreeHolder(Protocol):
+    """What :func:`outline` reads of an engine (an :class:`~rcp_agentic.Engine` is one)."""
+
+    @property
+    def path(self) -> Path: ...
+
+    @property
+    def store(self) -> Docstore: ...
+
+    @property
+    def builders(self) -> Mapping[str, Any]: ...
+
+    def derived_status(self) -> dict[str, dict[str, Any]]: ...
+
+
+def outline(engine: TreeHolder, *, samples: int = 2) -> TreeOutline:
     """The outline of ``engine``'s tree, with up to ``samples`` widest nodes per level.
 
     Raises :class:`~rcp_agentic.errors.CapabilityMissing` when the engine neither

@@ -38,6 +38,7 @@ from .control import RequestControl
 from .corpus.loaders import SkippedFile
 from .derived import BuildContext, DerivedBuilder, DerivedReport
 from .derived_updates import BuilderSet, DerivedUpdates
+from .display_hooks import EngineFacts, render
 from .errors import CapabilityMissing, EmbeddingMismatch
 from .ingest import AddResult, Ingest
 from .models.llm import ChatLLM
@@ -415,9 +416,7 @@ class Engine:
     def _repr_html_(self) -> str:
         """The engine in Jupyter: a card of its documents, units by kind and level, index
         version, backend and each derived kind's state and lag."""
-        from .display.cards import EngineFacts, engine_card
-
-        return engine_card(EngineFacts(
+        return render("engine_card", EngineFacts(
             path=str(self.path), index_version=self.index_version, backend=self.config.backend,
             embedder=self.embedder.identity, dimension=self.dimension, counts=self.stats(),
             derived=self.derived_status()))

@@ -17,12 +17,14 @@ functions in :mod:`rcp_agentic.display_hooks`, where their ``_repr_html_`` finds
 from __future__ import annotations
 
 from .. import display_hooks
+from .cards import communities_html, engine_card, tree_html
 from .frames import to_dataframe
 from .graphs import graph_result_html
 from .hits import hit_html, result_html
 from .loop import loop_html
 
-for _hook in (hit_html, result_html, graph_result_html, loop_html, to_dataframe):
+for _hook in (hit_html, result_html, graph_result_html, loop_html, to_dataframe, engine_card,
+              tree_html, communities_html):
     display_hooks.register(_hook)
 
 __all__ = ["to_dataframe"]

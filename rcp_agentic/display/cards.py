@@ -8,9 +8,9 @@ nothing here reads an engine.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from ..display_hooks import EngineFacts
 from .html import MUTED, badge, block, details, esc, line, number, shorten, table
 
 if TYPE_CHECKING:
@@ -21,19 +21,6 @@ SUMMARY_CHARS = 240
 CHILDREN_SHOWN = 12   # children listed under one tree node or community; the rest counted
 ROOTS_SHOWN = 20
 MAX_ENTRIES = 200     # tree nodes or communities one outline lists in all
-
-
-@dataclass(frozen=True)
-class EngineFacts:
-    """What the engine card shows, gathered by :class:`~rcp_agentic.Engine`."""
-
-    path: str
-    index_version: str
-    backend: str
-    embedder: str
-    dimension: int
-    counts: Mapping[str, int]
-    derived: Mapping[str, Mapping[str, Any]]
 
 
 def engine_card(facts: EngineFacts) -> str:
