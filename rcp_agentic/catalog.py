@@ -42,10 +42,7 @@ from .store.reads import UnitArrays
 from .store.unit_merge import merged_arrays
 
 if TYPE_CHECKING:
-    from .graph.community_index import CommunityStore
-    from .graph.follow import GraphState
-    from .graph.model import GraphData
-    from .graph.ppr import GraphView
+    from .plugins import CommunityStore, GraphData, GraphState, GraphView
 
 Kinds = list[tuple[str, int]]
 log = logging.getLogger(__name__)

@@ -58,10 +58,7 @@ from .warm import WARM_QUERY, WarmReport, warm_models
 from .wire import RerankResult, RetrieveResult
 
 if TYPE_CHECKING:
-    from .graph.community_index import CommunityStore
-    from .graph.model import GraphData
-    from .graph.ops import GraphOps
-    from .graph.ppr import GraphView
+    from .plugins import CommunityStore, GraphData, GraphOps, GraphView
     from .wire import GraphResult, MemoryBuildResult, MemoryRecallResult
 
 __all__ = ["AddResult", "CALIBRATION_FILE", "EmbeddingMismatch", "Engine", "default_engine_dir"]

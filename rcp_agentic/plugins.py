@@ -15,11 +15,69 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from .config import EngineConfig
+    from .control import RequestControl
     from .derived import BuildContext, DerivedBuilder
     from .store.docstore import Docstore
+    from .wire import GraphResult, MemoryBuildResult, MemoryRecallResult
 
 GRAPH_PLUGIN = "rcp_agentic.graph.plugin"
 TREE_PLUGIN = "rcp_agentic.raptor.plugin"
+
+# The graph's own values, which the core hands on without reading them:
+# ``rcp_agentic.graph.model.GraphData`` (the knowledge graph of one version),
+# ``rcp_agentic.graph.ppr.GraphView`` (its PageRank view) and
+# ``rcp_agentic.graph.community_index.CommunityStore`` (its Leiden communities).
+GraphData = Any
+GraphView = Any
+CommunityStore = Any
+
+
+class GraphState(Protocol):
+    """The graph at one version as the catalog caches it (``graph.follow.GraphState``): the
+    graph (None: that version holds none), the version it was patched from and what moved
+    (None after a full load), and its rows while it may still be patched (None once handed
+    on to a newer state)."""
+
+    @property
+    def version(self) -> int: ...
+
+    @property
+    def base(self) -> int: ...
+
+    @property
+    def change(self) -> Any: ...
+
+    @property
+    def rows(self) -> Any: ...
+
+    @property
+    def graph(self) -> GraphData | None: ...
+
+
+class GraphOps(Protocol):
+    """The graph and memory ops the engine hands its calls to (``graph.ops.GraphOps``)."""
+
+    ctx: Any  # the engine parts they run over (``graph.context.GraphContext``)
+
+    def warm(self, version: int, query: str) -> bool: ...
+
+    def ops(self) -> list[str]: ...
+
+    def graph(self, op: str, *, query: Any = None, k: int | None = None,
+              seed_ids: Any = None, hops: int | None = None, level: int | None = None,
+              session_id: str | None = None, cursor: str | None = None,
+              token_budget: int | None = None, filter: Mapping[str, Any] | None = None,
+              control: RequestControl | None = None) -> GraphResult: ...
+
+    def memory_build(self, documents: Any = None, *, memory_id: str | None = None,
+                     scope: str = "global", session_id: str | None = None,
+                     filter: Mapping[str, Any] | None = None,
+                     control: RequestControl | None = None) -> MemoryBuildResult: ...
+
+    def memory_recall(self, query: Any, *, memory_id: str | None = None,
+                      session_id: str | None = None, n: int = 5, hits: bool = True,
+                      filter: Mapping[str, Any] | None = None,
+                      control: RequestControl | None = None) -> MemoryRecallResult: ...
 
 
 class TreePlugin(Protocol):
@@ -41,23 +99,24 @@ class GraphPlugin(Protocol):
         ``community`` builder after it, in run order."""
         ...
 
-    def ops(self, parts: Mapping[str, Any], composers: dict[str, Any]) -> Any:
+    def ops(self, parts: Mapping[str, Any], composers: dict[str, Any]) -> GraphOps:
         """The graph and memory ops over an engine's ``parts`` (the fields of
         ``graph.context.GraphContext``); the composers of the composed kinds (path,
         subgraph) join ``composers``."""
         ...
 
-    def graph_state(self, base: Any, store: Docstore, version: int) -> Any:
+    def graph_state(self, base: GraphState | None, store: Docstore, version: int) -> GraphState:
         """The graph visible at ``version``, patched from ``base`` (an older state) when given,
         with what patching it further needs (``graph.follow.GraphState``)."""
         ...
 
-    def graph_view(self, state: Any, older: Any, word_df: Callable[[str], int]) -> Any:
+    def graph_view(self, state: GraphState, older: GraphView | None,
+                   word_df: Callable[[str], int]) -> GraphView | None:
         """The PageRank view of ``state``'s graph (None without one), patched from ``older``
         (the view of the state it was patched from) when that works."""
         ...
 
-    def communities(self, store: Docstore, version: int) -> Any:
+    def communities(self, store: Docstore, version: int) -> CommunityStore | None:
         """The Leiden communities stored and visible at ``version`` (None: none)."""
         ...
 

@@ -33,7 +33,8 @@ class Snapshot(Protocol):
     ``Snapshot`` is one): its version and token, its filterable fields, the scoring index
     of a pool of kinds, the lag of derived kinds, and what graph recall reads of it."""
 
-    version: int
+    @property
+    def version(self) -> int: ...
 
     @property
     def token(self) -> str: ...
