@@ -9,7 +9,7 @@ if TYPE_CHECKING:
     from ..bounded import ByteBudget
     from ..catalog import Catalog
     from ..config import EngineConfig
-    from ..derived_updates import BuilderSet
+    from ..builder_set import BuilderSet
     from ..ingest import Ingest
     from ..models.embedder import TimedEmbedder
     from ..retriever import Retriever

@@ -23,7 +23,7 @@ what a writer that died left behind.
   correctness never depends on it: a builder commits only on the index version it read
   (``Docstore.write_derived``) and recomputes otherwise.
 * **Writes.** A builder runs under the engine's build lock, not its write lock, so writes
-  keep committing meanwhile (see ``derived_updates.BuilderSet`` for the builder that loses every
+  keep committing meanwhile (see ``builder_set.BuilderSet`` for the builder that loses every
   race to them).
 * **Errors.** A builder that raises ends the pass (the builders after it may build on its
   kind); the error is kept per builder (``failures``), shown by ``derived_status`` and retrieve's
@@ -48,7 +48,7 @@ from .catalog import BuildFailures
 from .derived import DerivedReport
 
 if TYPE_CHECKING:
-    from .derived_updates import BuilderSet
+    from .builder_set import BuilderSet
 
 try:
     import fcntl

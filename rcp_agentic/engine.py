@@ -37,7 +37,8 @@ from .config import EngineConfig
 from .control import RequestControl
 from .corpus.loaders import SkippedFile
 from .derived import BuildContext, DerivedBuilder, DerivedReport
-from .derived_updates import BuilderSet, DerivedUpdates
+from .builder_set import BuilderSet
+from .derived_updates import DerivedUpdates
 from .display_hooks import EngineFacts, render
 from .errors import CapabilityMissing, EmbeddingMismatch
 from .ingest import AddResult, Ingest
