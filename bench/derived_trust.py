@@ -41,7 +41,7 @@ from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
 
 from rcp_agentic import Engine
-from rcp_agentic.pipeline.trust import InjectionScreen
+from rcp_agentic.trust import InjectionScreen
 
 KINDS = ("tree-node", "node", "triplet", "community")
 

@@ -32,7 +32,7 @@ from pathlib import Path
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from rcp_agentic.pipeline.trust import InjectionScreen
+from rcp_agentic.trust import InjectionScreen
 
 DATA = Path(__file__).resolve().parent.parent / "tests" / "data" / "injection.jsonl"
 VARIANTS = DATA.with_name("injection_variants.jsonl")

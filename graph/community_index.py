@@ -46,10 +46,10 @@ from .. import display_hooks
 from ..config import CommunitySection
 from ..derived import BuildContext, DerivedBuilder, DerivedReport, Diff, Run, diff_units
 from ..models.tokenizer import count_tokens
-from ..pipeline.trust_derived import screen_derived
 from ..read_first import checkpoint
 from ..store.docstore import Docstore
 from ..store.writes import UnitRecord
+from ..trust import screen_derived
 from .communities import (Budget, Community, CommunityBudgetExceeded, CommunityHierarchy,
                           Edges, build_communities, entity_edges, update_communities)
 from .community_config import CommunityConfig

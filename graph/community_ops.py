@@ -36,8 +36,8 @@ from ..models.llm import as_chat, json_object
 from ..models.llm_guard import DATA_RULE, data_block
 from ..models.tokenizer import count_tokens
 from ..pipeline import cursor as cursors
-from ..pipeline.trust_derived import derived_trust, strip_markup
 from ..text import cut_to_tokens, split_sentences
+from ..trust import derived_trust, strip_markup
 from ..wire import CommunityEntry, GraphResult, Hit, Usage
 from .community_reads import (MAX_PAGE, CommunityReader, count_param, default_level,
                               filter_key, filter_param, level_param, version_of)

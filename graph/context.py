@@ -13,8 +13,8 @@ if TYPE_CHECKING:
     from ..ingest import Ingest
     from ..models.embedder import TimedEmbedder
     from ..retriever import Retriever
-    from ..pipeline.trust import InjectionScreen
     from ..store.docstore import Docstore
+    from ..trust import InjectionScreen
 
 
 @dataclass

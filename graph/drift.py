@@ -27,7 +27,7 @@ from ..control import RequestControl, checked
 from ..models.llm import as_chat, json_object
 from ..models.llm_guard import DATA_RULE, data_block
 from ..pipeline import fusion
-from ..pipeline.trust_derived import derived_trust, strip_markup
+from ..trust import derived_trust, strip_markup
 from ..wire import GraphResult, Hit, Trust, Usage
 from .community_reads import CommunityReader, count_param, filter_key, filter_param, version_of
 from .compose import community_masses, reading_order, request_view

@@ -4,7 +4,7 @@ A node name, a clue's surrogate query, a drift follow-up or a global summary is 
 from chunks. Such a text may claim no more trust than the least trusted of those chunks'
 documents, and it is suspected of injection when any of those chunks was, or when the
 text itself screens as an instruction (a name can be the quoted instruction itself) or carries
-active markup: :func:`~rcp_agentic.pipeline.trust_derived.derived_trust`, the rule every derived
+active markup: :func:`~rcp_agentic.trust.derived.derived_trust`, the rule every derived
 text follows. :class:`SourceTrust` answers it for one request, reading each chunk's trust once.
 """
 
@@ -12,9 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from ..pipeline.trust import InjectionScreen
-from ..pipeline.trust_derived import derived_trust
 from ..store.reads import Reader
+from ..trust import InjectionScreen, derived_trust
 from ..wire import Trust
 
 

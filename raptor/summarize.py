@@ -21,8 +21,8 @@ from sklearn.feature_extraction.text import TfidfVectorizer
 
 from ..models.llm import as_chat
 from ..models.llm_guard import DATA_RULE, data_block
-from ..pipeline.trust_derived import strip_markup
 from ..text import CountTokens, Sentence, Span, cut_to_tokens, join, split_sentences
+from ..trust import strip_markup
 
 __all__ = ["ExtractiveSummarizer", "LLMSummarizer", "Passage", "Summary"]
 
@@ -40,7 +40,7 @@ class Passage:
 class Summary:
     """A summary's text and its sentences (spans kept for extracted sentences);
     ``sanitized`` when active markup was taken out of a generated one (its node is then
-    suspected of injection, :mod:`rcp_agentic.pipeline.trust_derived`)."""
+    suspected of injection, :mod:`rcp_agentic.trust.derived`)."""
 
     text: str
     sentences: tuple[Sentence, ...]

@@ -36,11 +36,10 @@ from .models.embedder import TimedEmbedder
 from .models.llm import ChatLLM
 from .models.llm_usage import BUILD_STAGES, LLMUsage, StageUsage
 from .models.tokenizer import count_tokens
-from .pipeline.trust import InjectionScreen
-from .pipeline.trust_derived import screen_derived
 from .read_first import checkpoint
 from .store.docstore import Docstore
 from .store.writes import UnitRecord
+from .trust import InjectionScreen, screen_derived
 
 # A builder's run that lost the race with another write (base version moved) is recomputed
 # this often before it gives up until the next write.
@@ -241,7 +240,7 @@ class DerivedBuilder(ABC, Generic[S]):
         """The unit row of a derived unit: its text with its tokens, BM25 terms and injection
         screening, its vector, ``meta`` and the leaf chunks it ``covers``. It is suspected
         when any chunk it covers is, when its text screens positive (injection or active
-        markup, :func:`~.pipeline.trust_derived.screen_derived`), or when markup was taken
+        markup, :func:`~.trust.derived.screen_derived`), or when markup was taken
         out of it (``sanitized``); its score is its own text's. (Its trust level is the
         lowest of the covered documents', read with the unit.)"""
         counts, n = term_counts(text)

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 from .assembly import (CALIBRATION_FILE, check_directory, make_builders, make_graph_ops,
                        make_recall, open_llm, open_models)
 from .bounded import ByteBudget
+from .builder_set import BuilderSet
 from .capabilities import Offer, build as build_capabilities
 from .catalog import BuildFailures, Catalog
 from .catchup import CatchUp
@@ -37,7 +38,6 @@ from .config import EngineConfig
 from .control import RequestControl
 from .corpus.loaders import SkippedFile
 from .derived import BuildContext, DerivedBuilder, DerivedReport
-from .builder_set import BuilderSet
 from .derived_updates import DerivedUpdates
 from .display_hooks import EngineFacts, render
 from .errors import CapabilityMissing, EmbeddingMismatch
@@ -46,7 +46,6 @@ from .models.llm import ChatLLM
 from .pipeline import model_calls
 from .pipeline.confidence import Calibrator
 from .pipeline.transform import Transformed, transform
-from .pipeline.trust import InjectionScreen
 from .read_first import ReadFirst
 from .retriever import Retriever
 from .sessions import SessionStore
@@ -54,6 +53,7 @@ from .store.chroma import ChromaVectors
 from .store.docstore import Docstore
 from .store.feedback import FeedbackLog
 from .store.recall import EmbeddedRecall
+from .trust import InjectionScreen
 from .vocabulary import TRANSFORM_METHODS
 from .warm import WARM_QUERY, WarmReport, warm_models
 from .wire import RerankResult, RetrieveResult

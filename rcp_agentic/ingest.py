@@ -32,10 +32,10 @@ from .derived_updates import DerivedUpdates
 from .errors import EmbeddingMismatch, InvalidParams, NotFound, RCPError
 from .heap import release_free_memory
 from .models.embedder import TimedEmbedder
-from .pipeline.trust import InjectionScreen
 from .store.docstore import Docstore
 from .store.recall import RecallBackend
 from .store.writes import DocumentRecord
+from .trust import InjectionScreen
 
 # Documents per write transaction: bounds memory and makes progress visible.
 WRITE_BATCH_DOCS = 64

@@ -18,8 +18,8 @@ from conftest import REPO, initialized, rpc_call
 from rcp_agentic import Engine
 from rcp_agentic.pipeline.transform import Transformed, screened
 from rcp_agentic.models.tokenizer import count_tokens
-from rcp_agentic.pipeline.trust import InjectionScreen
-from rcp_agentic.pipeline.trust_derived import (derived_trust, markup_signals, screen_derived,
+from rcp_agentic.trust import InjectionScreen
+from rcp_agentic.trust import (derived_trust, markup_signals, screen_derived,
                                                 strip_markup)
 from rcp_agentic.raptor.summarize import LLMSummarizer, Passage
 from rcp_agentic.text import split_sentences

@@ -27,7 +27,7 @@ from rcp_agentic.graph.reports import (CommunityReport, ExtractiveReporter, Find
                                        LLMReporter, ReportInput, report_key)
 from rcp_agentic.models.llm import json_object
 from rcp_agentic.models.tokenizer import count_tokens
-from rcp_agentic.pipeline.trust import InjectionScreen
+from rcp_agentic.trust import InjectionScreen
 from test_graph_index import WIKI as TOTO_WIKI
 from test_graph_index import doc_id
 

@@ -13,7 +13,7 @@ import pytest
 from conftest import initialized, rpc_call
 
 from rcp_agentic import Engine, InvalidParams
-from rcp_agentic.pipeline.trust import InjectionScreen, Screening
+from rcp_agentic.trust import InjectionScreen, Screening
 
 DATA = Path(__file__).resolve().parent / "data" / "injection.jsonl"
 

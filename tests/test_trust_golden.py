@@ -17,7 +17,7 @@ import json
 import sys
 from pathlib import Path
 
-from rcp_agentic.pipeline.trust import InjectionScreen
+from rcp_agentic.trust import InjectionScreen
 
 GOLDEN = Path(__file__).resolve().parent / "data" / "injection_golden.jsonl"
 

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 sys.path.insert(0, str(REPO))
 
 from bench import injection_variants as iv
-from rcp_agentic.pipeline.trust import InjectionScreen
+from rcp_agentic.trust import InjectionScreen
 
 screen = InjectionScreen()
 

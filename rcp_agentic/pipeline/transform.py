@@ -29,11 +29,10 @@ from ..control import RequestControl
 from ..errors import InvalidParams
 from ..models.llm import ChatLLM
 from ..models.llm_guard import DATA_RULE, data_block
-from .params import DEFAULT_CONFIG, query_text
-from .trust import InjectionScreen
-from .trust_derived import derived_trust, strip_markup
+from ..trust import InjectionScreen, derived_trust, strip_markup
 from ..vocabulary import MULTI_QUERY_METHODS, TRANSFORM_METHODS, TrustLevel
 from ..wire import TransformResult, Trust
+from .params import DEFAULT_CONFIG, query_text
 
 __all__ = ["MAX_QUERIES", "METHODS", "Transformed", "parse_lines", "screened", "transform"]
 
@@ -106,7 +105,7 @@ class Transformed:
 def screened(question: str, done: Transformed, screen: InjectionScreen | None = None
              ) -> Transformed:
     """``done`` with the active markup taken out of its queries and passage, and its trust
-    (:func:`~..pipeline.trust_derived.derived_trust`): its one source is the caller's question
+    (:func:`~..trust.derived.derived_trust`): its one source is the caller's question
     (level :data:`QUESTION_LEVEL`, suspected when it screens positive); the texts the model
     wrote are screened too, and a query left empty by the cleaning goes."""
     screen = screen or _SCREEN

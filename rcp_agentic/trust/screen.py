@@ -28,7 +28,7 @@ How it works
    runs (decoded when the result is printable text) are rewritten and screened
    again; only a rule firing on the rewritten text counts.  Curly quotes, guillemets
    and a quote glued to a word ("'ignore") do not hide the word from the gate.
-3. **Rules** (``trust_rules.RULES``, data: a signal name, a weight, a pattern, its
+3. **Rules** (``rules.RULES``, data: a signal name, a weight, a pattern, its
    anchor and gate words, optionally a per-match check by name) are compiled once at
    import into the gate's index; the families and their weights are listed there.
 4. **Score** = noisy-OR of the distinct signals' weights, ``1 - Π(1 - w)``; the
@@ -80,7 +80,7 @@ import unicodedata
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .trust_rules import RULES, RuleSpec
+from .rules import RULES, RuleSpec
 
 __all__ = ["InjectionScreen", "Screening"]
 
@@ -145,7 +145,7 @@ _B64_RUN = re.compile(r"(?<![A-Za-z0-9+/=_-])[A-Za-z0-9+/_-]{24,}={0,2}")
 
 
 # --------------------------------------------------------------------------------------
-# Rules as the screen runs them: compiled from trust_rules, with their per-match checks
+# Rules as the screen runs them: compiled from rules.py, with their per-match checks
 # --------------------------------------------------------------------------------------
 
 Check = Callable[["re.Match[str]"], float]
@@ -153,7 +153,7 @@ Check = Callable[["re.Match[str]"], float]
 
 @dataclass(frozen=True)
 class _Rule:
-    """A rule of ``trust_rules.RULES`` compiled for the scan.
+    """A rule of ``rules.RULES`` compiled for the scan.
 
     *Anchored* rules (``anchors`` set) are tried with ``pattern.match`` only where one
     of their leading words occurs as a whole token; *search* rules (no anchors) scan
@@ -275,7 +275,7 @@ def _w(*words: str) -> frozenset[bytes]:
 
 
 def _compile(spec: RuleSpec) -> _Rule:
-    """A rule of ``trust_rules`` as the screen runs it: its pattern compiled, its words as
+    """A rule of ``rules`` as the screen runs it: its pattern compiled, its words as
     the token bytes the gate compares, an anchored rule gated by its anchors as well, a search
     rule pre-checked by the first characters of its needles."""
     check = _CHECKS[spec.check](spec.weight) if spec.check else None

@@ -6,7 +6,7 @@ caller's question), often by a model that read them. Such a text
 
 * claims no more trust than the **least trusted of its sources** (``level``), and
 * is ``injectionSuspected`` when **any source was suspected**, or when the **text itself**
-  screens positive: the injection screen (:mod:`.trust`), or **markup** a model has no reason
+  screens positive: the injection screen (:mod:`.screen`), or **markup** a model has no reason
   to write into a summary (:func:`markup_signals`: HTML tags that load or run something
   — ``<img``, ``<script``, ``<iframe``, ``<svg``, ``<object`` …, event-handler attributes,
   ``javascript:``/``vbscript:``/``data:text/html`` links, remote markdown images). A model
@@ -28,7 +28,7 @@ from collections.abc import Iterable
 from ..store.reads import lowest_trust
 from ..vocabulary import TrustLevel
 from ..wire import Trust
-from .trust import InjectionScreen, Screening
+from .screen import InjectionScreen, Screening
 
 __all__ = ["MARKUP_SIGNAL", "derived_trust", "markup_signals", "screen_derived",
            "strip_markup"]

@@ -1,4 +1,4 @@
-"""The injection screen's rules, as data (RCP §15.2; applied by :mod:`.trust`).
+"""The injection screen's rules, as data (RCP §15.2; applied by :mod:`.screen`).
 
 Each rule is a :class:`RuleSpec`: the signal it raises, its weight (≥ 0.5 flags a text on
 its own), a regular expression over lower-cased text, and what gates it. An *anchored*
