@@ -48,6 +48,7 @@ from rcp_agentic.client.params import camel, retrieve_params
 from rcp_agentic.client.retry import RetryState
 from rcp_agentic.client.transport_http import base_url, retry_after_ms
 from rcp_agentic.client.vectors import decode_vectors
+from rcp_agentic.wire import GraphResult, RerankResult, RetrieveResult
 
 T = TypeVar("T")
 TOKEN = "client-test-token"
@@ -357,13 +358,20 @@ def test_retrieve_same_hits_as_the_engine(servers: Servers, combo: tuple[str, st
     async def body(c: Driver) -> None:
         for text, ids in expected.items():
             out = await c.retrieve(text, k=3)
-            assert [h["id"] for h in out["hits"]] == ids
+            assert isinstance(out, RetrieveResult)  # the engine's own type
+            assert [h.id for h in out.hits] == ids
         # snake_case options reach the server under their wire names
         out = await c.retrieve("rank fusion", k=2, include_text=False, token_budget=10_000,
                                min_score=-100.0, candidate_k=8, session_id=None)
-        assert out["hits"] and all("text" not in h for h in out["hits"])
+        assert out.hits and all(h.text is None for h in out.hits)
         out = await c.retrieve("rank fusion", k=10_000)  # above maxK: clamped, not an error
-        assert len(out["hits"]) == len(DOCS)
+        assert len(out.hits) == len(DOCS)
+        # to_wire() gives back what the server sent (call() returns the wire result as is)
+        typed_wire = (await c.retrieve("rank fusion", k=3)).to_wire()
+        raw = await c.call("retrieve", {"query": "rank fusion", "k": 3})
+        for wire in (typed_wire, raw):
+            wire["usage"].pop("latencyMs")
+        assert typed_wire == raw
 
     drive(open_client(servers, *combo), body)
 
@@ -394,7 +402,7 @@ def test_gating_raises_before_any_io(servers: Servers, combo: tuple[str, str]) -
         assert c.transport.frames_sent == sent  # nothing went out
         out = await c.retrieve("rank fusion", k=2, mode="colbert", strict=False)
         assert c.transport.frames_sent == sent + 1
-        assert any("colbert" in note for note in out["usage"]["notes"])
+        assert out.usage is not None and any("colbert" in note for note in out.usage.notes or [])
 
     drive(open_client(servers, *combo), body)
 
@@ -466,8 +474,8 @@ def test_methods_and_batch(servers: Servers, combo: tuple[str, str]) -> None:
                                 session_id="s1", query="vitamin d") == {"accepted": 1}
         extra = {"id": f"extra-{combo[0]}-{combo[1]}", "text": "Quokkas live on Rottnest Island."}
         assert (await c.index_add([extra]))["ids"] == [extra["id"]]
-        hits = (await c.retrieve("quokka island", k=1))["hits"]
-        assert hits[0]["chunk"]["docId"] == extra["id"]
+        hits = (await c.retrieve("quokka island", k=1)).hits
+        assert hits[0].chunk is not None and hits[0].chunk.doc_id == extra["id"]
         assert await c.index_delete([extra["id"]]) == {"deleted": 1}
         out = await c.batch([("ping", {"nonce": 1}), ("retrieve", {"query": "q", "k": 0}),
                              ("retrieve", {"query": "rank fusion", "k": 50})])
@@ -484,7 +492,7 @@ def test_progress_from_the_real_server(servers: Servers, combo: tuple[str, str])
     async def body(c: Driver) -> None:
         frames: list[dict[str, Any]] = []
         out = await c.retrieve("rank fusion", k=3, on_progress=frames.append)
-        assert out["hits"]
+        assert out.hits
         assert frames, "no notifications/progress arrived for the retrieve"
         assert len({f["progressToken"] for f in frames}) == 1
         assert all(0.0 <= f["progress"] <= 1.0 and f["stage"] for f in frames)
@@ -502,7 +510,7 @@ async def _index_settled(c: Driver) -> None:
     deadline = time.monotonic() + 60
     while len(versions) < 4 or len(set(versions[-4:])) > 1:
         assert time.monotonic() < deadline
-        versions.append((await c.retrieve("anything", k=1))["indexVersion"])
+        versions.append(str((await c.retrieve("anything", k=1)).index_version))
         await asyncio.sleep(0.4)
 
 
@@ -580,10 +588,11 @@ def test_rerank_when_advertised(rerank_engine: Engine, mode: str) -> None:
         caps = (await c.initialize())["capabilities"]
         assert caps["rerank"]["methods"] == ["cross-encoder"] and caps["retrieve"]["rerankBuiltin"]
         out = await c.rerank("rank fusion", passages, top_n=2, method="cross-encoder")
-        assert out["scores"] == pytest.approx(expected["scores"])
-        assert out["order"] == expected["order"]
+        assert isinstance(out, RerankResult)
+        assert out.scores == pytest.approx(expected["scores"])
+        assert out.order == expected["order"]
         hits = await c.retrieve("rank fusion", k=2, rerank={"method": "cross-encoder", "top_n": 4})
-        assert hits["usage"]["reranked"] == 4
+        assert hits.usage is not None and hits.usage.reranked == 4
         sent = c.transport.frames_sent
         with pytest.raises(OptionUnsupported) as exc:
             await c.rerank("q", passages, method="colbert")
@@ -626,7 +635,7 @@ def test_http_stateful_server_gives_each_client_its_session(tmp_path: Path, embe
     async def one(c: Driver) -> str:
         init = await c.initialize()  # each has its own initialize lifecycle (13)
         assert init["_meta"]["session"] == c.transport.session
-        return str((await c.retrieve("rank fusion", k=1))["hits"][0]["chunk"]["docId"])
+        return str((await c.retrieve("rank fusion", k=1)).to_wire()["hits"][0]["chunk"]["docId"])
 
     with running_server([sys.executable, "-m", "rcp_agentic.cli", "serve", "--http", "--stateful",
                          "--engine", str(path), "--port", str(port)], ready, timeout=120):
@@ -858,6 +867,42 @@ def test_scripted_stdio_version_mismatch(tmp_path: Path) -> None:
         c.initialize()
 
 
+@pytest.mark.parametrize("mode", MODES)
+def test_scripted_results_are_typed_whoever_serves_them(mode: str,
+                                                        scripted: ScriptedHttp) -> None:
+    # What RCP allows another server to send (§4.6, §7.7): numeric ids, a citation without
+    # a source, keys the models do not name, a _meta; and what no model can read.
+    scripted.script["retrieve"] = lambda frame, n: ok(frame, {
+        "hits": [{"id": 7, "score": 2, "citation": {"title": "T"}, "modality": "text",
+                  "provenance": {"nodes": [1, "n:b"]}}],
+        "usage": {"candidates": 3, "x-acme": 1}, "_meta": {"trace": "t1"}, "x-acme": True})
+    scripted.script["graph"] = lambda frame, n: ok(frame, {
+        "nodes": [{"id": 1, "score": 0.5}], "edges": [{"src": 1, "dst": 2}]})
+    scripted.script["rerank"] = lambda frame, n: ok(frame, {"scores": "high"})
+    scripted.caps = {**SCRIPTED_CAPS, "graph": {"ops": ["neighbors"]}, "rerank": {}}
+
+    async def body(c: Driver) -> None:
+        out = await c.retrieve("q", k=1)
+        assert isinstance(out, RetrieveResult)
+        hit = out.hits[0]
+        assert (hit.id, hit.score, hit.citation and hit.citation.title) == ("7", 2.0, "T")
+        assert hit.provenance is not None and hit.provenance.nodes == ["1", "n:b"]
+        assert out.meta == {"trace": "t1"} and out.usage is not None
+        assert out.to_wire() == {"hits": [{"id": "7", "score": 2.0, "citation": {"title": "T"},
+                                           "provenance": {"nodes": ["1", "n:b"]}}],
+                                 "usage": {"candidates": 3, "reranked": 0, "tokens": 0,
+                                           "latencyMs": 0.0}, "_meta": {"trace": "t1"}}
+        graph = await c.graph("neighbors", seed_ids=["1"])
+        assert isinstance(graph, GraphResult) and graph.nodes and graph.nodes[0].id == "1"
+        assert graph.edges and (graph.edges[0].src, graph.edges[0].dst) == ("1", "2")
+        with pytest.raises(TransportError, match="malformed rerank result: scores"):
+            await c.rerank("q", ["a"])
+        # The wire result as received: call().
+        assert (await c.call("rerank", {"query": "q", "passages": ["a"]})) == {"scores": "high"}
+
+    drive(client_class(mode).http(scripted.url), body)
+
+
 # --- retries (§12.2) against the scripted HTTP server ----------------------------------------
 
 def _answers(*answers: Any) -> Callable[[dict[str, Any], int], Any]:
@@ -880,7 +925,7 @@ def test_retry_rate_limited_honours_retry_after(mode: str, scripted: ScriptedHtt
                                            (-32011, {"retryAfterMs": 300}), "ok")
 
     async def body(c: Driver) -> None:
-        assert await c.retrieve("q", k=1) == {"ok": True}
+        assert (await c.retrieve("q", k=1)).hits == []  # {"ok": true}: no hits
         calls = scripted.calls("retrieve")
         assert len(calls) == 3
         gaps = [b.at - a.at for a, b in itertools.pairwise(calls)]
@@ -896,7 +941,7 @@ def test_retry_http_429_retry_after_header(mode: str, scripted: ScriptedHttp) ->
                                            "ok")
 
     async def body(c: Driver) -> None:
-        assert await c.retrieve("q", k=1) == {"ok": True}
+        assert (await c.retrieve("q", k=1)).hits == []  # {"ok": true}: no hits
         first, second = scripted.calls("retrieve")
         assert second.at - first.at >= 1.0
 
@@ -977,7 +1022,7 @@ def test_retry_not_initialized_reinitializes_once(mode: str, scripted: ScriptedH
     scripted.script["retrieve"] = _answers(-32001, "ok")
 
     async def body(c: Driver) -> None:
-        assert await c.retrieve("q", k=1) == {"ok": True}
+        assert (await c.retrieve("q", k=1)).hits == []  # {"ok": true}: no hits
         assert len(scripted.calls("initialize")) == 2 and len(scripted.calls("retrieve")) == 2
 
     drive(client_class(mode).http(scripted.url), body)

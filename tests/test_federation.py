@@ -41,6 +41,8 @@ from rcp_agentic.federation import Federation
 from rcp_agentic.federation.graphs import pack_cursor, unpack_memory_id
 from rcp_agentic.models.tokenizer import count_tokens
 from rcp_agentic.integrations.common import HitSource
+from rcp_agentic.wire import (GraphResult, MemoryBuildResult, MemoryRecallResult, RetrieveResult,
+                              WireModel)
 
 TOKEN = "federation-test-token"
 TOKEN_ENV = "RCP_FEDERATION_TEST_TOKEN"
@@ -162,7 +164,7 @@ class Real:
 
     def own(self, query: str, n: int) -> dict[str, list[dict[str, Any]]]:
         """Each engine's own ranked list for ``query`` (what the federation must fuse)."""
-        return {id_: c.retrieve(query, n)["hits"] for id_, c in self.clients().items()}
+        return {id_: c.retrieve(query, n).to_wire()["hits"] for id_, c in self.clients().items()}
 
 
 @pytest.fixture(scope="module")
@@ -219,8 +221,10 @@ def ref_scored(lists: dict[str, list[dict[str, Any]]], weights: dict[str, float]
     return sorted(scores_.items(), key=lambda kv: (-kv[1], kv[0]))
 
 
-def ids(result: dict[str, Any]) -> list[str]:
-    return [str(h["id"]) for h in result["hits"]]
+def ids(result: Any) -> list[str]:
+    """The hit ids of a result, typed or its wire dict."""
+    wire = result.to_wire() if isinstance(result, WireModel) else result
+    return [str(h["id"]) for h in wire["hits"]]
 
 
 # --- fan-out and fusion ----------------------------------------------------------------
@@ -228,7 +232,12 @@ def ids(result: dict[str, Any]) -> list[str]:
 def test_rrf_over_three_transports_matches_reference(real: Real) -> None:
     k = 8
     with Federation(real.clients(), deadline=60) as fed:
-        out = fed.retrieve(QUERY, k)
+        result = fed.retrieve(QUERY, k)
+    # The typed result one engine returns, its report in meta (the result's _meta).
+    assert isinstance(result, RetrieveResult) and result.meta is not None
+    assert result.meta["fusion"] == "rrf" and {h.meta["engine"] for h in result.hits
+                                               if h.meta} == {"alpha", "beta", "gamma"}
+    out = result.to_wire()
     own = real.own(QUERY, 2 * k)
     ref = ref_rrf(own, {"alpha": 1.0, "beta": 1.0, "gamma": 1.0})
     assert ids(out) == [i for i, _s in ref[:k]]
@@ -257,7 +266,7 @@ def test_weights_change_the_order(real: Real) -> None:
     for heavy in ("alpha", "beta"):
         weights = {"alpha": 1.0, "beta": 1.0, "gamma": 1.0, heavy: 5.0}
         with Federation(real.clients(), weights=weights, deadline=60) as fed:
-            out = fed.retrieve(QUERY, k)
+            out = fed.retrieve(QUERY, k).to_wire()
         assert ids(out) == [i for i, _s in ref_rrf(own, weights)[:k]]
         # 5/(60+3) beats anything a weight-1 engine alone can reach (1/61 + 1/61).
         assert all(heavy in h["meta"]["engines"] for h in out["hits"][:3])
@@ -271,14 +280,14 @@ def test_weighted_and_convex_fusion(real: Real) -> None:
     own = {e: h for e, h in real.own(QUERY, 2 * k).items() if e in clients}
     weights = {"alpha": 1.0, "beta": 2.0}
     with Federation(clients, fusion="weighted", weights=weights, deadline=60) as fed:
-        out = fed.retrieve(QUERY, k)
+        out = fed.retrieve(QUERY, k).to_wire()
     ref = ref_scored(own, weights)
     assert out["_meta"]["fusion"] == "weighted"
     assert ids(out) == [i for i, _s in ref[:k]]
     assert [h["score"] for h in out["hits"]] == pytest.approx([s for _i, s in ref[:k]])
     floors = {e: c.capabilities["retrieve"]["scoreFloor"] for e, c in clients.items()}
     with Federation(clients, fusion="convex", weights=weights, deadline=60) as fed:
-        out = fed.retrieve(QUERY, k)
+        out = fed.retrieve(QUERY, k).to_wire()
     ref = ref_scored(own, weights, floors)
     assert out["_meta"]["fusion"] == "convex"
     assert ids(out) == [i for i, _s in ref[:k]]
@@ -288,7 +297,7 @@ def test_weighted_and_convex_fusion(real: Real) -> None:
 def test_convex_falls_back_to_rrf_without_a_score_floor(real: Real, scripted: Scripted) -> None:
     with Federation({"alpha": real.alpha_client, "s": scripted.client()}, fusion="convex",
                     deadline=30) as fed:
-        out = fed.retrieve(QUERY, 4)
+        out = fed.retrieve(QUERY, 4).to_wire()
     assert out["_meta"]["fusion"] == "rrf"
     assert any("scoreFloor" in n and "s" in n for n in out["usage"]["notes"])
     assert "s:1" in ids(out)
@@ -303,7 +312,7 @@ def test_tie_breaking_summed_weight_then_id(real: Real) -> None:
                                                  for i in range(60)), {"id": "z", "score": 0.5}]
         clients = {"one": one.client(), "two": two.client()}
         with Federation(clients, weights={"one": 1.0, "two": 2.0}, overfetch=2) as fed:
-            out = fed.retrieve("q", 40)
+            out = fed.retrieve("q", 40).to_wire()
         assert out["hits"][0]["score"] == out["hits"][1]["score"]
         assert ids(out)[:2] == ["z", "a"]
         # Equal score and equal summed weight: the smaller id first, whatever the engine order.
@@ -321,15 +330,16 @@ def test_tie_breaking_summed_weight_then_id(real: Real) -> None:
 def test_dedup_by_id_and_by_uri(real: Real) -> None:
     query = "dense retrievers embed passages with a bi-encoder"
     with Federation(real.clients(), deadline=60) as fed:
-        out = fed.retrieve(query, 5)
+        out = fed.retrieve(query, 5).to_wire()
         d4 = [h for h in out["hits"] if h["id"] == "doc:d4#c0"]
         assert len(d4) == 1 and set(d4[0]["meta"]["engines"]) == {"alpha", "beta"}
         assert d4[0]["meta"]["doc_id"] == "d4"  # the engines' meta survives the merge
         assert len(set(ids(out))) == len(ids(out))
 
         query = "reciprocal rank fusion Cormack 2009"
-        by_id = fed.retrieve(query, 10)  # overlapping documents outrank two single top-1s
-        by_uri = fed.retrieve(query, 10, dedup="uri")
+        # overlapping documents outrank two single top-1s
+        by_id = fed.retrieve(query, 10).to_wire()
+        by_uri = fed.retrieve(query, 10, dedup="uri").to_wire()
     assert {"doc:ua#c0", "doc:ug#c0"} <= set(ids(by_id))
     merged = [h for h in by_uri["hits"] if (h.get("citation") or {}).get("uri") == URI]
     assert len(merged) == 1
@@ -348,7 +358,7 @@ def test_partial_failure_is_noted_and_degraded(real: Real) -> None:
                "dead-stdio": RCPClient.stdio(list(real.dead_stdio)), "dead-http":
                RCPClient.http(real.dead_url)}
     with Federation(engines, deadline=30) as fed:
-        out = fed.retrieve(QUERY, 5)
+        out = fed.retrieve(QUERY, 5).to_wire()
     assert out["hits"] and {h["meta"]["engine"] for h in out["hits"]} <= {"alpha", "beta"}
     assert out["_meta"]["degraded"] == ["dead-stdio", "dead-http"]
     for dead in ("dead-stdio", "dead-http"):
@@ -367,7 +377,7 @@ def test_required_engine_failure_raises_its_error(real: Real) -> None:
     assert err.value.code == -32012 and err.value.data["engine"] == "gamma"
     # Not required: the same failure only degrades the result.
     with Federation({"alpha": real.alpha_client, "gamma": wrong}) as fed:
-        out = fed.retrieve(QUERY, 3)
+        out = fed.retrieve(QUERY, 3).to_wire()
     assert out["_meta"]["degraded"] == ["gamma"]
     assert out["_meta"]["engines"]["gamma"]["error"]["code"] == -32012
     dead = RCPClient.http(real.dead_url)
@@ -409,7 +419,7 @@ def test_deadline_drops_the_slow_engine(real: Real, scripted: Scripted,
     engines = {"alpha": real.alpha_client, "slow": slow, "stalled": stalled.client()}
     with Federation(engines, deadline=1.5) as fed:
         t0 = time.monotonic()
-        out = fed.retrieve(QUERY, 4)
+        out = fed.retrieve(QUERY, 4).to_wire()
         elapsed = time.monotonic() - t0
     assert elapsed < 1.5 + 1.5, elapsed
     assert out["hits"] and all(h["meta"]["engine"] == "alpha" for h in out["hits"])
@@ -436,7 +446,7 @@ def test_async_deadline_drops_the_slow_engine(real: Real, scripted: Scripted,
         engines["stalled"] = AsyncRCPClient.http(stalled.url)
         async with Federation(engines, deadline=1.5) as fed:
             t0 = time.monotonic()
-            out = await fed.aretrieve(QUERY, 4)
+            out = (await fed.aretrieve(QUERY, 4)).to_wire()
             elapsed = time.monotonic() - t0
         for c in engines.values():
             await c.close()
@@ -466,10 +476,10 @@ def test_async_path_equals_sync_path(real: Real, monkeypatch: pytest.MonkeyPatch
         {"id": "gamma", "transport": "http", "url": real.gamma_url, "tokenEnv": TOKEN_ENV,
          "weight": 2.0}]})
     fed = Federation({"alpha": real.alpha, "beta": real.beta, **registry}, deadline=60)
-    sync_out = fed.retrieve(QUERY, 6, mode="hybrid")
+    sync_out = fed.retrieve(QUERY, 6, mode="hybrid").to_wire()
 
     async def main() -> dict[str, Any]:
-        out = await fed.aretrieve(QUERY, 6, mode="hybrid")
+        out = (await fed.aretrieve(QUERY, 6, mode="hybrid")).to_wire()
         await fed.aclose()
         return out
 
@@ -498,7 +508,7 @@ def test_from_registry_owns_and_closes_its_clients(real: Real, tmp_path: Path,
         assert fed.engines == ("beta", "gamma", "dead")
         failures = fed.connect()
         assert set(failures) == {"dead"} and failures["dead"].code == -32010
-        out = fed.retrieve(QUERY, 5)
+        out = fed.retrieve(QUERY, 5).to_wire()
         procs = [m.sync.transport.process for m in fed._members.values()
                  if m.sync is not None and hasattr(m.sync.transport, "process")]
     own = real.own(QUERY, 10)
@@ -506,7 +516,7 @@ def test_from_registry_owns_and_closes_its_clients(real: Real, tmp_path: Path,
                                                {"beta": 1.0, "gamma": 2.0})[:5]]
     assert out["_meta"]["degraded"] == ["dead"]
     assert len(procs) == 2 and all(p.poll() is not None for p in procs)  # closed by the federation
-    assert real.beta.retrieve(QUERY, 1)["hits"]  # a given client is left open
+    assert real.beta.retrieve(QUERY, 1).to_wire()["hits"]  # a given client is left open
 
 
 # --- loop detection --------------------------------------------------------------------
@@ -521,14 +531,15 @@ def test_loop_detection(real: Real, scripted: Scripted) -> None:
         with pytest.raises(BackendUnavailable, match="hop budget"):
             fed.retrieve("q", 2, _meta={"federation": {"depth": 0, "path": ["up"]}})
         # An engine already on the path is skipped (a cycle), the others still answer.
-        out = fed.retrieve("q", 2, _meta={"federation": {"depth": 2, "path": ["up", "s"]}})
+        out = fed.retrieve("q", 2,
+                           _meta={"federation": {"depth": 2, "path": ["up", "s"]}}).to_wire()
         assert out["_meta"]["engines"]["s"]["skipped"].startswith("cycle")
         assert "s" in out["_meta"]["degraded"] and any("cycle" in n for n in out["usage"]["notes"])
         assert out["hits"] and all(h["meta"]["engine"] == "alpha" for h in out["hits"])
         assert len(scripted.received) == asked
     with Federation(engines, identity="gw", local="alpha", deadline=30) as fed:
         for incoming in ({"depth": 0, "path": []}, {"depth": 3, "path": ["gw", "x"]}):
-            out = fed.retrieve("q", 2, _meta={"federation": incoming})
+            out = fed.retrieve("q", 2, _meta={"federation": incoming}).to_wire()
             assert out["hits"] and out["_meta"]["degraded"] == ["s"]
             assert any("not forwarding" in n for n in out["usage"]["notes"])
         assert len(scripted.received) == asked
@@ -540,18 +551,18 @@ def test_loop_detection(real: Real, scripted: Scripted) -> None:
 def test_option_gating_per_engine(real: Real, scripted: Scripted) -> None:
     engines = {"alpha": real.alpha_client, "s": scripted.client()}
     with Federation(engines, deadline=30) as fed:
-        out = fed.retrieve("q", 3, mmr={"lambda": 0.5})
+        out = fed.retrieve("q", 3, mmr={"lambda": 0.5}).to_wire()
         sent = scripted.received[-1]
         assert sent["strict"] is False and sent["mmr"] == {"lambda": 0.5}
         assert any("strict=false (mmr not advertised)" in n for n in out["usage"]["notes"])
         assert "s" not in out["_meta"]["degraded"] and "s:1" in ids(out)
         asked = len(scripted.received)
         flt = {"field": "lang", "op": "eq", "value": "en"}
-        out = fed.retrieve("q", 5, filter=flt)
+        out = fed.retrieve("q", 5, filter=flt).to_wire()
         assert len(scripted.received) == asked
         assert out["_meta"]["engines"]["s"]["skipped"] == "cannot apply the filter"
         assert all(h["meta"]["lang"] == "en" for h in out["hits"])
-        out = fed.retrieve("q", 3, mmr={"lambda": 0.5}, strict=True)
+        out = fed.retrieve("q", 3, mmr={"lambda": 0.5}, strict=True).to_wire()
         assert len(scripted.received) == asked and out["_meta"]["degraded"] == ["s"]
         with pytest.raises(OptionUnsupported):  # one engine's cursor means nothing to another
             fed.retrieve("q", 3, cursor="abc")
@@ -565,7 +576,7 @@ def test_engines_without_retrieve_are_skipped(real: Real) -> None:
     try:
         embed_only = s.client()
         with Federation({"alpha": real.alpha_client, "e": embed_only}) as fed:
-            out = fed.retrieve("q", 2)
+            out = fed.retrieve("q", 2).to_wire()
         assert out["_meta"]["engines"]["e"] == {"hits": 0, "skipped": "does not advertise retrieve"}
         assert out["_meta"]["degraded"] == []  # it could never have contributed
         with Federation({"e": embed_only}) as fed, pytest.raises(CapabilityMissing):
@@ -602,7 +613,7 @@ def test_capabilities_union_and_intersection(real: Real) -> None:
 def test_a_federation_is_a_hit_source(real: Real) -> None:
     with Federation(real.clients(), deadline=60) as fed:
         source = HitSource(fed)
-        direct = fed.retrieve(QUERY, 4, token_budget=400)
+        direct = fed.retrieve(QUERY, 4, token_budget=400).to_wire()
         assert ids(source.retrieve(QUERY, 4, {"token_budget": 400})) == ids(direct)
         assert ids(asyncio.run(source.aretrieve(QUERY, 4, {"token_budget": 400}))) == ids(direct)
 
@@ -644,7 +655,7 @@ def graphs(tmp_path_factory: pytest.TempPathFactory, embedder: Any) -> Iterator[
 
 def node_of(client: RCPClient, name: str) -> str:
     """The node id of entity ``name`` in the engine behind ``client``."""
-    hit = client.retrieve(name, 1, unit="node")["hits"][0]
+    hit = client.retrieve(name, 1, unit="node").to_wire()["hits"][0]
     assert hit["meta"]["name"] == name
     return str(hit["id"])
 
@@ -652,9 +663,12 @@ def node_of(client: RCPClient, name: str) -> str:
 def test_graph_local_is_fused_over_the_engines_offering_it(graphs: Graphs, real: Real) -> None:
     k = 4
     with Federation(graphs.clients(real), deadline=60) as fed:
-        out = fed.graph("local", GRAPH_Q, k=k)
-        again = asyncio.run(fed.agraph("local", GRAPH_Q, k=k))
-    own = {e: c.graph("local", GRAPH_Q, k=2 * k)["hits"]
+        local = fed.graph("local", GRAPH_Q, k=k)
+        assert isinstance(local, GraphResult) and local.meta is not None and local.hits
+        assert {h.meta["engine"] for h in local.hits if h.meta} <= {"wiki", "bands"}
+        out = local.to_wire()
+        again = asyncio.run(fed.agraph("local", GRAPH_Q, k=k)).to_wire()
+    own = {e: c.graph("local", GRAPH_Q, k=2 * k).to_wire()["hits"]
            for e, c in graphs.clients(real).items() if e != "alpha"}
     ref = ref_rrf(own, {"wiki": 1.0, "bands": 1.0})
     assert ids(out) == [i for i, _s in ref[:k]] == ids(again)
@@ -674,13 +688,13 @@ def test_graph_neighbors_qualifies_ids_and_routes_seeds(graphs: Graphs, real: Re
     band = node_of(graphs.wiki_client, "Velvet Lanterns")
     assert node_of(graphs.bands, "Velvet Lanterns") == band  # one entity, one id in both
     with Federation(graphs.clients(real), deadline=60) as fed:
-        both = fed.graph("neighbors", seed_ids=[band], k=6)
+        both = fed.graph("neighbors", seed_ids=[band], k=6).to_wire()
         nodes, edges = both["nodes"], both["edges"]
         assert [n["id"] for n in nodes[:2]] == [f"wiki::{band}", f"bands::{band}"]  # seeds first
         assert len(nodes) <= 6 and all(n["id"] == f"{n['engine']}::" + n["id"].split("::")[1]
                                        for n in nodes)
         for engine, client in (("wiki", graphs.wiki_client), ("bands", graphs.bands)):
-            mine = client.graph("neighbors", seed_ids=[band], k=6)
+            mine = client.graph("neighbors", seed_ids=[band], k=6).to_wire()
             theirs = [n for n in nodes if n["engine"] == engine]
             # Each engine's nodes keep their order and scores, under qualified ids.
             assert [(n["id"], n["score"]) for n in theirs] == [
@@ -689,14 +703,14 @@ def test_graph_neighbors_qualifies_ids_and_routes_seeds(graphs: Graphs, real: Re
         assert edges and all(e["src"] in kept and e["dst"] in kept for e in edges)
         # A qualified id goes to its own engine only; the others are not asked.
         bergen = next(n["id"] for n in nodes if n["engine"] == "bands" and n["name"] == "Bergen")
-        routed = fed.graph("neighbors", seed_ids=[bergen], k=3)
+        routed = fed.graph("neighbors", seed_ids=[bergen], k=3).to_wire()
         assert {n["engine"] for n in routed["nodes"]} == {"bands"}
         assert routed["nodes"][0]["id"] == bergen
         assert routed["_meta"]["engines"]["wiki"] == {
             "skipped": "not asked: no seed names this engine"}
         # An unqualified seed only one engine knows: the other is skipped, not failed.
         single = node_of(graphs.wiki_client, "Midnight Harbor")
-        one = asyncio.run(fed.agraph("neighbors", seed_ids=[single], k=3))
+        one = asyncio.run(fed.agraph("neighbors", seed_ids=[single], k=3)).to_wire()
         assert {n["engine"] for n in one["nodes"]} == {"wiki"} and one["_meta"]["degraded"] == []
         assert one["_meta"]["engines"]["bands"]["skipped"].startswith("does not know the seeds")
         with pytest.raises(InvalidParams) as err:  # nobody knows it: the engines' own error
@@ -706,17 +720,22 @@ def test_graph_neighbors_qualifies_ids_and_routes_seeds(graphs: Graphs, real: Re
 
 def test_memory_build_and_recall_across_engines(graphs: Graphs, real: Real) -> None:
     with Federation(graphs.clients(real), deadline=60) as fed:
-        built = fed.memory_build()
+        typed_build = fed.memory_build()
+        assert isinstance(typed_build, MemoryBuildResult)
+        built = typed_build.to_wire()
         own = unpack_memory_id(built["memoryId"])
         assert set(own) == {"wiki", "bands"} and built["memoryId"].startswith("federation:")
         assert built["_meta"]["engines"]["alpha"] == {"skipped": "does not advertise memory"}
-        recalled = fed.memory_recall(GRAPH_Q, memory_id=built["memoryId"], n=4)
+        typed_recall = fed.memory_recall(GRAPH_Q, memory_id=built["memoryId"], n=4)
+        assert isinstance(typed_recall, MemoryRecallResult)
+        assert {c.engine for c in typed_recall.clues} <= {"wiki", "bands"}  # the federation's key
+        recalled = typed_recall.to_wire()
         assert recalled["_meta"]["engines"]["alpha"] == {
             "skipped": "not asked: not part of this memory"}
         clues = recalled["clues"]
         assert len(clues) == 4
         for engine, client in (("wiki", graphs.wiki_client), ("bands", graphs.bands)):
-            mine = client.memory_recall(GRAPH_Q, memory_id=own[engine], n=4)["clues"]
+            mine = client.memory_recall(GRAPH_Q, memory_id=own[engine], n=4).to_wire()["clues"]
             theirs = [c for c in clues if c["engine"] == engine]
             assert theirs, engine  # RRF interleaves the engines' clues
             assert [(c["query"], c["seedIds"]) for c in theirs] == [
@@ -724,14 +743,15 @@ def test_memory_build_and_recall_across_engines(graphs: Graphs, real: Real) -> N
                 for c in mine][:len(theirs)]
         # A clue's qualified seeds go straight back into the federation's graph.
         seeds = clues[0]["seedIds"]
-        near = fed.graph("neighbors", seed_ids=seeds, k=4)
+        near = fed.graph("neighbors", seed_ids=seeds, k=4).to_wire()
         assert {n["engine"] for n in near["nodes"]} == {clues[0]["engine"]}
         assert [n["id"] for n in near["nodes"][:len(seeds)]] == seeds
-        async_clues = asyncio.run(fed.amemory_recall(GRAPH_Q, memory_id=built["memoryId"], n=4))
+        async_clues = asyncio.run(fed.amemory_recall(GRAPH_Q, memory_id=built["memoryId"],
+                                                     n=4)).to_wire()
         assert async_clues["clues"] == clues
         # A session memory takes texts (nothing is written to any corpus).
         session = fed.memory_build([{"text": "Velvet Lanterns toured Bergen in 1975."}],
-                                   scope="session", session_id="fed-s1")
+                                   scope="session", session_id="fed-s1").to_wire()
         assert set(unpack_memory_id(session["memoryId"])) == {"wiki", "bands"}
         # Refused before any I/O: a corpus write to every engine, a foreign memoryId.
         with pytest.raises(OptionUnsupported) as refused:
@@ -777,7 +797,7 @@ def test_graph_community_ops_across_engines(graphs: Graphs, real: Real,
     with Federation(graphs.clients(real), deadline=60) as fed:
         # global: each engine's communities (qualified), interleaved, the first k; the
         # engines' summary lines under their ids, within the budget.
-        out = fed.graph("global", query, k=3, token_budget=60)
+        out = fed.graph("global", query, k=3, token_budget=60).to_wire()
         comms = out["communities"]
         own = {e: c.call("graph", {"op": "global", "query": query, "k": 3, "tokenBudget": 60})
                for e, c in engines}
@@ -796,13 +816,13 @@ def test_graph_community_ops_across_engines(graphs: Graphs, real: Real,
         # communities: pages of every engine until no cursor; each community once.
         listed, cursor = [], None
         while True:
-            page = fed.graph("communities", k=2, cursor=cursor)
+            page = fed.graph("communities", k=2, cursor=cursor).to_wire()
             listed += [c["id"] for c in page["communities"]]
             cursor = page.get("nextCursor")
             if not cursor:
                 break
         expected = [f"{e}::{c['id']}" for e, client in engines
-                    for c in client.graph("communities", k=100)["communities"]]
+                    for c in client.graph("communities", k=100).to_wire()["communities"]]
         assert sorted(listed) == sorted(expected) and len(set(listed)) == len(listed)
         for bad in ("x", "federation-cursor:!!!", pack_cursor({"nobody": "c"}),
                     pack_cursor({"wiki": "forged.0000"})):
@@ -810,11 +830,12 @@ def test_graph_community_ops_across_engines(graphs: Graphs, real: Real,
                 fed.graph("communities", cursor=bad)
             assert err.value.field == "cursor"
         # drift: hits fused as local's, follow-ups deduplicated; a session continues.
-        first = fed.graph("drift", GRAPH_Q, k=4, session_id="fed-drift")
+        first = fed.graph("drift", GRAPH_Q, k=4, session_id="fed-drift").to_wire()
         assert first["hits"] and len(first["hits"]) <= 4
         assert {h["meta"]["engine"] for h in first["hits"]} <= {"wiki", "bands"}
         assert len(set(first["followups"])) == len(first["followups"])
-        again = asyncio.run(fed.agraph("drift", GRAPH_Q, k=4, session_id="fed-drift"))
+        again = asyncio.run(fed.agraph("drift", GRAPH_Q, k=4,
+                                       session_id="fed-drift")).to_wire()
         assert not {(h["meta"]["engine"], h["id"]) for h in first["hits"]} & {
             (h["meta"]["engine"], h["id"]) for h in again["hits"]}
         with pytest.raises(InvalidParams) as err:
@@ -828,7 +849,7 @@ def test_graph_community_ops_across_engines(graphs: Graphs, real: Real,
         with pytest.raises(OptionUnsupported) as refused:
             fed.graph("global", query)
         assert refused.value.option == "op"
-        page = fed.graph("communities", k=1)
+        page = fed.graph("communities", k=1).to_wire()
         assert page["communities"] == [{"id": "s::c1", "level": 0, "summary": "s",
                                         "engine": "s"}]
         fed.graph("communities", k=1, cursor=page["nextCursor"])
@@ -842,7 +863,8 @@ def test_graph_deadline_required_and_wire(graphs: Graphs, scripted: Scripted) ->
     band = node_of(graphs.wiki_client, "Velvet Lanterns")
     engines = {"wiki": graphs.wiki_client, "s": scripted.client()}
     with Federation(engines, deadline=30) as fed:
-        out = fed.graph("neighbors", seed_ids=["s::n1", f"wiki::{band}"], hops=2, k=3)
+        out = fed.graph("neighbors", seed_ids=["s::n1", f"wiki::{band}"], hops=2,
+                        k=3).to_wire()
         method, sent = scripted.calls[-1]
         assert method == "graph" and sent["seedIds"] == ["n1"] and sent["hops"] == 2
         assert sent["_meta"]["federation"] == {"depth": 3, "path": []}
@@ -855,7 +877,8 @@ def test_graph_deadline_required_and_wire(graphs: Graphs, scripted: Scripted) ->
         assert {"src": "s::n1", "dst": "s::n2", "weight": 2.0} not in out["edges"]  # n2 cut (k)
         # Too slow: dropped at the deadline, noted, degraded.
         scripted.delay = 2.0
-        slow = fed.graph("neighbors", seed_ids=["s::n1", f"wiki::{band}"], k=3, timeout=0.8)
+        slow = fed.graph("neighbors", seed_ids=["s::n1", f"wiki::{band}"], k=3,
+                         timeout=0.8).to_wire()
         assert slow["_meta"]["degraded"] == ["s"] and {n["engine"] for n in slow["nodes"]} == {
             "wiki"}
         assert any("'s' timed out" in n for n in slow["usage"]["notes"])

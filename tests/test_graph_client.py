@@ -1,6 +1,6 @@
 """The clients' ``graph``, ``memory_build`` and ``memory_recall``, sync and async: gated on the
 advertised capabilities before any I/O, clamped to the advertised limits, retried only when
-harmless, and their results the typed wire shapes.
+harmless, and their results the typed results the engine returns.
 
 A real engine with ``build_graph`` over the wiki corpus of ``test_graph_index``, reached
 in process through a dispatcher whose frames are recorded (what the client actually sent).
@@ -22,8 +22,9 @@ from rcp_agentic.client import results
 from rcp_agentic.client.gating import check_method, check_options, clamp
 from rcp_agentic.client.retry import repeatable
 from rcp_agentic.errors import CapabilityMissing, InvalidParams, OptionUnsupported
+from rcp_agentic import wire
 from rcp_agentic.protocol.dispatcher import Dispatcher
-from rcp_agentic.wire import GraphResult, MemoryRecallResult
+from rcp_agentic.wire import GraphResult, MemoryBuildResult, MemoryRecallResult
 
 QUESTION = "Which album contains the song Africa?"
 
@@ -62,31 +63,40 @@ def test_sync_client_graph_and_memory(eng: Engine) -> None:
     rec = Recorder(eng)
     with RCPClient.in_process(rec.dispatcher) as client:
         local = client.graph("local", QUESTION, k=3)
-        assert [h["unit"] for h in local["hits"]] == ["chunk"] * 3
-        assert "toto-iv" in {h["chunk"]["docId"] for h in local["hits"]}
-        GraphResult.model_validate(local)  # the wire model reads it back
-        seeds = local["hits"][0]["provenance"]["nodes"][:2]
+        assert isinstance(local, GraphResult) and local.hits  # what Engine.graph returns
+        assert [h.unit for h in local.hits] == ["chunk"] * 3
+        assert "toto-iv" in {h.chunk.doc_id for h in local.hits if h.chunk}
+        # ... and what it sent: to_wire() is the wire result (call() returns it as received)
+        raw = client.call("graph", {"op": "local", "query": QUESTION, "k": 3})
+        wire = local.to_wire()
+        for result in (raw, wire):
+            result["usage"].pop("latencyMs")
+        assert wire == raw
+        assert local.hits[0].provenance and local.hits[0].provenance.nodes
+        seeds = local.hits[0].provenance.nodes[:2]
         near = client.graph("neighbors", seed_ids=seeds, hops=1, k=4)
-        assert {n["id"] for n in near["nodes"]} >= set(seeds) and len(near["nodes"]) <= 4
-        assert all(set(e) == {"src", "dst", "weight"} for e in near["edges"])
+        assert near.nodes is not None and near.edges is not None
+        assert {n.id for n in near.nodes} >= set(seeds) and len(near.nodes) <= 4
+        assert all(set(e.to_wire()) == {"src", "dst", "weight"} for e in near.edges)
         assert rec.sent("graph")[-1] == {"op": "neighbors", "seedIds": seeds, "hops": 1, "k": 4}
 
         built = client.memory_build()
-        recalled = client.memory_recall(QUESTION, memory_id=built["memoryId"], n=2)
-        MemoryRecallResult.model_validate(recalled)
+        assert isinstance(built, MemoryBuildResult)
+        recalled = client.memory_recall(QUESTION, memory_id=built.memory_id, n=2)
+        assert isinstance(recalled, MemoryRecallResult)
         # n=2: the query's entity, then one bridging fact joining it to a neighbour
-        assert [len(c["seedIds"]) for c in recalled["clues"]] == [1, 2]
+        assert [len(c.seed_ids or []) for c in recalled.clues] == [1, 2]
         assert rec.sent("memory/recall")[-1] == {"query": QUESTION,
-                                                 "memoryId": built["memoryId"], "n": 2}
+                                                 "memoryId": built.memory_id, "n": 2}
         session = client.memory_build([{"text": "Columbia Records released Toto IV"}],
                                       scope="session", session_id="s-1")
-        assert session["memoryId"] == "session:s-1"
+        assert session.memory_id == "session:s-1"
         assert rec.sent("memory/build")[-1] == {
             "documents": [{"text": "Columbia Records released Toto IV"}], "scope": "session",
             "sessionId": "s-1"}
         # Graph recall through retrieve, under its vendor wire name.
-        hits = client.retrieve(QUESTION, k=2, graph_recall=True)["hits"]
-        assert all("graph" in h["scores"] for h in hits)
+        hits = client.retrieve(QUESTION, k=2, graph_recall=True).hits
+        assert all("graph" in (h.scores or {}) for h in hits)
         assert rec.sent("retrieve")[-1]["x-rcp-agentic-graphRecall"] is True
 
 
@@ -103,7 +113,8 @@ def test_sync_client_gates_and_clamps_before_sending(eng: Engine) -> None:
             client.memory_build(scope="forever")
         assert rec.sent("graph") == [] and rec.sent("memory/build") == []
         # Above an advertised bound: clamped by the client, as the server would.
-        seed = client.graph("local", QUESTION, k=10 ** 6)["hits"][0]["provenance"]["nodes"][0]
+        seed = client.graph("local", QUESTION, k=10 ** 6).to_wire()["hits"][0]["provenance"][
+            "nodes"][0]
         assert rec.sent("graph")[-1]["k"] == caps["retrieve"]["maxK"]
         client.graph("neighbors", seed_ids=[seed], hops=99, k=10 ** 6)
         assert rec.sent("graph")[-1] == {"op": "neighbors", "seedIds": [seed],
@@ -154,13 +165,14 @@ def test_memory_build_is_retried_only_when_harmless() -> None:
     assert repeatable("graph", {"op": "local"}) and repeatable("memory/recall", {"query": "q"})
 
 
-def test_results_are_typed() -> None:
-    hints = get_type_hints(RCPClient.graph)
-    assert hints["return"] is results.GraphResult
-    assert get_type_hints(RCPClient.memory_build)["return"] is results.MemoryBuildResult
-    assert get_type_hints(AsyncRCPClient.memory_recall)["return"] is results.MemoryRecallResult
-    assert set(get_type_hints(results.MemoryClue)) == {"query", "seedIds", "weight"}
-    assert {"hits", "nodes", "edges"} <= set(get_type_hints(results.GraphResult))
+def test_results_are_typed_as_the_engine_types_them() -> None:
+    for method in ("retrieve", "rerank", "graph", "memory_build", "memory_recall"):
+        engine_returns = getattr(wire, getattr(Engine, method).__annotations__["return"])
+        for cls in (RCPClient, AsyncRCPClient):
+            assert get_type_hints(getattr(cls, method))["return"] is engine_returns, (cls, method)
+    for cls in (RCPClient, AsyncRCPClient):  # the engine's Transformed, as the wire has it
+        assert get_type_hints(cls.transform)["return"] is results.TransformResult
+    assert results.GraphResult is GraphResult
 
 
 def test_async_client_graph_and_memory(eng: Engine) -> None:
@@ -169,13 +181,14 @@ def test_async_client_graph_and_memory(eng: Engine) -> None:
     async def main() -> None:
         async with AsyncRCPClient.in_process(rec.dispatcher) as client:
             local = await client.graph("local", QUESTION, k=2)
-            seed = local["hits"][0]["provenance"]["nodes"][0]
+            assert isinstance(local, GraphResult) and local.hits and local.hits[0].provenance
+            seed = (local.hits[0].provenance.nodes or [])[0]
             near, clues = await asyncio.gather(
                 client.graph("neighbors", seed_ids=[seed], hops=2, k=6),
                 client.memory_recall(QUESTION, n=3))
-            assert near["nodes"][0]["id"] == seed and len(near["nodes"]) <= 6
-            assert clues["clues"] and clues["clues"][0]["seedIds"]
-            assert (await client.memory_build())["memoryId"].startswith("graph@v")
+            assert near.nodes and near.nodes[0].id == seed and len(near.nodes) <= 6
+            assert clues.clues and clues.clues[0].seed_ids
+            assert (await client.memory_build()).memory_id.startswith("graph@v")
             with pytest.raises(OptionUnsupported):
                 await client.graph("communities")
             with pytest.raises(InvalidParams) as bad:

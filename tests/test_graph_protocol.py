@@ -295,13 +295,15 @@ def _exercise(client: RCPClient) -> None:
     caps = client.initialize()["capabilities"]
     assert caps["graph"]["ops"] == ["local", "neighbors"] and "memory" in caps
     local = client.graph("local", QUESTION, k=2)
-    assert len(local["hits"]) == 2 and local["hits"][0]["provenance"]["nodes"]
-    seed = local["hits"][0]["provenance"]["nodes"][0]
+    assert local.hits and len(local.hits) == 2
+    nodes = local.hits[0].provenance.nodes if local.hits[0].provenance else None
+    assert nodes
+    seed = nodes[0]
     near = client.graph("neighbors", seed_ids=[seed], hops=1, k=5)
-    assert near["nodes"][0]["id"] == seed and near["edges"]
-    clues = client.memory_recall(QUESTION, n=2)["clues"]
-    assert clues and clues[0]["seedIds"]
-    assert client.memory_build()["memoryId"].startswith("graph@v")
+    assert near.nodes and near.nodes[0].id == seed and near.edges
+    clues = client.memory_recall(QUESTION, n=2).clues
+    assert clues and clues[0].seed_ids
+    assert client.memory_build().memory_id.startswith("graph@v")
     with pytest.raises(OptionUnsupported):  # refused by the client: not advertised
         client.graph("global")
     with pytest.raises(OptionUnsupported) as err:  # sent anyway: the server says the same

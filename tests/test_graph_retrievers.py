@@ -201,7 +201,8 @@ def test_the_field_over_a_federation(wiki: Engine, filled_engine: Engine) -> Non
         assert BRIDGE in {d.metadata["doc_id"] for d in wiki_docs}
         assert all("graph" in d.metadata["scores"] for d in wiki_docs)
         result = fed.retrieve(QUESTION, k=4, graph_recall=True)
-        assert any("'docs'" in n and WIRE in n for n in result["usage"]["notes"])
+        assert result.usage is not None
+        assert any("'docs'" in n and WIRE in n for n in result.usage.notes or [])
         # What the agentic loop sees of a federation: its effective (union) capabilities.
         caps = HitSource(fed).capabilities
         assert caps["x-rcp-agentic"]["graphRecall"] is True and "node" in caps["retrieve"]["units"]

@@ -552,9 +552,9 @@ def test_our_client_is_unaffected(server: Server) -> None:
     for session in (True, False):
         with RCPClient.http(server.url, session=session) as client:
             client.initialize()
-            assert client.retrieve("vitamin d", k=1)["hits"][0]["chunk"]["docId"] == "d1"
-            seen = [{h["id"] for h in client.retrieve("vitamin d", k=2,
-                                                      session_id="mine")["hits"]}
+            first = client.retrieve("vitamin d", k=1).hits[0]
+            assert first.chunk is not None and first.chunk.doc_id == "d1"
+            seen = [{h.id for h in client.retrieve("vitamin d", k=2, session_id="mine").hits}
                     for _ in range(2)]
             assert all(len(ids) == 2 for ids in seen) and not seen[0] & seen[1], session
 

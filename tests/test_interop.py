@@ -468,11 +468,13 @@ def _exercise(client: Any) -> None:
 
     info = client.initialize()
     assert info["server"]["name"] == "sdk-tiny" and info["protocolVersion"] == 1
-    hits = client.retrieve("rank fusion", k=5)["hits"]
-    assert [h["id"] for h in hits] == ["a", "b"]
-    assert client.retrieve("rank fusion", k=500)["hits"][0]["id"] == "a"  # clamped to maxK
+    result = client.retrieve("rank fusion", k=5)  # the typed result, from another server
+    assert [h.id for h in result.hits] == ["a", "b"] and result.hits[0].score == 2.0
+    assert result.to_wire()["hits"][0] == {"id": "a", "score": 2.0,
+                                           "text": "alpha reciprocal rank fusion"}
+    assert client.retrieve("rank fusion", k=500).hits[0].id == "a"  # clamped to maxK
     assert client.index_add([{"id": "c", "text": "gamma rank fusion rank"}])["ids"] == ["c"]
-    assert client.retrieve("gamma fusion", k=1)["hits"][0]["id"] == "c"
+    assert client.retrieve("gamma fusion", k=1).hits[0].id == "c"
     with pytest.raises(CapabilityMissing):  # embed is not advertised: refused before any I/O
         client.embed(["x"])
     with pytest.raises(OptionUnsupported):  # only sparse is advertised: refused locally
@@ -511,7 +513,7 @@ def test_our_async_client_against_the_sdk_server_over_http(sdk_server: Path) -> 
         async with AsyncRCPClient.http(f"http://127.0.0.1:{port}") as client:
             await client.initialize()
             result = await client.retrieve("dense retrieval", k=2)
-            return [h["id"] for h in result["hits"]]
+            return [h.id for h in result.hits]
 
     with running_server([sys.executable, str(sdk_server), "--http", str(port)], ready,
                         timeout=60) as proc:

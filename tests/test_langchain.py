@@ -238,7 +238,7 @@ def test_given_clients_stay_open(filled_engine: Engine) -> None:
         first = retriever.invoke(QUERIES[0])
         retriever.close()
         assert ids(retriever.invoke(QUERIES[0])) == ids(first) == ["doc:d5#c0"]
-        assert client.retrieve(QUERIES[0], 1)["hits"][0]["id"] == "doc:d5#c0"
+        assert client.retrieve(QUERIES[0], 1).hits[0].id == "doc:d5#c0"
 
     async def main() -> list[str | None]:
         async with AsyncRCPClient.in_process(filled_engine) as aclient:
@@ -247,7 +247,7 @@ def test_given_clients_stay_open(filled_engine: Engine) -> None:
                 retriever.invoke(QUERIES[0])  # an async client serves only ainvoke
             docs = await retriever.ainvoke(QUERIES[0])
             await retriever.aclose()
-            assert (await aclient.retrieve(QUERIES[0], 1))["hits"]  # still open
+            assert (await aclient.retrieve(QUERIES[0], 1)).hits  # still open
             return ids(docs)
 
     assert asyncio.run(main()) == ["doc:d5#c0"]
@@ -276,7 +276,7 @@ def test_documents_and_metadata(local: RCPRetriever) -> None:
 
 def _index_version(eng: Engine) -> str:
     with RCPClient.in_process(eng) as client:
-        return str(client.retrieve("x", 1)["indexVersion"])
+        return str(client.retrieve("x", 1).index_version)
 
 
 def _wire(options: dict[str, Any]) -> dict[str, Any]:

@@ -367,9 +367,11 @@ def test_serve_stdio_with_an_endpoint_transforms(tmp_path: Path, embedder: Any,
         client.initialize()
         assert "transform" in client.capabilities
         out = client.transform("Where did Oskar Brandvik grow up?", "step-back")
-        assert out["queries"] and proxy.count() == 1
+        assert out.queries and proxy.count() == 1
         ranked = client.retrieve("Where did Oskar Brandvik grow up?", k=2, rewrite="hyde")
-        assert ranked["hits"] and ranked.get("rewrittenQuery")
+        assert ranked.hits and ranked.rewritten_query
+        assert ranked.usage is not None and ranked.usage.llm is not None  # usage.llm, typed
+        assert ranked.usage.llm.calls == 1
         assert proxy.count() == 2
     # An engine without an LLM advertises no transform.
     with RCPClient.stdio(command[:-4]) as client:

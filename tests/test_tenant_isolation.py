@@ -273,10 +273,10 @@ def test_memory_recall_and_drift_are_scoped_over_http(tmp_path: Path, embedder: 
         with RCPClient.http(url, token=token) as client:
             for q in QUERIES:
                 leaks.check("client memory_recall", client.memory_recall(
-                    q, n=10, filter=tenant_a))
+                    q, n=10, filter=tenant_a).to_wire())
                 leaks.check("client neighbors", client.graph(
                     "neighbors", seed_ids=[node_uid(entity_key(SHARED[2]))], hops=2,
-                    filter=tenant_a))
+                    filter=tenant_a).to_wire())
         # Unfiltered, the same server shows tenant b: the probes above could see a leak.
         open_recall = _http(url, token, "memory/recall", {"query": QUERIES[1], "n": 10})
         assert any(w in json.dumps(open_recall).casefold() for w in _b_words())

@@ -36,7 +36,7 @@ from rcp_agentic.models.llm import ChatLLM
 from rcp_agentic.models.llm_guard import DATA_RULE
 from rcp_agentic.protocol.http import create_app
 from rcp_agentic.protocol.stdio import serve_stdio
-from rcp_agentic.wire import Trust
+from rcp_agentic.wire import RetrieveResult, Trust
 
 SCHEMA = json.loads((REPO / "tests" / "schema" / "rcp-1.0.json").read_text("utf-8"))
 QUESTION = "How do I combine the rankings of several retrievers?"
@@ -322,13 +322,13 @@ def test_query_transform_llm_failure_is_backend_unavailable(llm_engine: Engine) 
 def test_clients_transform_in_process_and_async(llm_engine: Engine) -> None:
     answers(llm_engine, "1. rank fusion\n2. result merging", "Passage text.")
     with RCPClient.in_process(llm_engine) as client:
-        assert one_call(client.transform(QUESTION, "multi-query", n=40)) == {
+        assert one_call(client.transform(QUESTION, "multi-query", n=40).to_wire()) == {
             "queries": ["rank fusion", "result merging"], "trust": CLEAN}
 
     async def main() -> Any:
         async with AsyncRCPClient.in_process(llm_engine) as client:
             return await client.transform(QUESTION, "hyde")
-    assert one_call(asyncio.run(main())) == {"queries": [QUESTION],
+    assert one_call(asyncio.run(main()).to_wire()) == {"queries": [QUESTION],
                                              "hypothetical": "Passage text.", "trust": CLEAN}
 
 
@@ -526,8 +526,8 @@ def test_without_an_llm_rewrite_is_unsupported_or_degrades(filled_engine: Engine
         with pytest.raises(OptionUnsupported) as err:  # gated before anything is sent
             client.retrieve(QUESTION, k=2, rewrite="multi-query")
         assert err.value.option == "rewrite"
-        assert "rewrittenQuery" not in client.retrieve(QUESTION, k=2, rewrite="multi-query",
-                                                       strict=False)
+        assert client.retrieve(QUESTION, k=2, rewrite="multi-query",
+                               strict=False).rewritten_query is None
 
 
 # --- clients and framework retrievers -------------------------------------------------------
@@ -536,7 +536,7 @@ def test_clients_return_the_rewritten_query(llm_engine: Engine) -> None:
     answers(llm_engine, "Query: reciprocal rank fusion")
     with RCPClient.in_process(llm_engine) as client:
         result = client.retrieve(QUESTION, k=2, rewrite="rewrite")
-    assert result["rewrittenQuery"] == "reciprocal rank fusion" and result["hits"]
+    assert result.rewritten_query == "reciprocal rank fusion" and result.hits
 
 
 def test_langchain_retriever_passes_rewrite_and_keeps_the_rewritten_query(
@@ -569,6 +569,6 @@ def test_llamaindex_retriever_passes_rewrite_and_keeps_the_rewritten_query(
 def test_a_meta_key_named_like_the_call_field_is_kept() -> None:
     from rcp_agentic.integrations.common import hit_metadata, result_metadata
 
-    call = result_metadata({"hits": [], "rewrittenQuery": "q2"})
+    call = result_metadata(RetrieveResult(rewritten_query="q2"))
     meta = hit_metadata({"id": "x", "score": 1.0, "meta": {"rewritten_query": "mine"}}, call)
     assert meta["rewritten_query"] == "q2" and meta["meta_rewritten_query"] == "mine"

@@ -68,6 +68,7 @@ from ..options import BY_NAME
 from ..integrations.common import HitSource
 from ..models.llm import as_chat
 from ..models.tokenizer import count_tokens
+from ..wire import RetrieveResult
 from .bridge import about, attests, bridge_entities, coverage, question_terms
 from .evaluator import ConfidenceEvaluator, Verdict
 from .result import CorrectiveResult, Step
@@ -163,9 +164,10 @@ class _Run:
         else:
             self.stop_reason = "the last engine failed; returning the evidence found"
 
-    def observe(self, call: _Call, result: Mapping[str, Any], latency_ms: float) -> None:
+    def observe(self, call: _Call, result: RetrieveResult, latency_ms: float) -> None:
         loop = self.loop
-        hits = [h for h in result.get("hits", []) if h.get("id") not in self.evidence]
+        # The evidence holds wire hits (CorrectiveResult): the loop adds its meta to them.
+        hits = [h.to_wire() for h in result.hits if h.id not in self.evidence]
         assessment = loop.evaluator.assess(hits)
         self.verdict = assessment.verdict
         kept = 0

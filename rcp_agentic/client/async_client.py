@@ -22,7 +22,15 @@ from .params import (
     retrieve_params,
     transform_params,
 )
-from .results import GraphResult, MemoryBuildResult, MemoryRecallResult, TransformResult
+from .results import (
+    GraphResult,
+    MemoryBuildResult,
+    MemoryRecallResult,
+    RerankResult,
+    RetrieveResult,
+    TransformResult,
+    typed,
+)
 from .retry import Reinitialize, RetryPolicy, Send
 from .steps import adrive
 from .sync_client import DEFAULT_TIMEOUT, default_stdio_command
@@ -42,7 +50,8 @@ CANCEL_NOTIFY_TIMEOUT = 5.0
 
 
 class AsyncRCPClient:
-    """The asyncio twin of :class:`~rcp_agentic.client.RCPClient` (same methods, awaited).
+    """The asyncio twin of :class:`~rcp_agentic.client.RCPClient` (same methods, awaited,
+    with the same typed results).
 
     Cancelling the task awaiting a call sends ``notifications/cancel`` for it
     (§7.14) and re-raises ``CancelledError``; the server's late answer is
@@ -147,10 +156,12 @@ class AsyncRCPClient:
 
     async def retrieve(self, query: Any, k: int = 10, *, timeout: float | None = None,
                        on_progress: ProgressCallback | None = None, strict: bool | None = None,
-                       **options: Any) -> dict[str, Any]:
-        """``retrieve`` (§7.7); options and gating as in :meth:`RCPClient.retrieve`."""
-        return await self.call("retrieve", retrieve_params(query, k, options), timeout=timeout,
-                               on_progress=on_progress, strict=strict)
+                       **options: Any) -> RetrieveResult:
+        """``retrieve`` (§7.7): a :class:`~rcp_agentic.wire.RetrieveResult`; options and
+        gating as in :meth:`RCPClient.retrieve`."""
+        result = await self.call("retrieve", retrieve_params(query, k, options),
+                                 timeout=timeout, on_progress=on_progress, strict=strict)
+        return typed(RetrieveResult, "retrieve", result).with_query(query)
 
     async def embed(self, inputs: Sequence[Any], *, kind: str | None = None,
                     encoding: str = "json", as_numpy: bool = False, timeout: float | None = None,
@@ -162,10 +173,11 @@ class AsyncRCPClient:
 
     async def rerank(self, query: Any, passages: Sequence[Any], *, top_n: int | None = None,
                      method: str | None = None, timeout: float | None = None,
-                     strict: bool | None = None) -> dict[str, Any]:
-        """``rerank`` (§7.6): ``{"scores": [...], "order": [...]}``."""
-        return await self.call("rerank", rerank_params(query, passages, top_n, method),
-                               timeout=timeout, strict=strict)
+                     strict: bool | None = None) -> RerankResult:
+        """``rerank`` (§7.6): a :class:`~rcp_agentic.wire.RerankResult`."""
+        result = await self.call("rerank", rerank_params(query, passages, top_n, method),
+                                 timeout=timeout, strict=strict)
+        return typed(RerankResult, "rerank", result)
 
     async def index_add(self, documents: Iterable[Mapping[str, Any]], *,
                         chunk: bool | None = None, contextual: bool | None = None,
@@ -193,19 +205,22 @@ class AsyncRCPClient:
                     cursor: str | None = None, token_budget: int | None = None,
                     filter: Mapping[str, Any] | None = None,
                     timeout: float | None = None, strict: bool | None = None) -> GraphResult:
-        """``graph`` (§7.9); see :meth:`RCPClient.graph`."""
-        return await self.call(  # type: ignore[no-any-return]
+        """``graph`` (§7.9): a :class:`~rcp_agentic.wire.GraphResult`; see
+        :meth:`RCPClient.graph`."""
+        result = await self.call(
             "graph", graph_params(op, query, k, seed_ids, hops, level, session_id, cursor,
                                   token_budget, filter),
             timeout=timeout, strict=strict)
+        return typed(GraphResult, "graph", result).with_query(query)
 
     async def transform(self, query: str, method: str, n: int | None = None, *,
                         timeout: float | None = None,
                         strict: bool | None = None) -> TransformResult:
-        """``query/transform`` (§7.8); see :meth:`RCPClient.transform`."""
-        return await self.call(  # type: ignore[no-any-return]
-            "query/transform", transform_params(query, method, n), timeout=timeout,
-            strict=strict)
+        """``query/transform`` (§7.8): a :class:`~rcp_agentic.wire.TransformResult`; see
+        :meth:`RCPClient.transform`."""
+        result = await self.call("query/transform", transform_params(query, method, n),
+                                 timeout=timeout, strict=strict)
+        return typed(TransformResult, "query/transform", result)
 
     async def memory_build(self, documents: Iterable[Mapping[str, Any]] | None = None, *,
                            memory_id: str | None = None, scope: str | None = None,
@@ -213,25 +228,30 @@ class AsyncRCPClient:
                            filter: Mapping[str, Any] | None = None,
                            timeout: float | None = None,
                            strict: bool | None = None) -> MemoryBuildResult:
-        """``memory/build`` (§7.17); see :meth:`RCPClient.memory_build`."""
-        return await self.call(  # type: ignore[no-any-return]
+        """``memory/build`` (§7.17): a :class:`~rcp_agentic.wire.MemoryBuildResult`; see
+        :meth:`RCPClient.memory_build`."""
+        result = await self.call(
             "memory/build", memory_build_params(documents, memory_id, scope, session_id,
                                                 filter),
             timeout=timeout, strict=strict)
+        return typed(MemoryBuildResult, "memory/build", result)
 
     async def memory_recall(self, query: Any, *, memory_id: str | None = None,
                             session_id: str | None = None, n: int | None = None,
                             filter: Mapping[str, Any] | None = None,
                             timeout: float | None = None) -> MemoryRecallResult:
-        """``memory/recall`` (§7.17); see :meth:`RCPClient.memory_recall`."""
-        return await self.call(  # type: ignore[no-any-return]
+        """``memory/recall`` (§7.17): a :class:`~rcp_agentic.wire.MemoryRecallResult`; see
+        :meth:`RCPClient.memory_recall`."""
+        result = await self.call(
             "memory/recall", memory_recall_params(query, memory_id, session_id, n, filter),
             timeout=timeout)
+        return typed(MemoryRecallResult, "memory/recall", result)
 
     async def call(self, method: str, params: Mapping[str, Any] | None = None, *,
                    timeout: float | None = None, on_progress: ProgressCallback | None = None,
                    strict: bool | None = None) -> Any:
-        """Any method with wire-named ``params``: gated, retried per §12.2, its ``result`` returned."""
+        """Any method with wire-named ``params``: gated, retried per §12.2, its wire ``result``
+        returned as received (a dict; the typed methods parse it)."""
         generation = await self._session_generation()
         prepared = self._core.prepare(method, params or {}, strict)
         return await self._send(method, prepared, timeout=timeout, on_progress=on_progress,

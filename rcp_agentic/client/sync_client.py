@@ -26,7 +26,15 @@ from .params import (
     retrieve_params,
     transform_params,
 )
-from .results import GraphResult, MemoryBuildResult, MemoryRecallResult, TransformResult
+from .results import (
+    GraphResult,
+    MemoryBuildResult,
+    MemoryRecallResult,
+    RerankResult,
+    RetrieveResult,
+    TransformResult,
+    typed,
+)
 from .retry import Reinitialize, RetryPolicy, Send
 from .steps import drive
 from .transport import Message, Transport, settle
@@ -56,7 +64,10 @@ class RCPClient:
     Build one with :meth:`in_process`, :meth:`stdio` or :meth:`http`, use it as a
     context manager (or call :meth:`close`). ``initialize`` is sent on first use;
     every call is then gated on the cached capabilities before anything is sent.
-    Results are the plain wire ``result`` dicts; failures raise
+    ``retrieve``, ``rerank``, ``graph``, ``transform`` and ``memory_*`` return the typed
+    results an :class:`~rcp_agentic.Engine` returns (:mod:`rcp_agentic.wire` models;
+    ``result.to_wire()`` is the RCP object), the others the wire ``result`` dict, as does
+    :meth:`call` for any method; failures raise
     :class:`~rcp_agentic.errors.RCPError` subclasses (wire errors by code, plus
     :class:`ClientTimeout` and :class:`TransportError`). Safe to share between threads.
 
@@ -165,8 +176,10 @@ class RCPClient:
 
     def retrieve(self, query: Any, k: int = 10, *, timeout: float | None = None,
                  cancel: CancelToken | None = None, on_progress: ProgressCallback | None = None,
-                 strict: bool | None = None, **options: Any) -> dict[str, Any]:
-        """``retrieve`` (§7.7): ``{"hits": [...], "usage": ..., ...}``.
+                 strict: bool | None = None, **options: Any) -> RetrieveResult:
+        """``retrieve`` (§7.7): a :class:`~rcp_agentic.wire.RetrieveResult` (``hits``,
+        ``usage``, ``next_cursor``, …), as :meth:`Engine.retrieve <rcp_agentic.Engine.retrieve>`
+        returns; ``to_wire()`` gives the RCP result object.
 
         ``options`` are the RCP retrieve params, snake_case or camelCase
         (``token_budget``, ``session_id``, ``min_score``, ``candidate_k``,
@@ -178,8 +191,9 @@ class RCPClient:
         server's LLM transform the query first; the result's ``rewrittenQuery`` is what it
         searched with. ``on_progress(params)`` gets each progress notification.
         """
-        return self.call("retrieve", retrieve_params(query, k, options), timeout=timeout,
-                         cancel=cancel, on_progress=on_progress, strict=strict)
+        result = self.call("retrieve", retrieve_params(query, k, options), timeout=timeout,
+                           cancel=cancel, on_progress=on_progress, strict=strict)
+        return typed(RetrieveResult, "retrieve", result).with_query(query)
 
     def embed(self, inputs: Sequence[Any], *, kind: str | None = None, encoding: str = "json",
               as_numpy: bool = False, timeout: float | None = None,
@@ -195,10 +209,12 @@ class RCPClient:
 
     def rerank(self, query: Any, passages: Sequence[Any], *, top_n: int | None = None,
                method: str | None = None, timeout: float | None = None,
-               cancel: CancelToken | None = None, strict: bool | None = None) -> dict[str, Any]:
-        """``rerank`` (§7.6): ``{"scores": [...], "order": [...]}``; ``scores[i]`` is ``passages[i]``'s."""
-        return self.call("rerank", rerank_params(query, passages, top_n, method), timeout=timeout,
-                         cancel=cancel, strict=strict)
+               cancel: CancelToken | None = None, strict: bool | None = None) -> RerankResult:
+        """``rerank`` (§7.6): a :class:`~rcp_agentic.wire.RerankResult`; ``scores[i]`` is
+        ``passages[i]``'s, ``order`` the indices best first (at most ``top_n``)."""
+        result = self.call("rerank", rerank_params(query, passages, top_n, method),
+                           timeout=timeout, cancel=cancel, strict=strict)
+        return typed(RerankResult, "rerank", result)
 
     def index_add(self, documents: Iterable[Mapping[str, Any]], *, chunk: bool | None = None,
                   contextual: bool | None = None, timeout: float | None = None,
@@ -230,43 +246,49 @@ class RCPClient:
               filter: Mapping[str, Any] | None = None,
               timeout: float | None = None, cancel: CancelToken | None = None,
               strict: bool | None = None) -> GraphResult:
-        """``graph`` (§7.9), gated by the ``graph`` capability and its ``ops``.
+        """``graph`` (§7.9), gated by the ``graph`` capability and its ``ops``: a
+        :class:`~rcp_agentic.wire.GraphResult`, as :meth:`Engine.graph <rcp_agentic.Engine.graph>`
+        returns.
 
-        ``op="local"``: ``{"hits": [...]}`` for ``query`` (entity-anchored, PageRank-expanded;
-        each hit's ``provenance.nodes`` names its entities). ``op="neighbors"``: ``{"nodes":
-        [...], "edges": [...]}`` within ``hops`` of ``seed_ids`` (node unit ids, e.g. from a
-        hit's ``provenance.nodes`` or a clue's ``seedIds``). Over Leiden communities:
-        ``op="communities"`` lists one ``level`` (default the coarsest), paginated by
-        ``nextCursor`` → ``cursor``; ``op="global"`` ranks a level's communities for ``query``
-        and composes a ``summary`` within ``token_budget``; ``op="drift"`` returns ``hits``
-        and the ``followups`` still to run (with ``session_id`` the next call continues them).
+        ``op="local"``: ``hits`` for ``query`` (entity-anchored, PageRank-expanded; each hit's
+        ``provenance.nodes`` names its entities). ``op="neighbors"``: ``nodes`` and ``edges``
+        within ``hops`` of ``seed_ids`` (node unit ids, e.g. from a hit's ``provenance.nodes``
+        or a clue's ``seed_ids``). Over Leiden communities: ``op="communities"`` lists one
+        ``level`` (default the coarsest), paginated by ``next_cursor`` → ``cursor``;
+        ``op="global"`` ranks a level's communities for ``query`` and composes a ``summary``
+        within ``token_budget``; ``op="drift"`` returns ``hits`` and the ``followups`` still to
+        run (with ``session_id`` the next call continues them).
         ``k``, ``hops`` and ``token_budget`` above the advertised limits are clamped; an op
         the server does not advertise raises OptionUnsupported before sending.
         """
-        return self.call("graph", graph_params(op, query, k, seed_ids, hops, level, session_id,
-                                               cursor, token_budget, filter),
-                         timeout=timeout, cancel=cancel, strict=strict)  # type: ignore[no-any-return]
+        result = self.call("graph", graph_params(op, query, k, seed_ids, hops, level,
+                                                 session_id, cursor, token_budget, filter),
+                           timeout=timeout, cancel=cancel, strict=strict)
+        return typed(GraphResult, "graph", result).with_query(query)
 
     def transform(self, query: str, method: str, n: int | None = None, *,
                   timeout: float | None = None, cancel: CancelToken | None = None,
                   strict: bool | None = None) -> TransformResult:
         """``query/transform`` (§7.8) with the server's LLM, gated by ``transform`` and its
-        ``methods``: ``{"queries": [...], "hypothetical"?: ...}``.
+        ``methods``: a :class:`~rcp_agentic.wire.TransformResult` (``queries``,
+        ``hypothetical``, ``trust``; ``meta["notes"]`` says when the LLM's reply was unusable),
+        the wire shape of what :meth:`Engine.transform <rcp_agentic.Engine.transform>` returns.
 
         ``rewrite`` and ``step-back`` give one query, ``multi-query`` and ``decompose`` up to
         ``n`` (clamped to the advertised ``maxTransformQueries``), ``hyde`` the question and a
         ``hypothetical`` answer passage to embed in its place.
         """
-        return self.call(  # type: ignore[no-any-return]
-            "query/transform", transform_params(query, method, n), timeout=timeout,
-            cancel=cancel, strict=strict)
+        result = self.call("query/transform", transform_params(query, method, n),
+                           timeout=timeout, cancel=cancel, strict=strict)
+        return typed(TransformResult, "query/transform", result)
 
     def memory_build(self, documents: Iterable[Mapping[str, Any]] | None = None, *,
                      memory_id: str | None = None, scope: str | None = None,
                      session_id: str | None = None, filter: Mapping[str, Any] | None = None,
                      timeout: float | None = None, cancel: CancelToken | None = None,
                      strict: bool | None = None) -> MemoryBuildResult:
-        """``memory/build`` (§7.17): ``{"memoryId": ..., "tokens": ...}``, gated by ``memory``.
+        """``memory/build`` (§7.17), gated by ``memory``: a
+        :class:`~rcp_agentic.wire.MemoryBuildResult` (``memory_id``, ``tokens``).
 
         No ``documents``: bring the memory (the knowledge graph) up to date with the index.
         ``documents`` (``{"id"?, "text"}``) are added to the corpus first — give them ids, so a
@@ -274,31 +296,35 @@ class RCPClient:
         texts name for that trajectory instead (nothing is added to the corpus), only
         entities of chunks that pass ``filter`` (RCP §8).
         """
-        return self.call("memory/build", memory_build_params(documents, memory_id, scope,
-                                                             session_id, filter),
-                         timeout=timeout, cancel=cancel, strict=strict)  # type: ignore[no-any-return]
+        result = self.call("memory/build", memory_build_params(documents, memory_id, scope,
+                                                               session_id, filter),
+                           timeout=timeout, cancel=cancel, strict=strict)
+        return typed(MemoryBuildResult, "memory/build", result)
 
     def memory_recall(self, query: Any, *, memory_id: str | None = None,
                       session_id: str | None = None, n: int | None = None,
                       filter: Mapping[str, Any] | None = None,
                       timeout: float | None = None,
                       cancel: CancelToken | None = None) -> MemoryRecallResult:
-        """``memory/recall`` (§7.17): ``{"clues": [{"query", "seedIds", "weight"}], "hits"?}``.
+        """``memory/recall`` (§7.17): a :class:`~rcp_agentic.wire.MemoryRecallResult`
+        (``clues``, each with ``query``, ``seed_ids`` and ``weight``; draft ``hits``).
 
         Feed a clue's ``query`` to :meth:`retrieve` (with the same ``session_id``) or its
-        ``seedIds`` to :meth:`graph` (``op="neighbors"``). ``memory_id`` pins the memory a
+        ``seed_ids`` to :meth:`graph` (``op="neighbors"``). ``memory_id`` pins the memory a
         :meth:`memory_build` returned; ``session_id`` also seeds recall with the trajectory's
         remembered entities. ``filter`` (RCP §8): clues and hits come only from chunks that
         pass it.
         """
-        return self.call("memory/recall", memory_recall_params(query, memory_id, session_id, n,
-                                                               filter),
-                         timeout=timeout, cancel=cancel)  # type: ignore[no-any-return]
+        result = self.call("memory/recall", memory_recall_params(query, memory_id, session_id,
+                                                                 n, filter),
+                           timeout=timeout, cancel=cancel)
+        return typed(MemoryRecallResult, "memory/recall", result)
 
     def call(self, method: str, params: Mapping[str, Any] | None = None, *,
              timeout: float | None = None, cancel: CancelToken | None = None,
              on_progress: ProgressCallback | None = None, strict: bool | None = None) -> Any:
-        """Any method with wire-named ``params``: gated, retried per §12.2, its ``result`` returned."""
+        """Any method with wire-named ``params``: gated, retried per §12.2, its wire ``result``
+        returned as received (a dict; the typed methods parse it)."""
         generation = self._session_generation()
         prepared = self._core.prepare(method, params or {}, strict)
         return self._send(method, prepared, timeout=timeout, cancel=cancel,

@@ -42,7 +42,8 @@ def _source(hit: Hit) -> str:
     if cite is None:
         return f'<span style="{MUTED}">{esc(hit.id)}</span>'
     # A source is often a file path: its name reads better, the link keeps the whole address.
-    parts = [link(cite.title or PurePath(cite.source).name or cite.source, cite.uri)]
+    source = cite.source or ""
+    parts = [link(cite.title or PurePath(source).name or source or hit.id, cite.uri)]
     where = []
     if cite.page is not None:
         where.append(f"page {cite.page}")

@@ -1,13 +1,13 @@
 """Federation (RCP §16): one ``retrieve`` fanned out to every reachable engine, fused into one list.
 
 >>> with Federation.from_registry("rcp.json", deadline=5.0) as fed:     # doctest: +SKIP
-...     fed.retrieve("what is reciprocal rank fusion?", k=5)["hits"]
+...     fed.retrieve("what is reciprocal rank fusion?", k=5).hits
 
 Engines are RCP clients, ``rcp.json`` entries (:class:`~rcp_agentic.client.registry.EngineSpec`)
 or in-process :class:`~rcp_agentic.Engine` s. Each engine advertising ``retrieve`` is
 asked for ``overfetch·k`` hits concurrently (threads for :meth:`Federation.retrieve`,
 asyncio for :meth:`Federation.aretrieve`) within one deadline. Failures and timeouts
-of non-required engines degrade the result (``usage.notes``, ``_meta.degraded``);
+of non-required engines degrade the result (``usage.notes``, ``meta["degraded"]``);
 a ``required`` engine's failure is raised as its own error; nothing answering
 raises ``BackendUnavailable`` (§16.2). Hits are fused by weighted RRF (default),
 weighted min-max or floor-anchored convex scores, deduplicated by id (or
@@ -19,7 +19,10 @@ client sends the remaining deadline as ``_meta.deadlineMs``.
 ``retrieve``; :class:`~.graphcalls.Federation` adds ``graph`` and ``memory/*`` on it. What
 one engine is asked, and the wait for the answers, are each written once as a generator of
 steps (:mod:`..client.steps`): the sync methods perform them in daemon threads, the asyncio
-ones in tasks.
+ones in tasks. Each engine is asked with ``client.call`` and answers its wire result (the
+fusion reads and merges wire hits, keeping what each engine sent); the federation returns
+the typed result one engine returns (:class:`~rcp_agentic.wire.RetrieveResult`, its report
+in ``meta``, the result's ``_meta``).
 """
 
 from __future__ import annotations
@@ -34,6 +37,8 @@ from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
+from pydantic import ValidationError
+
 from ..client import AsyncRCPClient, RCPClient
 from ..client.errors import (
     BackendUnavailable,
@@ -45,13 +50,14 @@ from ..client.errors import (
     Timeout,
 )
 from ..client.gating import DEFAULT_UNITS, check_options, switch_offered
-from ..client.params import RETRIEVE_OPTIONS, wire_options
+from ..client.params import RETRIEVE_OPTIONS, retrieve_params, wire_options
 from ..client.registry import EngineSpec, Registry, load_registry
 from ..client.steps import adrive, drive
 from ..closing import Closable
 from ..engine import Engine
 from ..options import OPTIONS, VENDOR
 from ..vocabulary import FUSIONS
+from ..wire import RetrieveResult
 from .fusion import fuse
 
 if TYPE_CHECKING:
@@ -303,8 +309,11 @@ class FanOut(Closable):
 
     def retrieve(self, query: Any, k: int = 10, *, timeout: float | None = None,
                  dedup: str | None = None, strict: bool | None = None,
-                 **options: Any) -> dict[str, Any]:
-        """Federated ``retrieve``: ``{"hits", "usage", "_meta"}`` shaped like one engine's result.
+                 **options: Any) -> RetrieveResult:
+        """Federated ``retrieve``: a :class:`~rcp_agentic.wire.RetrieveResult` like one
+        engine's, its ``meta`` (the result's ``_meta``) the federation's report: ``degraded``
+        (the engines that failed), ``engines`` (each one's hits, latency or error) and
+        ``fusion`` (the method used).
 
         ``options`` are RCP retrieve params (snake_case or camelCase) sent to every
         engine; an engine not advertising one gets it with ``strict=false`` (noted),
@@ -319,7 +328,7 @@ class FanOut(Closable):
 
     async def aretrieve(self, query: Any, k: int = 10, *, timeout: float | None = None,
                         dedup: str | None = None, strict: bool | None = None,
-                        **options: Any) -> dict[str, Any]:
+                        **options: Any) -> RetrieveResult:
         """The asyncio :meth:`retrieve` (``asyncio`` tasks over AsyncRCPClients)."""
         plan = self._plan(query, k, timeout, dedup, strict, options)
         return self._finish(plan, await self._afan_out(plan.members, plan,
@@ -487,8 +496,9 @@ class FanOut(Closable):
                 return call
             assert plan is not None
             opts, strict, notes = call
-            result = yield Invoke(client, "retrieve", (plan.query, plan.n),
-                                  dict(timeout=self._engine_timeout(plan), strict=strict, **opts))
+            result = yield Invoke(client, "call",
+                                  ("retrieve", retrieve_params(plan.query, plan.n, opts)),
+                                  dict(timeout=self._engine_timeout(plan), strict=strict))
             return _answered(m.id, result, t0, notes, caps)
         except Exception as exc:  # noqa: BLE001 - one engine's failure is data here (§16.2)
             return Outcome(m.id, error=as_rcp(exc), caps=caps, latency_ms=elapsed_ms(t0))
@@ -530,7 +540,7 @@ class FanOut(Closable):
                     degraded.append(id_)
         return engines, degraded
 
-    def _finish(self, plan: _Plan, outcomes: dict[str, Outcome]) -> dict[str, Any]:
+    def _finish(self, plan: _Plan, outcomes: dict[str, Outcome]) -> RetrieveResult:
         notes = list(plan.notes)
         for id_, reason in plan.skipped.items():
             outcomes[id_] = Outcome(id_, skipped=reason)
@@ -550,11 +560,12 @@ class FanOut(Closable):
             raise BackendUnavailable("no engine answered: " + "; ".join(notes), engines=engines,
                                      errors=errors or None)
         hits, candidates, method = self._fuse(answered, plan, notes)
-        return {"hits": hits,
-                "usage": {"candidates": candidates,
-                          "latencyMs": elapsed_ms(plan.start),
-                          "notes": notes},
-                "_meta": {"degraded": degraded, "engines": engines, "fusion": method}}
+        return RetrieveResult.model_validate({
+            "hits": hits,
+            "usage": {"candidates": candidates, "latencyMs": elapsed_ms(plan.start),
+                      "notes": notes},
+            "_meta": {"degraded": degraded, "engines": engines, "fusion": method},
+        }).with_query(plan.query)
 
     # --- fusion (§16.3) -------------------------------------------------------------------
 
@@ -577,8 +588,12 @@ def elapsed_ms(t0: float) -> float:
 def _answered(id_: str, result: Any, t0: float, notes: list[str],
               caps: Mapping[str, Any]) -> Outcome:
     latency = elapsed_ms(t0)
-    if not isinstance(result, dict) or not isinstance(result.get("hits"), list) \
-            or not all(isinstance(h, dict) for h in result["hits"]):
+    try:  # what the fused result is parsed as: an engine whose hits cannot be is left out
+        RetrieveResult.model_validate(result)
+        malformed = not isinstance(result.get("hits"), list)
+    except ValidationError:
+        malformed = True
+    if malformed:
         return Outcome(id_, error=InternalError(f"engine {id_!r} returned a malformed result"),
                         latency_ms=latency, caps=caps)
     own = (result.get("usage") or {}).get("notes") or []

@@ -3,8 +3,8 @@
 deadline-bounded fan-out, federated ``retrieve``) plus the knowledge-graph methods.
 
 >>> with Federation.from_registry("rcp.json") as fed:                         # doctest: +SKIP
-...     clue = fed.memory_recall("who drummed for the band behind Midnight Harbor?")["clues"][0]
-...     fed.graph("neighbors", seed_ids=clue["seedIds"], hops=1)["nodes"]
+...     clue = fed.memory_recall("who drummed for the band behind Midnight Harbor?").clues[0]
+...     fed.graph("neighbors", seed_ids=clue.seed_ids, hops=1).nodes
 
 A graph op runs on the engines advertising ``graph`` with that op, memory on those
 advertising ``memory`` (and the scope asked for); the others are skipped and noted, not
@@ -14,7 +14,9 @@ routes seeds and memories to their engines and merges the answers: hits fused as
 retrieve's, nodes, edges and clue seeds under engine-qualified ids (``"<engine>::<id>"``).
 No engine offering the method: CapabilityMissing; none offering the op or scope:
 OptionUnsupported; every engine refusing the caller's params: their InvalidParams; nobody
-answering: BackendUnavailable.
+answering: BackendUnavailable. Results are the typed ones an engine returns
+(:class:`~rcp_agentic.wire.GraphResult`, ``MemoryBuildResult``, ``MemoryRecallResult``),
+the federation's report in ``meta`` (the result's ``_meta``).
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+from pydantic import ValidationError
 
 from ..client.errors import (
     BackendUnavailable,
@@ -34,6 +38,7 @@ from ..client.errors import (
 )
 from ..client.params import graph_params, memory_build_params, memory_recall_params
 from ..vocabulary import GRAPH_OPS, MEMORY_SCOPES
+from ..wire import GraphResult, MemoryBuildResult, MemoryRecallResult, WireModel
 from . import graphs
 from .fanout import Ask, Connect, FanOut, Invoke, Member, Outcome, as_rcp, elapsed_ms
 from .fusion import fuse
@@ -66,8 +71,9 @@ class Federation(FanOut):
               level: int | None = None, session_id: str | None = None,
               cursor: str | None = None, token_budget: int | None = None,
               filter: Mapping[str, Any] | None = None,
-              timeout: float | None = None, strict: bool | None = None) -> dict[str, Any]:
-        """Federated ``graph`` (§7.9) on the engines advertising ``graph`` with ``op`` (§16.4).
+              timeout: float | None = None, strict: bool | None = None) -> GraphResult:
+        """Federated ``graph`` (§7.9) on the engines advertising ``graph`` with ``op`` (§16.4):
+        a :class:`~rcp_agentic.wire.GraphResult`.
 
         ``local``/``drift`` hits are fused as :meth:`retrieve`'s (each engine asked for
         ``overfetch·k``; ``convex`` falls back to RRF: graph scores have no advertised
@@ -97,7 +103,7 @@ class Federation(FanOut):
                      level: int | None = None, session_id: str | None = None,
                      cursor: str | None = None, token_budget: int | None = None,
                      filter: Mapping[str, Any] | None = None,
-                     timeout: float | None = None, strict: bool | None = None) -> dict[str, Any]:
+                     timeout: float | None = None, strict: bool | None = None) -> GraphResult:
         """The asyncio :meth:`graph`."""
         req = self._graph_request(op, query, k, seed_ids, hops, level, session_id, timeout,
                                   strict, cursor, token_budget, filter)
@@ -106,10 +112,11 @@ class Federation(FanOut):
     def memory_build(self, documents: Iterable[Mapping[str, Any]] | None = None, *,
                      memory_id: str | None = None, scope: str | None = None,
                      session_id: str | None = None, timeout: float | None = None,
-                     strict: bool | None = None) -> dict[str, Any]:
+                     strict: bool | None = None) -> MemoryBuildResult:
         """Federated ``memory/build`` (§7.17) on the engines advertising ``memory`` (and
-        ``scope``): ``{"memoryId", "tokens"?}``, the ``memoryId`` opaque, packing each
-        engine's own (pass it back to :meth:`memory_build` or :meth:`memory_recall`).
+        ``scope``): a :class:`~rcp_agentic.wire.MemoryBuildResult`, its ``memory_id`` opaque,
+        packing each engine's own (pass it back to :meth:`memory_build` or
+        :meth:`memory_recall`).
 
         ``documents`` only with ``scope="session"``: a federation does not write the same
         documents into every engine (OptionUnsupported; add them to one engine instead).
@@ -120,7 +127,7 @@ class Federation(FanOut):
     async def amemory_build(self, documents: Iterable[Mapping[str, Any]] | None = None, *,
                             memory_id: str | None = None, scope: str | None = None,
                             session_id: str | None = None, timeout: float | None = None,
-                            strict: bool | None = None) -> dict[str, Any]:
+                            strict: bool | None = None) -> MemoryBuildResult:
         """The asyncio :meth:`memory_build`."""
         req = self._build_request(documents, memory_id, scope, session_id, timeout, strict)
         return self._call_result(req, await self._afan_out(*self._asks(req)), graphs.merge_build)
@@ -128,8 +135,9 @@ class Federation(FanOut):
     def memory_recall(self, query: Any, *, memory_id: str | None = None,
                       session_id: str | None = None, n: int | None = None,
                       filter: Mapping[str, Any] | None = None,
-                      timeout: float | None = None) -> dict[str, Any]:
-        """Federated ``memory/recall`` (§7.17): the engines' clues, ``seedIds`` engine-qualified
+                      timeout: float | None = None) -> MemoryRecallResult:
+        """Federated ``memory/recall`` (§7.17): a :class:`~rcp_agentic.wire.MemoryRecallResult`,
+        the engines' clues with their ``seed_ids`` engine-qualified
         (feed them to :meth:`graph`, a clue's ``query`` to :meth:`retrieve`), interleaved by
         weighted RRF over each engine's own order, the first ``n`` (default 5). With a
         federated ``memory_id`` only the engines it names are asked. ``filter`` goes to
@@ -140,7 +148,7 @@ class Federation(FanOut):
     async def amemory_recall(self, query: Any, *, memory_id: str | None = None,
                              session_id: str | None = None, n: int | None = None,
                              filter: Mapping[str, Any] | None = None,
-                             timeout: float | None = None) -> dict[str, Any]:
+                             timeout: float | None = None) -> MemoryRecallResult:
         """The asyncio :meth:`memory_recall`."""
         req = self._recall_request(query, memory_id, session_id, n, timeout, filter)
         return self._recall_result(req, await self._afan_out(*self._asks(req)), n)
@@ -319,9 +327,10 @@ class Federation(FanOut):
 
     def _call_result(self, req: _Request, outcomes: dict[str, Outcome],
                      merge: Callable[[Mapping[str, Mapping[str, Any]]], dict[str, Any]]
-                     ) -> dict[str, Any]:
+                     ) -> MemoryBuildResult:
         answered, meta, notes = self._settle(req, outcomes)
-        return self._envelope(req, merge(answered), meta, notes)
+        return MemoryBuildResult.model_validate(
+            self._envelope(req, merge(answered), meta, notes))
 
     def _fuse_hits(self, k: int, notes: list[str]) -> graphs.FuseHits:
         def run(lists: Mapping[str, list[dict[str, Any]]]
@@ -332,7 +341,7 @@ class Federation(FanOut):
         return run
 
     def _graph_result(self, req: _Request, outcomes: dict[str, Outcome], k: int | None,
-                      seed_ids: Sequence[str] | None) -> dict[str, Any]:
+                      seed_ids: Sequence[str] | None) -> GraphResult:
         answered, meta, notes = self._settle(req, outcomes)
         want = k or graphs.DEFAULT_GRAPH_K
         seeds = {graphs.qualify(id_, seed) for id_, p in req.params.items() if id_ in answered
@@ -355,17 +364,19 @@ class Federation(FanOut):
                              "it failed this page")
             if more:
                 merged["nextCursor"] = graphs.pack_cursor(more)
-        return self._envelope(req, merged, meta, notes)
+        query = next(iter(req.params.values()), {}).get("query")
+        return GraphResult.model_validate(self._envelope(req, merged, meta, notes)
+                                          ).with_query(query)
 
     def _recall_result(self, req: _Request, outcomes: dict[str, Outcome],
-                       n: int | None) -> dict[str, Any]:
+                       n: int | None) -> MemoryRecallResult:
         answered, meta, notes = self._settle(req, outcomes)
         want = n or graphs.DEFAULT_CLUES
         merged = graphs.merge_recall(answered, weights={i: m.weight
                                                         for i, m in self._members.items()},
                                      rrf_k=self.rrf_k, n=want,
                                      fuse_hits=self._fuse_hits(want, notes), notes=notes)
-        return self._envelope(req, merged, meta, notes)
+        return MemoryRecallResult.model_validate(self._envelope(req, merged, meta, notes))
 
 
 def _check_count(name: str, value: Any, minimum: int = 1) -> None:
@@ -374,9 +385,20 @@ def _check_count(name: str, value: Any, minimum: int = 1) -> None:
         raise InvalidParams(f"{name} must be an integer of at least {minimum}", field=name)
 
 
+# What each method's merged result is parsed as; an engine's own must parse as one too.
+_MODELS: dict[str, type[WireModel]] = {"graph": GraphResult, "memory/build": MemoryBuildResult,
+                                       "memory/recall": MemoryRecallResult}
+
+
 def _replied(id_: str, method: str, result: Any, t0: float, caps: Mapping[str, Any]) -> Outcome:
     latency = elapsed_ms(t0)
     wrong = graphs.malformed(method, result) if isinstance(result, dict) else "not an object"
+    if not wrong:
+        try:
+            _MODELS[method].model_validate(result)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            wrong = f"{'.'.join(str(p) for p in first['loc'])}: {first['msg']}"
     if wrong:
         return Outcome(id_, error=InternalError(f"engine {id_!r} returned a malformed "
                                                  f"{method} result ({wrong})"),

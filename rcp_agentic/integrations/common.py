@@ -4,9 +4,12 @@ A *source* is anything the retrievers can ask for hits: an :class:`~rcp_agentic.
 (in process), an :class:`~rcp_agentic.client.RCPClient` / ``AsyncRCPClient``, a
 stdio command (a list of strings), an ``http(s)://`` URL, an ``rcp.json`` registry
 entry (:class:`~rcp_agentic.client.registry.EngineSpec`), or any object with a
-``retrieve(query, k, **options) -> dict`` method and optionally an ``async
-aretrieve`` (a federation, say). :class:`HitSource` turns it into one sync and
-one async ``retrieve`` returning the RCP wire result (``{"hits": [...], ...}``).
+``retrieve(query, k, **options)`` method returning a
+:class:`~rcp_agentic.wire.RetrieveResult` (or its wire dict) and optionally an ``async
+aretrieve`` (a federation, say). :class:`HitSource` turns it into one sync and one async
+``retrieve`` returning a :class:`~rcp_agentic.wire.RetrieveResult`, as the engine and the
+clients do. A framework document's metadata holds the hit's wire fields
+(:func:`hit_metadata`).
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from ..client.registry import EngineSpec
 from ..engine import Engine
 from ..federation.fanout import FanOut
 from ..options import FIELD_NAMES, OPTIONS
+from ..wire import RetrieveResult
 
 # The retrieve options a retriever exposes as fields (Python names), from the one vocabulary.
 RETRIEVE_OPTIONS: tuple[str, ...] = FIELD_NAMES
@@ -125,21 +129,21 @@ class HitSource:
 
     # --- retrieve -------------------------------------------------------------------------
 
-    def retrieve(self, query: Any, k: int, options: Mapping[str, Any]) -> dict[str, Any]:
-        """The RCP retrieve result for ``query``."""
+    def retrieve(self, query: Any, k: int, options: Mapping[str, Any]) -> RetrieveResult:
+        """The retrieve result for ``query``."""
         client = self.sync_client()
         if isinstance(client, AsyncRCPClient):
             raise TypeError("an AsyncRCPClient source serves only async calls (ainvoke)")
-        return client.retrieve(query, k, **options)  # type: ignore[no-any-return]
+        return as_result(client.retrieve(query, k, **options), query)
 
-    async def aretrieve(self, query: Any, k: int, options: Mapping[str, Any]) -> dict[str, Any]:
+    async def aretrieve(self, query: Any, k: int, options: Mapping[str, Any]) -> RetrieveResult:
         """The same, without blocking the event loop."""
         client = self.async_client()
         if isinstance(client, AsyncRCPClient):
             return await client.retrieve(query, k, **options)
         if hasattr(client, "aretrieve"):
-            return await client.aretrieve(query, k, **options)  # type: ignore[no-any-return]
-        return await asyncio.to_thread(client.retrieve, query, k, **options)
+            return as_result(await client.aretrieve(query, k, **options), query)
+        return as_result(await asyncio.to_thread(client.retrieve, query, k, **options), query)
 
     def close(self) -> None:
         """Close the clients this source opened (not ones it was given).
@@ -175,25 +179,34 @@ def _has_retrieve(obj: Any) -> bool:
     return callable(getattr(obj, "retrieve", None)) and not isinstance(obj, (Engine, str))
 
 
+def as_result(result: Any, query: Any) -> RetrieveResult:
+    """What a source's ``retrieve`` returned, as a :class:`~rcp_agentic.wire.RetrieveResult`
+    (a wire dict, from a source of its own, parsed by the model)."""
+    if isinstance(result, RetrieveResult):
+        return result
+    return RetrieveResult.model_validate(result).with_query(query)
+
+
 # Hit fields copied into a framework document's metadata, under these names.
 _HIT_FIELDS = ("score", "confidence", "unit", "level", "scores", "citation", "provenance",
                "chunk", "trust")
 
 
 # Fields of the whole result copied into every document's metadata, under these names.
-_RESULT_FIELDS = {"rewrittenQuery": "rewritten_query"}
+_RESULT_FIELDS = ("rewritten_query",)
 
 
-def result_metadata(result: Mapping[str, Any]) -> dict[str, Any]:
+def result_metadata(result: RetrieveResult) -> dict[str, Any]:
     """What a retrieve result says of the whole call, for each of its documents' metadata:
     ``rewritten_query``, the query the engine searched with when ``rewrite`` was asked."""
-    return {name: result[wire] for wire, name in _RESULT_FIELDS.items()
-            if result.get(wire) is not None}
+    return {name: getattr(result, name) for name in _RESULT_FIELDS
+            if getattr(result, name) is not None}
 
 
 def hit_metadata(hit: Mapping[str, Any],
                  call: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """A wire hit's metadata for a framework document: the hit fields, ``call`` (the
+    """A wire hit's metadata for a framework document: the hit fields (as RCP spells them:
+    a typed :class:`~rcp_agentic.wire.Hit` gives them with ``hit.to_wire()``), ``call`` (the
     :func:`result_metadata` of its result), then ``meta`` flattened.
 
     ``meta`` (the document's own metadata and the static fields such as

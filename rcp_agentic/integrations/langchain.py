@@ -49,7 +49,7 @@ from ..closing import Closable
 from ..engine import Engine
 from ..options import doc
 from ..vocabulary import Mode, TransformMethod
-from ..wire import Unit
+from ..wire import RetrieveResult, Unit
 from .common import RETRIEVE_OPTIONS, HitSource, hit_metadata, result_metadata, retrieve_options
 
 __all__ = ["RCPRetriever", "RCPRetrieverParams", "hit_to_document"]
@@ -211,9 +211,9 @@ class RCPRetriever(BaseRetriever, Closable):
 
 
 
-def _documents(result: Mapping[str, Any]) -> list[Document]:
+def _documents(result: RetrieveResult) -> list[Document]:
     call = result_metadata(result)
-    return [hit_to_document(hit, call) for hit in result.get("hits") or []]
+    return [hit_to_document(hit.to_wire(), call) for hit in result.hits]
 
 
 def _describe(source: Any) -> tuple[str, str]:

@@ -47,7 +47,7 @@ from ..client.registry import load_registry
 from ..client.sync_client import default_stdio_command
 from ..closing import Closable
 from ..corpus.documents import unit_id
-from ..wire import Unit
+from ..wire import RetrieveResult, Unit
 from .common import RETRIEVE_OPTIONS, HitSource, hit_metadata, result_metadata, retrieve_options
 
 __all__ = ["RCPRetriever", "hit_to_node", "unit_ids"]
@@ -342,9 +342,9 @@ class RCPRetriever(BaseRetriever, Closable):
         pending = _OVERRIDES.get()
         return self._call_args(pending[1] if pending and pending[0] is self else {})
 
-    def _nodes(self, result: Mapping[str, Any]) -> list[NodeWithScore]:
+    def _nodes(self, result: RetrieveResult) -> list[NodeWithScore]:
         call = result_metadata(result)
-        return [hit_to_node(hit, self.score_mode, call) for hit in result.get("hits", [])]
+        return [hit_to_node(hit.to_wire(), self.score_mode, call) for hit in result.hits]
 
     def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
         k, options = self._pending()
