@@ -134,6 +134,10 @@ class Snapshot:
         return self.catalog.chunk_scope(filter_, self.version, self.fields)
 
 
+# The configuration switches of the knowledge graph's kinds (units.UnitKind.enabled_by).
+_GRAPH_SWITCHES = ("build_graph", "graph_communities")
+
+
 class Catalog:
     """The served versions of one engine's docstore and what each holds (module doc).
 
@@ -351,7 +355,13 @@ class Catalog:
     def offered(self, version: int | None = None) -> dict[str, tuple[int, ...]]:
         """Stored kinds offered at ``version`` (default: the current one) → their levels: the
         per-document kinds always (flat), each built derived kind with the levels it holds,
-        and while a graph is there the composed kinds whose composer is set."""
+        and while a graph is there the composed kinds whose composer is set.
+
+        A derived kind is built once its builder has recorded it (``reflects``), even when
+        that build made no unit of it: a graph whose corpus names no relation holds no
+        triplet. Such a kind is offered with no level: asking for it finds nothing (said in
+        ``usage.notes``), which is not an unsupported unit. (A graph of no entity is no
+        graph: none of its kinds is offered.)"""
         v = self.current_version() if version is None else version
         composers = tuple(sorted(self._composers))
         cached = self._offered
@@ -364,6 +374,14 @@ class Catalog:
             if unit in units.known() and units.get(unit).derived:
                 levels.setdefault(unit, set()).add(level)
         offered.update({u: tuple(sorted(lv)) for u, lv in levels.items()})
+        for name in units.derived_kinds():
+            if name not in offered and 0 < self.reflects(name) <= v:
+                offered[name] = ()  # built by this version, and none made
+        if offered.get("node") == ():
+            # A graph build that found no entity made no graph: like its ops, memory and
+            # communities, no kind of the graph is offered until there is one.
+            offered = {n: lv for n, lv in offered.items()
+                       if units.get(n).enabled_by not in _GRAPH_SWITCHES}
         if "node" in offered:
             offered.update({n: (0,) for n in units.composed_kinds() if n in composers})
         self._offered = ((v, composers), offered)
@@ -413,7 +431,8 @@ class Catalog:
         return any(self.reflects(kind) < data_version for kind in kinds)
 
     def derived_lag(self, kinds: Kinds, served: int) -> str | None:
-        """A usage note when a derived kind in ``kinds`` does not yet reflect the served version."""
+        """A usage note when a derived kind in ``kinds`` does not yet reflect the served
+        version, or when it was built and holds no unit there (:meth:`offered`)."""
         derived = sorted({u for u, _lv in kinds if units.get(u).derived})
         data_version = self._data_version() if derived else 0
         for unit in derived:
@@ -425,6 +444,11 @@ class Catalog:
                         "covering changed chunks are left out until the update"
                         + (f" (its last update failed: {error}; the next write "
                            "retries)" if error else ""))
+        offered = self.offered(served) if derived else {}
+        for unit in derived:
+            if offered.get(unit) == ():
+                return (f"this engine builds {unit} units, and index version v{served} holds "
+                        f"none: its corpus gave its builder nothing to make one of")
         return None
 
     # --- filters ------------------------------------------------------------------------

@@ -153,6 +153,35 @@ def test_no_graph_no_graph_units(engine: Engine) -> None:
             engine.retrieve("Rosanna", k=3, unit=unit)
 
 
+def test_a_graph_without_relations_has_an_empty_triplet_list(tmp_path: Path,
+                                                              embedder: Any) -> None:
+    """A kind the engine builds but whose build made no unit is offered, empty: a graph of
+    one entity and no relation answers ``unit: triplet`` with no hit and a note, not -32005."""
+    from rcp_agentic.client import RCPClient
+
+    question = "Which country is Oslo in?"
+    with Engine(tmp_path / "e", embedder=embedder, build_graph=True,
+                graph_communities=False) as eng:
+        eng.add_documents([{"id": "oslo",
+                            "text": "Oslo is a city in Norway. It is cold in winter."}])
+        status = eng.derived_status()
+        assert status["node"]["counts"] == {"0": 1} and "triplet" not in status
+        assert {"node", "triplet"} <= set(eng.capabilities()["retrieve"]["units"])
+        result = eng.retrieve(question, k=3, unit="triplet")
+        assert result.hits == [] and result.usage is not None and result.usage.notes
+        assert "builds triplet units" in result.usage.notes[0]
+        assert [h.unit for h in eng.retrieve(question, k=3, unit="node").hits] == ["node"]
+        with RCPClient.in_process(eng) as client:  # advertised, so a client sends it
+            assert client.retrieve(question, k=3, unit="triplet").hits == []
+        # A graph build that found no entity made no graph: none of its kinds is offered.
+        eng.delete_documents(["oslo"])
+        eng.add_documents([{"id": "wet", "text": "Oslo is cold. Bergen is wet."}])
+        assert eng.graph_data() is None
+        assert not {"node", "triplet"} & set(eng.capabilities()["retrieve"]["units"])
+        with pytest.raises(OptionUnsupported):
+            eng.retrieve(question, k=3, unit="triplet")
+
+
 # --- what is stored, and read back ------------------------------------------------------
 
 def test_load_round_trips_the_graph_written(graph_engine: Engine) -> None:
