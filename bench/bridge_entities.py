@@ -280,7 +280,7 @@ def junk_relation(graph: GraphData, i: int) -> bool:
 def report_relations(graph: GraphData, chunks: Sequence[ChunkText]) -> dict[str, int]:
     """Community reports (offline, 300 tokens) over ``graph``: how many, the key relations
     they show, and how many of those are junk (:func:`junk_relation`)."""
-    from rcp_agentic.graph.communities import build_communities, entity_edges
+    from rcp_agentic.graph.communities.build import build_communities, entity_edges
     from rcp_agentic.graph.reports import ExtractiveReporter, ReportInput
     from rcp_agentic.models.tokenizer import count_tokens
 

@@ -61,9 +61,10 @@ if __package__ in (None, ""):
 
 from bench.graph import corpus_chunks, peak_rss_mb, save  # noqa: E402
 from rcp_agentic.graph import BuiltinExtractor, GraphCache, GraphData, build_graph, update_graph  # noqa: E402
-from rcp_agentic.graph.communities import (CommunityHierarchy, build_communities,  # noqa: E402
-                                           entity_edges, modularity, update_communities)
-from rcp_agentic.graph.community_config import CommunityConfig  # noqa: E402
+from rcp_agentic.graph.communities.build import (CommunityHierarchy,  # noqa: E402
+                                                 build_communities, entity_edges, modularity,
+                                                 update_communities)
+from rcp_agentic.graph.communities.config import CommunityConfig  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results" / "communities.json"

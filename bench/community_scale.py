@@ -26,10 +26,10 @@
   graph builder's and the community builder's ``DerivedReport`` (seconds, clustering,
   reports, reason, counts) are recorded. The community builder's whole run (clustering and
   offline reports) against the graph builder's (extraction and name embedding included).
-* **Old builder**: ``bench/communities_old.py`` (a frozen copy of ``graph/communities.py``
-  before this change) in a child process on the same pickled graph, killed after
-  ``--old-cap`` seconds (reported as ``> cap``), with its Leiden-processed vertices per
-  entity (the count that ruled out a quadratic recursion).
+* **Old builder**: ``bench/communities_old.py`` (a frozen copy of ``graph/communities.py``,
+  now ``graph/communities/build.py``, before this change) in a child process on the same
+  pickled graph, killed after ``--old-cap`` seconds (reported as ``> cap``), with its
+  Leiden-processed vertices per entity (the count that ruled out a quadratic recursion).
 
 The new builder and the graph build run ``--repeats`` times (medians); the old one once.
 A full garbage collection precedes every timed phase (a pending collection of the large
@@ -123,8 +123,8 @@ def quality(mod: Any, h: Any, g: Any, cfg: Any, edges: Any) -> dict[str, Any]:
 
 
 def new_builder(g: Any, repeats: int) -> dict[str, Any]:
-    from rcp_agentic.graph import communities as mod
-    from rcp_agentic.graph.community_config import CommunityConfig
+    from rcp_agentic.graph.communities import build as mod
+    from rcp_agentic.graph.communities.config import CommunityConfig
 
     cfg = CommunityConfig()
     times, h, edges = [], None, None

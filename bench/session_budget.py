@@ -29,7 +29,7 @@ import time
 import tracemalloc
 from typing import Any
 
-from rcp_agentic.graph.drift import DriftState, Frontiers
+from rcp_agentic.graph.communities.drift import DriftState, Frontiers
 from rcp_agentic.graph.memory import SessionMemory
 from rcp_agentic.sessions import Candidate, SessionStore
 

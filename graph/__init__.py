@@ -5,14 +5,15 @@ resolution (:mod:`.resolve`), the build into :class:`GraphData` (:mod:`.build`,
 incremental through :class:`GraphCache`) and HippoRAG-style personalised-PageRank
 recall with neighbourhoods and paths (:mod:`.ppr`); hierarchical Leiden communities with
 stable ids and incremental updates (:mod:`.communities`), served as the ``community`` unit
-with their reports (:mod:`.community_index`, :mod:`.reports`). The engine core does not
+with their reports (:mod:`.communities.index`, :mod:`.reports`). The engine core does not
 depend on it.
 """
 
 from .build import BuildStats, GraphCache, GraphConfig, build_graph, update_graph
-from .communities import (Community, CommunityHierarchy, CommunityUpdate, build_communities,
-                          community_id, entity_edges, modularity, update_communities)
-from .community_config import CommunityConfig
+from .communities.build import (Community, CommunityHierarchy, CommunityUpdate,
+                                build_communities, community_id, entity_edges, modularity,
+                                update_communities)
+from .communities.config import CommunityConfig
 from .extract import (BuiltinExtractor, ChunkExtraction, Extractor, Lexicon, LLMExtractor,
                       RawMention, RawRelation, SpacyExtractor, parse_llm_reply)
 from .model import ChunkText, Entity, GraphData, Mention, Relation, Span, Synonym

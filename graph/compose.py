@@ -162,7 +162,7 @@ def entity_masses(view: GraphView, scores: np.ndarray) -> dict[str, float]:
 def community_masses(view: GraphView, scores: np.ndarray,
                      communities: Iterable[Any]) -> dict[str, float]:
     """Community id -> the mass its members hold (positive ones); ``communities`` have
-    ``id`` and ``members`` (entity keys), as ``community_index.StoredCommunity``."""
+    ``id`` and ``members`` (entity keys), as ``communities.index.StoredCommunity``."""
     ent = entity_masses(view, scores)
     return {c.id: m for c in communities if (m := sum(ent.get(k, 0.0) for k in c.members)) > 0}
 

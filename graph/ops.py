@@ -14,7 +14,7 @@ methods over the parts it is handed (:class:`.context.GraphContext`), never the 
   ``hops`` over relation and synonym edges, scored by PageRank from the seeds, with the
   weighted edges among them. Bounded: seeds, hops, nodes and edges.
 * ``global``, ``drift`` and ``communities`` run over the stored community units
-  (:mod:`.community_ops`), offered only while the served version holds them;
+  (:mod:`.communities.ops`), offered only while the served version holds them;
   OptionUnsupported otherwise.
 * ``memory_build`` — the graph is the memory: with no documents it brings the graph up
   to date with the live index; inline documents are added through the engine's normal
@@ -48,8 +48,8 @@ from ..pipeline.params import query_text
 from ..vocabulary import COMMUNITY_OPS, ENTITY_OPS
 from ..wire import (GraphEdge, GraphNode, GraphResult, Hit, MemoryBuildResult, MemoryClue,
                     MemoryRecallResult, Usage)
-from .community_ops import MAX_SUMMARY_TOKENS, CommunityOps
-from .community_reads import MAX_PAGE, count_param, filter_param, version_of
+from .communities.ops import MAX_SUMMARY_TOKENS, CommunityOps
+from .communities.reads import MAX_PAGE, count_param, filter_param, version_of
 from .compose import reading_order, relevance, request_view
 from .context import GraphContext
 from .index import node_uid
@@ -126,7 +126,7 @@ class GraphOps:
     def warm(self, version: int, query: str) -> bool:
         """Load what the graph ops and graph recall read lazily at ``version`` (its graph
         view and what the view caches, :func:`.warm.warm_view`; node ids; the communities'
-        store and search pool, :meth:`.community_ops.CommunityOps.warm`), ``query`` being
+        store and search pool, :meth:`.communities.ops.CommunityOps.warm`), ``query`` being
         any text to link and embed. Whether ``version`` holds communities; nothing to do
         without a graph."""
         view = self.ctx.catalog.graph_view(version)

@@ -12,7 +12,7 @@ from ..derived import BuildContext, DerivedBuilder
 from ..store.docstore import Docstore
 from . import bridge
 from . import ops as graph_ops
-from .community_index import CommunityIndex, CommunityStore, load_communities
+from .communities.index import CommunityIndex, CommunityStore, load_communities
 from .compose import composers as graph_composers
 from .context import GraphContext
 from .follow import GraphState, advance

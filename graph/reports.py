@@ -8,7 +8,7 @@
     <evidence sentence> <evidence sentence> ...
 
 * **Centrality** of a member is its weighted degree inside the community (edges among
-  members, :func:`~.communities.entity_edges`), ties by mention count then key.
+  members, :func:`~.communities.entity_graph.entity_edges`), ties by mention count then key.
 * **Key relations** are the relations among members ranked by weight x the geometric mean
   of their endpoints' centralities, shown as the triplet headers of the ``triplet`` units
   (offline relations in reading order).
@@ -50,7 +50,7 @@ from ..errors import InvalidParams
 from ..models.llm import as_chat, json_object
 from ..models.llm_guard import DATA_RULE, data_block
 from ..text import Sentence, Span, cut_to_tokens, split_sentences
-from .communities import Community
+from .communities.build import Community
 from .index import object_first, triplet_header
 from .model import ChunkText, GraphData, Relation
 

@@ -3,9 +3,9 @@ several such stores share.
 
 An engine holds three kinds of state per client session: what retrieve has returned
 (:mod:`.sessions`), a session's graph memory (``graph/memory.py``) and a DRIFT frontier
-(``graph/drift.py``). Each is a :class:`SessionKeyed` over a :class:`BoundedStore`; all
-three draw on one :class:`ByteBudget` (``session_max_bytes``) that the engine owns and hands
-to them.
+(``graph/communities/drift.py``). Each is a :class:`SessionKeyed` over a
+:class:`BoundedStore`; all three draw on one :class:`ByteBudget` (``session_max_bytes``) that
+the engine owns and hands to them.
 
 * **Bytes.** Every entry is charged what its store's ``size(key, value)`` says: an honest
   upper estimate of the memory the key and value hold, measured with ``tracemalloc`` by

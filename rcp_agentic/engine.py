@@ -109,7 +109,7 @@ class Engine:
         self.chat: ChatLLM | None = None
         self.screen = InjectionScreen()
         # One byte budget for everything session-scoped: retrieve's sessions here, the graph
-        # memory and DRIFT frontiers (graph/ops.py, graph/drift.py) draw on it too.
+        # memory and DRIFT frontiers (graph/ops.py, graph/communities/drift.py) draw on it too.
         self.session_budget = ByteBudget(self.config.session_max_bytes)
         self.sessions = SessionStore(ttl_seconds=self.config.session_ttl_seconds,
                                      max_sessions=self.config.max_sessions,
@@ -484,7 +484,7 @@ class Engine:
         return self.catalog.graph_view(version)
 
     def communities(self, version: int | None = None) -> CommunityStore | None:
-        """The Leiden communities (``rcp_agentic.graph.community_index.CommunityStore``) stored
+        """The Leiden communities (``rcp_agentic.graph.communities.index.CommunityStore``) stored
         and visible at ``version`` (default: the current one), or None when there are none;
         cached per version."""
         return self.catalog.communities(version)

@@ -26,7 +26,7 @@ TREE_PLUGIN = "rcp_agentic.raptor.plugin"
 # The graph's own values, which the core hands on without reading them:
 # ``rcp_agentic.graph.model.GraphData`` (the knowledge graph of one version),
 # ``rcp_agentic.graph.ppr.GraphView`` (its PageRank view) and
-# ``rcp_agentic.graph.community_index.CommunityStore`` (its Leiden communities).
+# ``rcp_agentic.graph.communities.index.CommunityStore`` (its Leiden communities).
 GraphData = Any
 GraphView = Any
 CommunityStore = Any

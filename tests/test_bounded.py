@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rcp_agentic.bounded import BOOKKEEPING, BoundedStore, ByteBudget
-from rcp_agentic.graph.drift import DriftState, Frontiers, drift_bytes
+from rcp_agentic.graph.communities.drift import DriftState, Frontiers, drift_bytes
 from rcp_agentic.graph.memory import SessionMemory
 from rcp_agentic.sessions import Candidate, SessionStore
 

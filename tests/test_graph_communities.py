@@ -14,9 +14,10 @@ from hypothesis import strategies as st
 from rcp_agentic.errors import InvalidParams
 from rcp_agentic.graph import (BuiltinExtractor, ChunkText, Entity, GraphCache, GraphData,
                                Relation, Synonym, build_graph, update_graph)
-from rcp_agentic.graph.communities import (CommunityHierarchy, build_communities, community_id,
-                                           entity_edges, modularity, update_communities)
-from rcp_agentic.graph.community_config import CommunityConfig
+from rcp_agentic.graph.communities.build import (CommunityHierarchy, build_communities,
+                                                 community_id, entity_edges, modularity,
+                                                 update_communities)
+from rcp_agentic.graph.communities.config import CommunityConfig
 
 
 def graph_of(nodes: list[str], edges: list[tuple[str, str, float]],
@@ -102,8 +103,8 @@ def test_a_star_that_leiden_keeps_whole_is_still_cut_to_the_cap() -> None:
 
 
 def test_last_resort_cut_covers_every_entity_in_pieces_of_the_cap() -> None:
-    from rcp_agentic.graph.community_split import chunks
-    from rcp_agentic.graph.entity_graph import EntityGraph
+    from rcp_agentic.graph.communities.entity_graph import EntityGraph
+    from rcp_agentic.graph.communities.split import chunks
 
     edges = {("hub", f"s{i:02d}"): 1.0 + i for i in range(12)}
     nodes = sorted({"hub", "lone"} | {f"s{i:02d}" for i in range(12)})

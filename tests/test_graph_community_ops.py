@@ -16,9 +16,10 @@ from conftest import REPO, rpc_call
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from langchain_core.language_models.fake_chat_models import FakeListChatModel
-from rcp_agentic.graph.community_ops import DEFAULT_SUMMARY_TOKENS, MAX_SUMMARY_TOKENS, CommunityOps
-from rcp_agentic.graph.community_reads import MAX_PAGE, default_level
-from rcp_agentic.graph.drift import DriftState, Frontiers
+from rcp_agentic.graph.communities.drift import DriftState, Frontiers
+from rcp_agentic.graph.communities.ops import (DEFAULT_SUMMARY_TOKENS, MAX_SUMMARY_TOKENS,
+                                               CommunityOps)
+from rcp_agentic.graph.communities.reads import MAX_PAGE, default_level
 from rcp_agentic.graph.ops import GraphOps
 
 from rcp_agentic import Engine

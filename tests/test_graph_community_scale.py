@@ -20,12 +20,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import rcp_agentic.graph.community_split as split_mod
+import rcp_agentic.graph.communities.split as split_mod
 from rcp_agentic.graph import Entity, GraphData, Relation
-from rcp_agentic.graph.communities import (Budget, CommunityBudgetExceeded, CommunityHierarchy,
-                                           build_communities, update_communities)
-from rcp_agentic.graph.community_config import CommunityConfig
-from rcp_agentic.graph.community_split import GUARD
+from rcp_agentic.graph.communities.build import (Budget, CommunityBudgetExceeded,
+                                                 CommunityHierarchy, build_communities,
+                                                 update_communities)
+from rcp_agentic.graph.communities.config import CommunityConfig
+from rcp_agentic.graph.communities.split import GUARD
 
 # The engine tests read what the community builder reported for each write.
 pytestmark = pytest.mark.inline_derived
@@ -239,7 +240,7 @@ def test_engine_budget_before_the_top_level_commits_nothing_and_lags(
 
 def test_engine_budget_after_the_top_level_commits_its_depths_and_rebuilds_next(
         tmp_path: Path, embedder: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    from rcp_agentic.graph import community_index
+    from rcp_agentic.graph.communities import index as community_index
 
     clock = ticking()
     monkeypatch.setattr(community_index, "Budget", lambda seconds: Budget(2, clock=clock))
@@ -283,7 +284,7 @@ def test_entity_edges_are_bit_identical_to_the_old_loop_on_a_real_graph() -> Non
     from bench.graph import corpus_chunks
     from bench.raptor import load_multihop
     from rcp_agentic.graph import BuiltinExtractor, build_graph
-    from rcp_agentic.graph.communities import entity_edges
+    from rcp_agentic.graph.communities.entity_graph import entity_edges
 
     if not data_path("multihop", "hotpotqa", "corpus.jsonl").exists():
         # A clone alone passes its tests; the data sets ship beside it (../shared/data) or

@@ -19,9 +19,9 @@ from langchain_core.runnables import RunnableLambda
 from rcp_agentic import Engine
 from rcp_agentic.models.llm import ChatLLM
 from rcp_agentic.errors import BackendUnavailable, InvalidParams
-from rcp_agentic.graph.communities import (Community, CommunityHierarchy, build_communities,
-                                           community_id, entity_edges)
-from rcp_agentic.graph.community_config import CommunityConfig
+from rcp_agentic.graph.communities.build import (Community, CommunityHierarchy,
+                                                 build_communities, community_id, entity_edges)
+from rcp_agentic.graph.communities.config import CommunityConfig
 from rcp_agentic.graph.model import ChunkText, GraphData
 from rcp_agentic.graph.reports import (CommunityReport, ExtractiveReporter, Finding,
                                        LLMReporter, ReportInput, report_key)

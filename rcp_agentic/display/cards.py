@@ -14,7 +14,7 @@ from ..display_hooks import EngineFacts
 from .html import MUTED, badge, block, details, esc, line, number, shorten, table
 
 if TYPE_CHECKING:
-    from ..graph.community_index import CommunityStore, StoredCommunity
+    from ..graph.communities.index import CommunityStore, StoredCommunity
     from ..raptor.outline import TreeOutline
 
 SUMMARY_CHARS = 240

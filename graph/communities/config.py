@@ -1,12 +1,12 @@
 """The settings of the community hierarchy: :class:`CommunityConfig`, read by the builder
-(:mod:`.communities`), its splits (:mod:`.community_split`) and its edges
-(:mod:`.entity_graph`); the edge weights are explained in :mod:`.communities`' module doc."""
+(:mod:`.build`), its splits (:mod:`.split`) and its edges
+(:mod:`.entity_graph`); the edge weights are explained in :mod:`.build`'s module doc."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..errors import InvalidParams
+from ...errors import InvalidParams
 
 __all__ = ["ALGORITHM", "CommunityConfig"]
 
@@ -22,7 +22,7 @@ class CommunityConfig:
     seed: int = 42
     iterations: int = 2               # Leiden passes (-1: until stable; measured 6x slower
                                       # for +0.005 top-level modularity on SciFact)
-    relation: float = 1.0             # edge weights (module doc of .communities)
+    relation: float = 1.0             # edge weights (module doc of .build)
     synonym: float = 1.0
     about: float = 1.0
     comention: float = 1.0

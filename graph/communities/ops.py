@@ -1,5 +1,5 @@
 """The community ops of ``graph`` (RCP §7.9): ``communities``, ``global`` and ``drift``, over the
-stored community units (:mod:`.community_index`; GraphRAG's global and DRIFT search).
+stored community units (:mod:`.index`; GraphRAG's global and DRIFT search).
 
 * ``communities`` — the partition at ``level`` (default: the top, coarsest), largest first,
   paged by a signed cursor (§10) that pins the index version of its first page, so every
@@ -14,7 +14,7 @@ stored community units (:mod:`.community_index`; GraphRAG's global and DRIFT sea
 * ``drift`` — DRIFT search (:mod:`.drift`): a primer from the communities, follow-up
   queries from it, a local search per follow-up, fused; a session's frontier kept.
 
-The default level of ``global``/``drift`` is :func:`.community_reads.default_level`'s.
+The default level of ``global``/``drift`` is :func:`.reads.default_level`'s.
 """
 
 from __future__ import annotations
@@ -29,25 +29,25 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..control import RequestControl, checked
-from ..errors import BackendUnavailable, InvalidParams
-from ..models.embedder import normalize_rows
-from ..models.llm import as_chat, json_object
-from ..models.llm_guard import DATA_RULE, data_block
-from ..models.tokenizer import count_tokens
-from ..pipeline import cursor as cursors
-from ..text import cut_to_tokens, split_sentences
-from ..trust import derived_trust, strip_markup
-from ..wire import CommunityEntry, GraphResult, Hit, Usage
-from .community_reads import (MAX_PAGE, CommunityReader, count_param, default_level,
-                              filter_key, filter_param, level_param, version_of)
+from ...control import RequestControl, checked
+from ...errors import BackendUnavailable, InvalidParams
+from ...models.embedder import normalize_rows
+from ...models.llm import as_chat, json_object
+from ...models.llm_guard import DATA_RULE, data_block
+from ...models.tokenizer import count_tokens
+from ...pipeline import cursor as cursors
+from ...text import cut_to_tokens, split_sentences
+from ...trust import derived_trust, strip_markup
+from ...wire import CommunityEntry, GraphResult, Hit, Usage
+from ..reports import KEY_RELATIONS
 from .drift import DriftSearch, Frontiers
-from .reports import KEY_RELATIONS
+from .reads import (MAX_PAGE, CommunityReader, count_param, default_level, filter_key,
+                    filter_param, level_param, version_of)
 
 if TYPE_CHECKING:
-    from .community_index import StoredCommunity
-    from .context import GraphContext
-    from .ppr import GraphView
+    from ..context import GraphContext
+    from ..ppr import GraphView
+    from .index import StoredCommunity
 
 DEFAULT_PAGE = 20
 DEFAULT_GLOBAL_K = 10

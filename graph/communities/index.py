@@ -4,16 +4,16 @@
 ``community`` units. It runs after the graph builder (the engine's builders run in order)
 and reads the graph as it is visible at the current index version. With no stored
 hierarchy, a changed setting or reporter, ``full=True`` or an old graph that is no longer
-retained, it builds the hierarchy afresh (:func:`.communities.build_communities`);
+retained, it builds the hierarchy afresh (:func:`.build.build_communities`);
 otherwise it re-clusters only the part of the graph that changed
-(:func:`.communities.update_communities`). One report per community
-(:mod:`.reports`: extractive offline, GraphRAG-style with an LLM) is made only when what
+(:func:`.build.update_communities`). One report per community
+(:mod:`..reports`: extractive offline, GraphRAG-style with an LLM) is made only when what
 it depends on changed (its ``report_key``), children before parents (an LLM report of a
 large community reads its children's reports). Everything is one commit through
 ``Docstore.write_derived``.
 
 The clustering runs under ``EngineConfig.community_build_seconds`` (a
-:class:`.communities.Budget`): a build it stops is committed with the depths it completed,
+:class:`.build.Budget`): a build it stops is committed with the depths it completed,
 the report's reason says so, and ``derived.community.complete = 0`` makes the next update a
 full rebuild; one stopped before its top level commits nothing (the kind keeps lagging,
 which reads report). A hierarchy stored under another clustering identity (settings, or the
@@ -42,21 +42,21 @@ from typing import Any
 
 import numpy as np
 
-from .. import display_hooks
-from ..config import CommunitySection
-from ..derived import BuildContext, DerivedBuilder, DerivedReport, Diff, Run, diff_units
-from ..models.tokenizer import count_tokens
-from ..read_first import checkpoint
-from ..store.docstore import Docstore
-from ..store.writes import UnitRecord
-from ..trust import screen_derived
-from .communities import (Budget, Community, CommunityBudgetExceeded, CommunityHierarchy,
-                          Edges, build_communities, entity_edges, update_communities)
-from .community_config import CommunityConfig
-from .index import live_chunks, load_graph, node_uid, triplet_uids
-from .model import ChunkText, GraphData
-from .reports import (CommunityReport, ExtractiveReporter, Finding, LLMReporter, ReportInput,
-                      report_key)
+from ... import display_hooks
+from ...config import CommunitySection
+from ...derived import BuildContext, DerivedBuilder, DerivedReport, Diff, Run, diff_units
+from ...models.tokenizer import count_tokens
+from ...read_first import checkpoint
+from ...store.docstore import Docstore
+from ...store.writes import UnitRecord
+from ...trust import screen_derived
+from ..index import live_chunks, load_graph, node_uid, triplet_uids
+from ..model import ChunkText, GraphData
+from ..reports import (CommunityReport, ExtractiveReporter, Finding, LLMReporter, ReportInput,
+                       report_key)
+from .build import (Budget, Community, CommunityBudgetExceeded, CommunityHierarchy, Edges,
+                    build_communities, entity_edges, update_communities)
+from .config import CommunityConfig
 
 UNIT = "community"
 _KEY = f"derived.{UNIT}"

@@ -22,21 +22,21 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from ..bounded import DEFAULT_MAX_BYTES, ByteBudget, SessionKeyed
-from ..control import RequestControl, checked
-from ..models.llm import as_chat, json_object
-from ..models.llm_guard import DATA_RULE, data_block
-from ..pipeline import fusion
-from ..trust import derived_trust, strip_markup
-from ..wire import GraphResult, Hit, Trust, Usage
-from .community_reads import CommunityReader, count_param, filter_key, filter_param, version_of
-from .compose import community_masses, reading_order, request_view
-from .sources import SourceTrust
+from ...bounded import DEFAULT_MAX_BYTES, ByteBudget, SessionKeyed
+from ...control import RequestControl, checked
+from ...models.llm import as_chat, json_object
+from ...models.llm_guard import DATA_RULE, data_block
+from ...pipeline import fusion
+from ...trust import derived_trust, strip_markup
+from ...wire import GraphResult, Hit, Trust, Usage
+from ..compose import community_masses, reading_order, request_view
+from ..sources import SourceTrust
+from .reads import CommunityReader, count_param, filter_key, filter_param, version_of
 
 if TYPE_CHECKING:
-    from .community_index import CommunityStore, StoredCommunity
-    from .context import GraphContext
-    from .ppr import GraphView
+    from ..context import GraphContext
+    from ..ppr import GraphView
+    from .index import CommunityStore, StoredCommunity
 
 PRIMER_K = 3
 MAX_FOLLOWUPS = 5  # follow-ups derived from one primer

@@ -1,6 +1,6 @@
 """One split of the community hierarchy: a connected node set into at least two parts.
 
-:func:`split` is what :mod:`.communities` calls for every node set larger than the cap. It
+:func:`split` is what :mod:`.build` calls for every node set larger than the cap. It
 runs igraph's C Leiden (``Graph.community_leiden``, modularity, seeded) on the set's
 igraph subgraph (cut in C from its parent's); when Leiden keeps a small set whole (a star,
 a clique), leidenalg with ``max_comm_size`` (igraph's Leiden has no size constraint) and
@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from .community_config import CommunityConfig
+from .config import CommunityConfig
 
 __all__ = ["GUARD", "CommunityStats", "bfs_order", "chunks", "groups", "split"]
 

@@ -1,4 +1,4 @@
-"""Reading the stored communities for the community ops (:mod:`.community_ops`,
+"""Reading the stored communities for the community ops (:mod:`.ops`,
 :mod:`.drift`): their parameters checked, the store of a version, the level's communities
 ranked for a query by retrieve, the communities a filter passes, their trust, and the
 derived-lag note. One reader serves ``communities``, ``global`` and ``drift`` alike.
@@ -18,14 +18,14 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ..control import RequestControl
-from ..errors import InvalidParams, OptionUnsupported
-from ..pipeline.params import query_text
-from ..wire import Hit, Trust
+from ...control import RequestControl
+from ...errors import InvalidParams, OptionUnsupported
+from ...pipeline.params import query_text
+from ...wire import Hit, Trust
 
 if TYPE_CHECKING:
-    from .community_index import CommunityStore, StoredCommunity
-    from .context import GraphContext
+    from ..context import GraphContext
+    from .index import CommunityStore, StoredCommunity
 
 MAX_PAGE = 100  # communities per page / ranked communities of ``global``
 GLOBAL_TARGET = 50  # communities in the partition global/drift default to

@@ -6,8 +6,8 @@ arrays, and :class:`EntityGraph` the one igraph of every entity that the builder
 subgraphs from (vertex ``i`` is the ``i``-th entity key in sorted order, so a vertex subset
 in increasing order is a key-sorted member list).
 
-The weights are defined in :mod:`.communities` (module doc), their settings in
-:class:`~.community_config.CommunityConfig`. They are computed here with numpy, every
+The weights are defined in :mod:`.build` (module doc), their settings in
+:class:`~.config.CommunityConfig`. They are computed here with numpy, every
 contribution to a pair summed in the order the former pure-Python loop added them
 (relations, synonyms, then passages by chunk key: *about* pairs, then co-mentions), and
 rounded by Python's ``round(v, 9)``: the output is bit-identical to it (tested against a
@@ -22,8 +22,8 @@ from typing import Any
 
 import numpy as np
 
-from .community_config import CommunityConfig
-from .model import GraphData
+from ..model import GraphData
+from .config import CommunityConfig
 
 __all__ = ["EdgeArrays", "EntityGraph", "Edges", "LOW_KINDS", "edge_arrays", "entity_edges"]
 
@@ -164,7 +164,7 @@ def _passage_pairs(graph: GraphData, keys: list[str], config: CommunityConfig
 
 
 def entity_edges(graph: GraphData, config: CommunityConfig | None = None) -> Edges:
-    """The weighted entity-entity edges (:mod:`.communities` module doc), keyed ``(a, b)``
+    """The weighted entity-entity edges (:mod:`.build` module doc), keyed ``(a, b)``
     with ``a < b``, sorted."""
     if config is None:
         config = CommunityConfig()

@@ -13,12 +13,12 @@ entities by the sum of
 Relations alone leave entities isolated (an entity alone in its sentence has no
 co-occurrence pair: 27 % of SciFact's); the passage edges attach them to their passage's
 neighbourhood (1.3 % left isolated; ``bench/communities.py``, ``edge_variants``). Dates and numbers link many
-unrelated passages, so their edges are scaled by ``date`` (as in :mod:`.ppr`).
+unrelated passages, so their edges are scaled by ``date`` (as in :mod:`..ppr`).
 
 **The hierarchy** is built top-down as GraphRAG's: every connected component that fits
 ``max_community_size`` is one community; a larger one is partitioned by Leiden and every
 community still larger than the cap is re-partitioned on its own subgraph (one split:
-:mod:`.community_split` — igraph's C Leiden, modularity, seeded; the cap enforced by
+:mod:`.split` — igraph's C Leiden, modularity, seeded; the cap enforced by
 leidenalg's ``max_comm_size`` and a breadth-first cut when Leiden keeps a small set whole;
 the *shrink guard* re-splits or peels any part above half of a set larger than 8 x the
 cap). Every split has at least two parts, so the tree ends and no community equals its
@@ -39,7 +39,7 @@ processed vertices per entity (2.99-3.41 on the shared corpora and on Barabási�
 graphs of 10k-200k entities, ``bench/community_scale.py``) — the cost was per call:
 leidenalg's optimiser (over half the time on HotpotQA + 2Wiki), a Python rebuild of every
 subgraph from a dict adjacency (a third), and a pure-Python ``entity_edges``. The
-``ALGORITHM`` tag (``communities/2``, in :mod:`.community_config`) is part of
+``ALGORITHM`` tag (``communities/2``, in :mod:`.config`) is part of
 :attr:`CommunityConfig.identity`, so a hierarchy stored by the former builder is rebuilt
 once, not patched.
 
@@ -82,11 +82,11 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import InvalidParams
-from .community_config import CommunityConfig
-from .community_split import CommunityStats, groups, leiden, split
+from ...errors import InvalidParams
+from ..model import GraphData
+from .config import CommunityConfig
 from .entity_graph import LOW_KINDS, EdgeArrays, Edges, EntityGraph, edge_arrays, entity_edges
-from .model import GraphData
+from .split import CommunityStats, groups, leiden, split
 
 __all__ = ["Budget", "Community", "CommunityBudgetExceeded", "CommunityHierarchy", "CommunityStats",
            "CommunityUpdate", "LOW_KINDS", "build_communities", "community_id", "entity_edges",
