@@ -7,7 +7,8 @@ there) with no ``RCP_AGENTIC_ENGINE`` / ``RCP_AGENTIC_TOKEN`` set, and port 8750
 by a free port. So a page sets up whatever engine or server its snippets use itself:
 
 * ``bash``: each command line runs in bash and must succeed; a ``pip install`` step of
-  a ``&&`` chain is not run but checked (its pinned versions are the installed ones).
+  a ``&&`` chain is not run but checked (its pinned versions are the installed ones, and
+  so are the requirements of the extras it names, ``-e ".[langchain]"``).
 * ``console``: each ``$ command`` runs; its shown output is checked against the real
   one (every JSON key and every ``doc:`` id shown appears in it). A command ending in
   ``&`` is a server: it is started, waited for on its ``--port`` (bounded), its shown
@@ -17,12 +18,15 @@ by a free port. So a page sets up whatever engine or server its snippets use its
 
 An HTML comment right before a block steers it: ``<!-- readme-test: skip: REASON -->``
 (installs packages, runs the whole suite), ``<!-- readme-test: output -->`` (a text
-block: the output of the block run before it), ``<!-- readme-test: synopsis -->``
+block: the output of the command or python block run before it, whose JSON keys and
+``doc:`` ids must appear in what it really printed), ``<!-- readme-test: synopsis -->``
 (the CLI synopsis, checked against the argument parser). Any other block fails the test.
 """
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 import re
 import shlex
@@ -34,8 +38,9 @@ import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from importlib.metadata import PackageNotFoundError, version
+from importlib.metadata import PackageNotFoundError, metadata, version
 from pathlib import Path
+from typing import Any
 
 import pytest
 from packaging.requirements import Requirement
@@ -132,18 +137,38 @@ def check_output(shown: str, real: str, where: str) -> None:
 
 
 def check_install(step: str, where: str) -> None:
-    """``pip install "pkg==X" -e .``: not run here; the pinned versions must be installed."""
+    """``pip install "pkg==X" -e ".[extra]"``: not run here; the pinned versions must be
+    installed, and so must every requirement of each extra (pyproject.toml's)."""
     for arg in shlex.split(step)[2:]:
-        if arg.startswith("-") or arg.startswith("."):
+        if arg.startswith("-"):
             continue
-        req = Requirement(arg)
-        try:
-            installed = version(req.name)
-        except PackageNotFoundError:
-            pytest.fail(f"{where}: {req.name} is not installed")
-        assert req.specifier.contains(installed, prereleases=True), (
-            f"{where}: the page pins {req}, this machine has {installed}")
+        if arg.startswith("."):  # this checkout, with its extras
+            extras = Requirement(f"rcp-agentic{arg[1:]}").extras
+            for req in extra_requirements(extras):
+                check_installed(req, where, f"the extra {arg!r} needs")
+            continue
+        check_installed(Requirement(arg), where, "the page pins")
     assert version("rcp-agentic")
+
+
+def extra_requirements(extras: set[str]) -> list[Requirement]:
+    """The requirements of ``extras`` (pyproject.toml's optional-dependencies, as the
+    installed package's metadata has them)."""
+    meta = metadata("rcp-agentic")
+    unknown = extras - set(meta.get_all("Provides-Extra") or [])
+    assert not unknown, f"no such extra of rcp-agentic: {sorted(unknown)}"
+    reqs = [Requirement(r) for r in meta.get_all("Requires-Dist") or []]
+    return [r for r in reqs for extra in sorted(extras)
+            if r.marker is not None and r.marker.evaluate({"extra": extra})]
+
+
+def check_installed(req: Requirement, where: str, why: str) -> None:
+    try:
+        installed = version(req.name)
+    except PackageNotFoundError:
+        pytest.fail(f"{where}: {why} {req.name}, which is not installed")
+    assert req.specifier.contains(installed, prereleases=True), (
+        f"{where}: {why} {req}, this machine has {installed}")
 
 
 def wait_for_port(port: int, proc: subprocess.Popen[bytes], timeout: float) -> None:
@@ -226,8 +251,10 @@ class Session:
 
     def run_python(self, block: Block) -> None:
         code = compile(self.local(block.body), f"{self.page}:{block.line}", "exec")
-        exec(code, self.namespace)  # noqa: S102 - the page's own snippet
-        self.last_output = None
+        printed = _Tee(sys.stdout)
+        with contextlib.redirect_stdout(printed):
+            exec(code, self.namespace)  # noqa: S102 - the page's own snippet
+        self.last_output = printed.getvalue()
 
     def run(self, block: Block) -> None:
         where = f"{self.page}:{block.line}"
@@ -261,6 +288,19 @@ class Session:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait(timeout=30)
+
+
+class _Tee(io.StringIO):
+    """Keeps what a snippet prints (its output block is checked against it) and still
+    shows it."""
+
+    def __init__(self, shown: Any) -> None:
+        super().__init__()
+        self.shown = shown
+
+    def write(self, text: str) -> int:
+        self.shown.write(text)
+        return super().write(text)
 
 
 def check_synopsis(body: str) -> None:
