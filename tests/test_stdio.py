@@ -55,6 +55,26 @@ def test_stdio_session(engine_dir: Path, backend: str, tmp_path: Path) -> None:
     assert (tmp_path / "milvus.db").exists() == (backend == "milvus")  # recall ran there
 
 
+def test_stdio_initialize_refusals_name_the_supported_versions(engine_dir: Path) -> None:
+    """``protocolVersion`` is an integer, the highest version the client speaks (RCP §7.1):
+    ``"1.0"`` or none is -32602 and 0 is -32002, each with ``error.data.supported``; the
+    session stays uninitialized, and -32001 then says how to initialize."""
+    supported = {"supported": [1]}
+    out, _ = run_session(engine_dir, [
+        {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "1.0"}},
+        {"jsonrpc": "2.0", "id": 2, "method": "initialize", "params": {}},
+        {"jsonrpc": "2.0", "id": 3, "method": "initialize", "params": {"protocolVersion": 0}},
+        {"jsonrpc": "2.0", "id": 4, "method": "retrieve", "params": {"query": "x", "k": 1}}])
+    errors = {o["id"]: o["error"] for o in out}
+    assert errors[1]["code"] == errors[2]["code"] == -32602
+    assert errors[1]["data"] == errors[2]["data"] == {**supported, "field": "protocolVersion"}
+    assert "not '1.0'" in errors[1]["message"] and "supports 1" in errors[1]["message"]
+    assert "is required" in errors[2]["message"]
+    assert (errors[3]["code"], errors[3]["data"]) == (-32002, supported)
+    assert errors[4]["code"] == -32001
+    assert 'send initialize with params {"protocolVersion": 1} first' in errors[4]["message"]
+
+
 def test_stdio_shutdown_and_eof(engine_dir: Path) -> None:
     out, _ = run_session(engine_dir, [
         {"jsonrpc": "2.0", "id": 1, "method": "shutdown", "params": {}},

@@ -67,6 +67,9 @@ from .transformwire import FALLBACK_NOTE, transform_call, with_meta_notes
 log = logging.getLogger(__name__)
 
 ALWAYS_ALLOWED = frozenset({"initialize", "info", "ping", "shutdown"})
+# The protocol versions this server speaks (§7.1: the contiguous range 1..PROTOCOL_VERSION),
+# named in the error.data of a refused initialize.
+SUPPORTED_VERSIONS = tuple(range(1, PROTOCOL_VERSION + 1))
 CONFORMANCE_LEVEL = "L2"
 
 Send = Callable[[dict[str, Any]], None]
@@ -76,6 +79,10 @@ OpenSession = Callable[["Dispatcher"], str]
 UNKNOWN_SESSION_HINT = (" in this session: RCP-Session names no session this server holds (it "
                         "issues them; they are forgotten least recently used first). Call "
                         "initialize and send the token of its result._meta.session")
+
+
+def _versions() -> str:
+    return ", ".join(map(str, SUPPORTED_VERSIONS))
 
 
 def _error(id_: Any, err: RCPError) -> dict[str, Any]:
@@ -297,7 +304,9 @@ class Dispatcher:
             raise UnknownMethod(f"method {method!r} is not defined by RCP/1 or this server")
         if method not in ALWAYS_ALLOWED and not self.initialized:
             raise NotInitialized(f"{method} before a successful initialize"
-                                 + (UNKNOWN_SESSION_HINT if self.open_session else ""))
+                                 + (UNKNOWN_SESSION_HINT if self.open_session else
+                                    f" (send initialize with params {{\"protocolVersion\": "
+                                    f"{PROTOCOL_VERSION}}} first)"))
         if not caller.writes:
             refuse_write(method, params)  # checked by rule, not only by what caps omit
         gate = RCP_METHODS.get(method)
@@ -356,9 +365,16 @@ class Dispatcher:
             raise InvalidRequest("initialize was already completed in this session")
         version = params.get("protocolVersion")
         if isinstance(version, bool) or not isinstance(version, int):
-            raise InvalidParams("protocolVersion must be an integer", field="protocolVersion")
+            what = ("is required: the highest RCP version the client speaks, an integer"
+                    if "protocolVersion" not in params else
+                    f"must be an integer, not {version!r}: the highest RCP version the client "
+                    "speaks")
+            raise InvalidParams(f"protocolVersion {what} (RCP/1 is version 1; this server "
+                                f"supports {_versions()})",
+                                field="protocolVersion", supported=list(SUPPORTED_VERSIONS))
         if version < 1:
-            raise VersionMismatch(f"no common protocol version (client {version}, server 1)")
+            raise VersionMismatch(f"no common protocol version (client {version}, this server "
+                                  f"supports {_versions()})", supported=list(SUPPORTED_VERSIONS))
         result = {**self._peer(caps), "protocolVersion": min(version, PROTOCOL_VERSION)}
         if self.open_session is None:
             self.initialized = True
