@@ -281,7 +281,8 @@ def report_relations(graph: GraphData, chunks: Sequence[ChunkText]) -> dict[str,
     """Community reports (offline, 300 tokens) over ``graph``: how many, the key relations
     they show, and how many of those are junk (:func:`junk_relation`)."""
     from rcp_agentic.graph.communities.build import build_communities, entity_edges
-    from rcp_agentic.graph.reports import ExtractiveReporter, ReportInput
+    from rcp_agentic.graph.reports.extractive import ExtractiveReporter
+    from rcp_agentic.graph.reports.model import ReportInput
     from rcp_agentic.models.tokenizer import count_tokens
 
     edges = entity_edges(graph)

@@ -23,8 +23,10 @@ from rcp_agentic.graph.communities.build import (Community, CommunityHierarchy,
                                                  build_communities, community_id, entity_edges)
 from rcp_agentic.graph.communities.config import CommunityConfig
 from rcp_agentic.graph.model import ChunkText, GraphData
-from rcp_agentic.graph.reports import (CommunityReport, ExtractiveReporter, Finding,
-                                       LLMReporter, ReportInput, report_key)
+from rcp_agentic.graph.reports.extractive import ExtractiveReporter
+from rcp_agentic.graph.reports.llm import LLMReporter
+from rcp_agentic.graph.reports.model import CommunityReport, Finding, ReportInput
+from rcp_agentic.graph.reports.plan import report_key
 from rcp_agentic.models.llm import json_object
 from rcp_agentic.models.tokenizer import count_tokens
 from rcp_agentic.trust import InjectionScreen
@@ -333,7 +335,7 @@ def test_llm_failure_propagates(built: Built) -> None:
 
 
 def test_a_heading_glued_to_a_sentence_is_left_out_with_its_span() -> None:
-    from rcp_agentic.graph.reports import _without_heading
+    from rcp_agentic.graph.reports.extractive import _without_heading
     from rcp_agentic.text import split_sentences
 
     doc = "# Harbor Lights Band Harbor Lights Band is a group founded in a harbor city."

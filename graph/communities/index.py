@@ -52,8 +52,10 @@ from ...store.writes import UnitRecord
 from ...trust import screen_derived
 from ..index import live_chunks, load_graph, node_uid, triplet_uids
 from ..model import ChunkText, GraphData
-from ..reports import (CommunityReport, ExtractiveReporter, Finding, LLMReporter, ReportInput,
-                       report_key)
+from ..reports.extractive import ExtractiveReporter
+from ..reports.llm import LLMReporter
+from ..reports.model import CommunityReport, Finding, ReportInput
+from ..reports.plan import report_key
 from .build import (Budget, Community, CommunityBudgetExceeded, CommunityHierarchy, Edges,
                     build_communities, entity_edges, update_communities)
 from .config import CommunityConfig

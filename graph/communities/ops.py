@@ -39,7 +39,7 @@ from ...pipeline import cursor as cursors
 from ...text import cut_to_tokens, split_sentences
 from ...trust import derived_trust, strip_markup
 from ...wire import CommunityEntry, GraphResult, Hit, Usage
-from ..reports import KEY_RELATIONS
+from ..reports.model import KEY_RELATIONS
 from .drift import DriftSearch, Frontiers
 from .reads import (MAX_PAGE, CommunityReader, count_param, default_level, filter_key,
                     filter_param, level_param, version_of)

@@ -1,0 +1,56 @@
+"""The report data types: what one report is made from (:class:`ReportInput`) and what it is
+(:class:`CommunityReport` with its findings, :class:`Finding`), shared by both writers
+(:mod:`.extractive`, :mod:`.llm`) and the community builder that stores the reports."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ..communities.build import Community
+from ..model import ChunkText, GraphData
+
+# The offline report's line of key relations starts with this (readers skip it: the findings
+# hold the same relations with their evidence).
+KEY_RELATIONS = "Key relations: "
+
+CountTokens = Callable[[str], int]
+Screen = Callable[[str], bool]
+
+MAX_RELATIONS = 6         # key relations shown at most
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One finding of a report: a short statement and its explanation."""
+
+    summary: str
+    explanation: str
+
+
+@dataclass
+class CommunityReport:
+    """The report of one community (the text's shape: :mod:`.extractive`'s module doc)."""
+
+    title: str
+    summary: str
+    findings: list[Finding]
+    rating: float | None          # GraphRAG's impact severity 0-10 from an LLM; None offline
+    entities: list[str]           # member keys, most central first (all members)
+    relations: list[int]          # indexes into graph.relations of the relations shown
+    spans: list[dict[str, Any]]   # {doc_id, start, end, at: [a, b]} of the evidence shown
+    text: str                     # the rendered report: embedded, indexed, returned as hit text
+    sanitized: int                # pieces left out because the injection screen flagged them
+    identity: str                 # the reporter's identity
+
+
+@dataclass(frozen=True)
+class ReportInput:
+    """Everything one report is made from."""
+
+    community: Community
+    graph: GraphData
+    chunks: Mapping[str, ChunkText]             # chunk key "r<rowid>" -> its text
+    edges: Mapping[tuple[str, str], float]      # entity_edges(graph), keyed (a, b) with a < b
+    children: Sequence[CommunityReport] = ()    # the child communities' reports
