@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from conftest import REPO
 
 from rcp_agentic import plugins
@@ -26,6 +27,24 @@ def test_the_import_contracts_hold() -> None:
                 for _ in (REPO / top).rglob("*.py"))
     analyzed = int(re.search(r"Analyzed (\d+) files", res.stdout).group(1))  # type: ignore[union-attr]
     assert analyzed == files
+
+
+def test_every_graph_module_has_its_floor() -> None:
+    # The graph-floors contract names every module of graph/ once: in its core (the sources)
+    # or among its services (the graph modules it forbids them). A new module takes a floor.
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+    config = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))
+    (contract,) = [c for c in config["tool"]["importlinter"]["contracts"]
+                   if c["id"] == "graph-floors"]
+    named = [*contract["source_modules"],
+             *(m for m in contract["forbidden_modules"] if m.startswith("rcp_agentic.graph."))]
+    for path in (REPO / "graph").rglob("*.py"):
+        if path.name == "__init__.py":
+            continue
+        module = ".".join(["rcp_agentic.graph", *path.relative_to(REPO / "graph")
+                           .with_suffix("").parts])
+        floors = [n for n in named if module == n or module.startswith(n + ".")]
+        assert len(floors) == 1, (module, floors)
 
 
 def test_a_broken_contract_fails_the_check(tmp_path: Path) -> None:
