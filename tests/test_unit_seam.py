@@ -352,7 +352,11 @@ def test_rebuild_keeps_ids_and_emptied_nodes_disappear(tmp_path: Path, embedder:
     assert left and all(set(n["covers"]) <= bees for n in left)
     eng.delete_documents([d["id"] for d in corpus() if d["meta"]["topic"] == "bees"])
     eng.wait_for_derived()
-    assert live_tree(eng) == [] and "tree-node" not in eng.capabilities()["retrieve"]["units"]
+    assert live_tree(eng) == []
+    # Still built (build_tree), now with no node: tree-node stays offered, and finds nothing
+    # (its level 0, the chunks, is empty too).
+    assert "tree-node" in eng.capabilities()["retrieve"]["units"]
+    assert eng.retrieve("bees", k=3, unit="tree-node").hits == []
     eng.close()
 
 
