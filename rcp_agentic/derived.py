@@ -75,6 +75,66 @@ class DerivedReport:
     # What its LLM calls cost (StageUsage.wire(); empty: no LLM asked or answered).
     llm: dict[str, Any] = field(default_factory=dict)
 
+    def describe(self) -> str:
+        """One line saying what the run did and what its LLM calls cost (``rcp-agentic
+        index`` and ``tree|graph rebuild`` print it): the graph's builder (``node``) and the
+        community builder say it in their own terms, any other (the tree) in the tree's."""
+        line = {"node": self._graph_line, "community": self._community_line}.get(
+            self.unit, self._tree_line)
+        return line() + self._llm_clause()
+
+    def _done(self) -> str:
+        return "full build" if self.mode == "full" else f"{self.mode} update"
+
+    def _tree_line(self) -> str:
+        if self.mode == "none":
+            return f"Tree ({self.unit}): up to date, {self.kept} nodes on {self.levels} " \
+                   f"level(s){f' ({self.reason})' if self.reason != 'up to date' else ''}"
+        why = f"; {self.reason}" if self.reason else ""
+        return (f"Tree ({self.unit}): {self._done()}, {self.added} nodes added, "
+                f"{self.retired} retired, {self.kept} kept; {self.levels} level(s) in "
+                f"{self.seconds:.1f}s ({self.seconds_summarising:.1f}s summarising, "
+                f"{self.seconds_embedding:.1f}s embedding{why})")
+
+    def _graph_line(self) -> str:
+        if self.mode == "none":
+            return f"Graph (node, triplet): {self.reason or 'up to date'}, {self.kept} units"
+        c = self.counts
+        why = f"; {self.reason}" if self.reason else ""
+        return (f"Graph (node, triplet): {self._done()}, {c.get('nodes', 0)} nodes, "
+                f"{c.get('triplets', 0)} triplets, {c.get('synonyms', 0)} synonym edges over "
+                f"{c.get('chunks', 0)} chunks; {self.added} units written, {self.retired} "
+                f"retired, {self.kept} kept in {self.seconds:.1f}s ({c.get('extracted', 0)} "
+                f"chunks extracted in {self.seconds_extracting:.1f}s, {c.get('embedded', 0)} "
+                f"texts embedded in {self.seconds_embedding:.1f}s{why})")
+
+    def _community_line(self) -> str:
+        if self.mode == "none":
+            return (f"Communities: {self.reason or 'up to date'}, {self.kept} communities"
+                    + (f" on {self.levels + 1} level(s)" if self.kept else ""))
+        c = self.counts
+        why = f"; {self.reason}" if self.reason else ""
+        return (f"Communities: {self._done()}, {c.get('communities', 0)} communities on "
+                f"{self.levels + 1} level(s) over {c.get('entities', 0)} entities; "
+                f"{self.added} written, {self.retired} retired, {self.kept} kept, "
+                f"{c.get('reports_written', 0)} reports written in {self.seconds:.1f}s "
+                f"({self.seconds_clustering:.1f}s clustering, {self.seconds_summarising:.1f}s "
+                f"reports, {self.seconds_embedding:.1f}s embedding{why})")
+
+    def _llm_clause(self) -> str:
+        """What the run's LLM calls cost, as a clause (empty without any)."""
+        u = self.llm
+        if not u:
+            return ""
+        fallbacks = sum(u.get("fallbacks", {}).values())
+        extra = [f"{u['cached']} cached"] if u.get("cached") else []
+        if u.get("retries"):
+            extra.append(f"{u['retries']} retried")
+        if fallbacks:
+            extra.append(f"{fallbacks} replies unused")
+        return (f"; LLM: {u['calls']} calls" + (f" ({', '.join(extra)})" if extra else "")
+                + f", {u['promptTokens']:,} prompt + {u['completionTokens']:,} completion tokens")
+
 
 @dataclass
 class BuildContext:

@@ -400,3 +400,39 @@ def test_ctrl_c_stops_serve_http_with_130(tmp_path: Path) -> None:
                                lambda err: "serving RCP/1 on" in err)
     assert status == 130 and "Traceback" not in err
     assert err.splitlines()[-1] == "interrupted"
+
+
+def test_reports_describe_themselves() -> None:
+    # The lines `index` and `tree|graph rebuild` print are the reports' own (describe()).
+    from rcp_agentic.derived import DerivedReport
+    from rcp_agentic.ingest import AddResult
+
+    tree = DerivedReport("tree-node", "full", added=2, kept=1, levels=1, seconds=0.34,
+                         seconds_embedding=0.21, reason="no tree yet")
+    assert tree.describe() == ("Tree (tree-node): full build, 2 nodes added, 0 retired, 1 kept; "
+                               "1 level(s) in 0.3s (0.0s summarising, 0.2s embedding; no tree "
+                               "yet)")
+    assert DerivedReport("tree-node", "none", kept=3, levels=1, reason="up to date").describe() \
+        == "Tree (tree-node): up to date, 3 nodes on 1 level(s)"
+    graph = DerivedReport("node", "incremental", added=5, retired=5, seconds=0.1, counts={
+        "nodes": 5, "chunks": 8, "extracted": 8, "embedded": 5}, llm={
+        "calls": 3, "cached": 2, "retries": 1, "fallbacks": {"extract": 1},
+        "promptTokens": 12345, "completionTokens": 678})
+    assert graph.describe() == (
+        "Graph (node, triplet): incremental update, 5 nodes, 0 triplets, 0 synonym edges over 8 "
+        "chunks; 5 units written, 5 retired, 0 kept in 0.1s (8 chunks extracted in 0.0s, 5 texts "
+        "embedded in 0.0s); LLM: 3 calls (2 cached, 1 retried, 1 replies unused), 12,345 prompt "
+        "+ 678 completion tokens")
+    assert DerivedReport("node", "none", kept=5).describe() == \
+        "Graph (node, triplet): up to date, 5 units"
+    communities = DerivedReport("community", "full", added=3, seconds=2.1, counts={
+        "communities": 3, "entities": 5, "reports_written": 3})
+    assert communities.describe() == (
+        "Communities: full build, 3 communities on 1 level(s) over 5 entities; 3 written, 0 "
+        "retired, 0 kept, 3 reports written in 2.1s (0.0s clustering, 0.0s reports, 0.0s "
+        "embedding)")
+    assert DerivedReport("community", "none", reason="no knowledge graph yet").describe() == \
+        "Communities: no knowledge graph yet, 0 communities"
+    added = AddResult(ids=["a", "b", "a"], chunks=7, pages=2, seconds=3.46, seconds_embedding=1.04)
+    assert added.describe("/x/.rcp-agentic") == \
+        "Indexed 2 documents (7 chunks, 2 pages) in 3.5s (1.0s embedding) into /x/.rcp-agentic"
