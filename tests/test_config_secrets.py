@@ -116,7 +116,7 @@ def test_the_cli_refuses_a_config_file_with_credentials_without_echo(tmp_path: P
     (docs / "a.txt").write_text("Vitamin D deficiency is associated with bone loss.", "utf-8")
     engine = tmp_path / "engine"
     _hand_written(engine)
-    # --tree rewrites the stored config first (cli._enable): that path refuses it too.
+    # --tree rewrites the stored config first (cli.index._enable): that path refuses it too.
     for extra in ((), ("--tree",)):
         res = run_cli("index", str(docs), *extra, "--engine", str(engine), "--quiet")
         assert res.returncode != 0, extra

@@ -26,7 +26,7 @@ from starlette.testclient import TestClient
 
 from conftest import DOCS, free_port, running_server
 from rcp_agentic import Engine
-from rcp_agentic.cli import _warn_if_exposed
+from rcp_agentic.cli.serve_http import _warn_if_exposed
 from rcp_agentic.protocol.http import create_app
 
 APP_ORIGIN = "https://app.example"
