@@ -394,6 +394,69 @@ def test_ctrl_c_during_index_exits_130_without_a_traceback(tmp_path: Path) -> No
     assert (status, err) == (130, "interrupted\n")
 
 
+# A command's body under the CLI's Ctrl-C handling (rcp_agentic/cli/interrupt.py): it prints
+# "ready", then runs {body}; on KeyboardInterrupt it reports how it unwound.
+_GUARDED = """
+import sys, threading, time
+from rcp_agentic.cli import interrupt
+try:
+    with interrupt.guarded():
+        print("ready", file=sys.stderr, flush=True)
+        {body}
+    print("finished", file=sys.stderr)
+except KeyboardInterrupt:
+    print("unwound", file=sys.stderr)
+    sys.exit(130)
+"""
+
+
+def _guarded_run(body: str) -> tuple[int, str, float]:
+    """Run ``body`` under ``guarded()`` in a child, send SIGINT half a second into it; its exit
+    status, stderr and the seconds from the signal to its exit."""
+    proc = subprocess.Popen([sys.executable, "-c", _GUARDED.format(body=body)], cwd=REPO,
+                            stderr=subprocess.PIPE, text=True)
+    assert proc.stderr is not None
+    assert proc.stderr.readline() == "ready\n"
+    time.sleep(0.5)  # into the body
+    sent = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    try:
+        _out, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    return proc.returncode, err, time.monotonic() - sent
+
+
+def test_ctrl_c_while_waiting_unwinds_at_once() -> None:
+    # A wait on a lock (an ingest batch, a builder) is Python calling Python: safe to unwind.
+    status, err, _seconds = _guarded_run("threading.Event().wait(60)")
+    assert (status, err) == (130, "unwound\n")
+
+
+def test_ctrl_c_outside_a_safe_frame_waits_for_a_checkpoint() -> None:
+    # The frame the signal lands in might have been called back from C++: the interrupt is
+    # raised at the next checkpoint instead, here after the step in progress.
+    status, err, _seconds = _guarded_run(
+        "t = time.monotonic()\n        while time.monotonic() - t < 1.5: pass\n"
+        "        interrupt.checkpoint()\n        time.sleep(60)")
+    assert (status, err) == (130, "unwound\n")
+
+
+def test_ctrl_c_with_no_checkpoint_in_reach_exits_130_within_the_grace() -> None:
+    # Nothing reaches a checkpoint (a long step inside an extension, here a busy loop): the
+    # process says so and exits without unwinding, after GRACE_SECONDS.
+    status, err, seconds = _guarded_run(
+        "t = time.monotonic()\n        while time.monotonic() - t < 60: pass")
+    assert (status, err) == (130, "interrupted\n")
+    assert seconds < 30
+
+
+def test_ctrl_c_during_a_step_that_ends_is_raised_when_the_command_returns() -> None:
+    status, err, _seconds = _guarded_run(
+        "t = time.monotonic()\n        while time.monotonic() - t < 1.5: pass")
+    assert (status, err) == (130, "unwound\n")
+
+
 def test_ctrl_c_stops_serve_http_with_130(tmp_path: Path) -> None:
     status, err = _interrupted(["serve", "--http", "--port", "0", "--no-warm", "--engine",
                                 str(tmp_path / "engine")],

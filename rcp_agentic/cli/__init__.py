@@ -6,18 +6,17 @@ printed inert, ``engines`` opens and warms an engine, ``args`` holds the shared 
 report prints its own line (``DerivedReport.describe``, ``AddResult.describe``). ``--engine``
 defaults to ``$RCP_AGENTIC_ENGINE`` or ``./.rcp-agentic``. Errors are printed as
 ``error: <message> [RCP <code>]`` on stderr with exit status 2; Ctrl-C prints ``interrupted``
-and exits with status 130. Text that came from a document or a server is printed with its
+and exits with status 130 (:mod:`.interrupt`). Text that came from a document or a server is printed with its
 control characters and bidi marks escaped (:func:`~.output.inert`).
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
-import signal
 
 from ..errors import RCPError
 from . import calibrate, graph, index, query, serve, tree
+from .interrupt import guarded
 from .output import log_to_stderr, say
 
 # The subcommands, in the order --help lists them.
@@ -39,14 +38,12 @@ def main(argv: list[str] | None = None) -> int:
     log_to_stderr()
     try:
         args = build_parser().parse_args(argv)
-        return int(args.func(args))
+        with guarded():
+            return int(args.func(args))
     except RCPError as exc:
         say(f"error: {exc.message} [RCP {exc.code}]", err=True)
         return 2
     except KeyboardInterrupt:
-        # A second Ctrl-C while the engine closes on the way out ends the process at once.
-        with contextlib.suppress(ValueError):  # main() called off the main thread
-            signal.signal(signal.SIGINT, signal.SIG_DFL)
         say("interrupted", err=True)
         return 130
 

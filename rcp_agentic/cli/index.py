@@ -14,6 +14,7 @@ from typing import Any
 from ..errors import InvalidParams
 from .args import add_backend_args, add_llm_args
 from .engines import engine_dir, open_engine
+from .interrupt import checkpoint
 from .output import inert, say
 
 
@@ -56,8 +57,12 @@ def run(args: argparse.Namespace) -> int:
         _enable(engine_dir(args.engine), "build_graph")
     engine = open_engine(args, create=True, build_tree=args.tree or None,
                          build_graph=args.graph or None, graph_extractor=args.graph_extractor)
+    def indexed(_id: str) -> None:
+        bar.update(1)
+        checkpoint()
+
     with tqdm(desc="indexing", unit="doc", disable=args.quiet or None, file=sys.stderr) as bar:
-        result = engine.index_paths(args.paths, on_document=lambda _id: bar.update(1),
+        result = engine.index_paths(args.paths, on_document=indexed,
                                     follow_symlinks=args.follow_symlinks)
     if (args.tree or args.graph) and not result.derived:
         # Nothing new was written: build over what is there.
