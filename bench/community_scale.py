@@ -26,10 +26,11 @@
   graph builder's and the community builder's ``DerivedReport`` (seconds, clustering,
   reports, reason, counts) are recorded. The community builder's whole run (clustering and
   offline reports) against the graph builder's (extraction and name embedding included).
-* **Old builder**: ``bench/communities_old.py`` (a frozen copy of ``graph/communities.py``,
-  now ``graph/communities/build.py``, before this change) in a child process on the same
-  pickled graph, killed after ``--old-cap`` seconds (reported as ``> cap``), with its
-  Leiden-processed vertices per entity (the count that ruled out a quadratic recursion).
+* **Old builder**: ``graph/communities.py`` as it was before this change, read from its
+  commit by ``bench/frozen.py`` (``git show``; without that history the bench stops, or
+  runs with ``--no-old``), in a child process on the same pickled graph, killed after
+  ``--old-cap`` seconds (reported as ``> cap``), with its Leiden-processed vertices per
+  entity (the count that ruled out a quadratic recursion).
 
 The new builder and the graph build run ``--repeats`` times (medians); the old one once.
 A full garbage collection precedes every timed phase (a pending collection of the large
@@ -150,8 +151,9 @@ def old_child(graph_file: str, out_file: str) -> None:
     import igraph  # noqa: F401  (imported before timing, as the parent does)
     import leidenalg  # noqa: F401
 
-    from bench import communities_old as mod
+    from bench.frozen import old_communities
 
+    mod = old_communities()
     with open(graph_file, "rb") as f:
         g = pickle.load(f)
     counted = {"nodes": 0}
@@ -303,6 +305,15 @@ def main(argv: list[str] | None = None) -> int:
     if args.table:
         print(table(data))
         return 0
+    if not args.no_old:
+        from bench.frozen import FrozenUnavailable, old_communities
+
+        try:
+            old_communities()
+        except FrozenUnavailable as exc:
+            print(f"community_scale: the old builder: {exc}; --no-old runs without it",
+                  file=sys.stderr)
+            return 2
     import igraph  # noqa: F401  (imported before timing, as in a running engine)
     import leidenalg  # noqa: F401
 

@@ -271,16 +271,16 @@ def test_engine_budget_after_the_top_level_commits_its_depths_and_rebuilds_next(
 # --- the entity graph in numpy --------------------------------------------------------------------
 
 def test_entity_edges_are_bit_identical_to_the_old_loop_on_a_real_graph() -> None:
-    """The numpy ``entity_edges`` against a verbatim copy of the former pure-Python one
-    (``bench/communities_old.py``) on HotpotQA's first 400 passages: titles (about edges),
-    dates and numbers (scaled), passages of many entities."""
+    """The numpy ``entity_edges`` against the former pure-Python one (``graph/communities.py``
+    at its commit, read by ``bench/frozen.py``) on HotpotQA's first 400 passages: titles
+    (about edges), dates and numbers (scaled), passages of many entities."""
     import sys
 
     from conftest import REPO
 
     sys.path.insert(0, str(REPO))
-    from bench import communities_old as old
     from bench.data import data_path
+    from bench.frozen import FrozenUnavailable, old_communities
     from bench.graph import corpus_chunks
     from bench.raptor import load_multihop
     from rcp_agentic.graph import BuiltinExtractor, build_graph
@@ -290,6 +290,10 @@ def test_entity_edges_are_bit_identical_to_the_old_loop_on_a_real_graph() -> Non
         # A clone alone passes its tests; the data sets ship beside it (../shared/data) or
         # where $RCP_AGENTIC_DATA points, as in CI, where this runs.
         pytest.skip(f"HotpotQA is not at {data_path('multihop', 'hotpotqa')}")
+    try:
+        old = old_communities()
+    except FrozenUnavailable as exc:
+        pytest.skip(reason=str(exc))
     g = build_graph(corpus_chunks(load_multihop("hotpotqa")[0][:400], 200, 30),
                     BuiltinExtractor())
     assert any(e.about for e in g.entities.values())
