@@ -2,33 +2,15 @@
 
 "Who was the first president of the association which published the Journal of
 Psychotherapy Integration?" names the journal; the passage that answers it is about the
-American Psychological Association, which only the journal's passage names. Dense, sparse
-and PageRank recall all rank the first hop; the second is one entity further and rarely
-reaches the top five.
-
-After fusion, :func:`bridge_passages` reads the head of the fused ranking as the first hop
-(its ``BRIDGE_HOP1_DEPTH`` best passages), takes the entities those passages mention or are
-about that the query does not link (the *bridge* candidates, weighted by the passage's rank
-``1 / (1 + r)`` times the entity's specificity ``1 / passages mentioning it``; dates and
-numbers excluded), and scores every other passage that mentions or is about one of them:
-its best bridge weight times its relevance to the query (cosine, clipped at 0, plus
-``BRIDGE_SPARSE`` times its BM25 over the query's best; a sparse retrieve's BM25 alone).
-:func:`insert_bridge` puts the ``BRIDGE_COUNT`` best such passages at ranks
-``BRIDGE_SLOT``, ``BRIDGE_SLOT + 1``, ... (0-based) of the ranking, ahead of the fused
-list's own passages from there on, each with a fused score between its neighbours'; its
-hit's ``scores`` hold its bridge score as ``bridge`` (what a loop reads to know the engine
-found it through the first hop's evidence). Two, not one: the second-best candidate is the
-second hop often enough (a passage names several entities, and the best-scored is not
-always the one the question goes through) to beat the fused list's fifth passage; a third
-hop is not reached by chaining a second bridge from the first (measured: it lost on every
-set), nor by matching bridge names by their words instead of their graph node.
-
-Measured held out (``bench/multihop.py``: k-fold within each multi-hop set and
-leave-one-set-out across them; the numbers are in ``bench/RESULTS.md``, "Multi-hop").
-A chunk retrieve with graph recall takes a bridge also when graph recall's own list stays
-out of the fusion (the query names no entity some passage is about): its first hop is then
-hybrid's head, and measured that gains as much (HotpotQA +1.2 R@5 from those questions).
-What a hit's confidence reads (its scores and its rank in the pool) does not change with it.
+American Psychological Association, which only the journal's passage names. After fusion,
+:func:`bridge_passages` reads the head of the fused ranking as the first hop, takes the
+entities those passages mention or are about that the query does not link (weighted by the
+passage's rank and the entity's specificity), and scores every other passage naming one of
+them by that weight times its relevance to the query. :func:`insert_bridge` puts the
+``BRIDGE_COUNT`` best at ranks ``BRIDGE_SLOT``, ``BRIDGE_SLOT + 1`` … of the ranking, each
+hit's ``scores`` holding ``bridge``; a hit's confidence does not change with it. The scoring
+in full and why two bridges: ``docs/internals.md``, "The bridge hop"; measured held out:
+``bench/RESULTS.md``, "Multi-hop".
 """
 
 from __future__ import annotations

@@ -1,31 +1,15 @@
 """Build the graph from chunks: extract (cached per chunk), resolve, aggregate into GraphData.
 
-:func:`build_graph` is the whole job; :func:`update_graph` is the incremental path
-(added / removed chunks) on a :class:`GraphCache` that keeps every chunk's
-extraction, title-lexicon hits and name vectors. Only the aggregation is redone in
-full, from cached per-chunk results, so an update gives exactly the graph a rebuild
-gives (extraction — the expensive part — and name embedding are what is saved).
-
-Aggregation, all deterministic (chunks in row order, ties broken by key):
-
-* mentions per chunk: title-lexicon hits plus the extractor's, overlaps resolved
-  longest first (a title wins a tie), then checked against the whole corpus
-  (:func:`_resolve`): a name opening a sentence loses a first word the corpus writes
-  lowercase ("Installing Valgrind" is Valgrind); a one-word name that is the first or
-  last word of exactly one longer name in the same chunk is that name ("Porcaro" in the
-  passage about Jeff Porcaro) unless it stands alone in other chunks; the name after a
-  connector inside a longer one is an entity of the chunk too ("Austria" in
-  "Margraviate of Austria");
-* entities: key = :func:`~.resolve.entity_key`; mention weight ``1 + ln(count)``;
-  ``about`` = the chunks of the documents whose title has that key; description =
-  its most informative mention sentences (the about-passage's lead first, then the
-  sentences joining most other entities) within ``description_tokens``;
-* relations: entity pairs in one sentence (each mention with the next ``pair_window``),
-  weighted by normalised PMI over sentences; each entity keeps its
-  ``max_relations_per_entity`` strongest pairs (so large corpora do not explode); a
-  pair joined only by markup (a rule line, symbols without a letter) is no relation;
-  LLM relations are added as typed triplets;
-* synonyms: name-embedding cosine between entity names (when ``embed`` is given).
+:func:`build_graph` is the whole job; :func:`update_graph` is the incremental path (added /
+removed chunks) on a :class:`GraphCache` that keeps every chunk's extraction, title-lexicon
+hits and name vectors. Only the aggregation is redone in full, from cached per-chunk
+results, so an update gives exactly the graph a rebuild gives (extraction and name
+embedding are what is saved). The aggregation is deterministic (chunks in row order, ties
+by key): mentions per chunk (title-lexicon hits plus the extractor's, checked against the
+whole corpus by :func:`_resolve`), entities (:func:`~.resolve.entity_key`, mention weights,
+``about`` chunks, a description), relations (pairs in one sentence weighted by normalised
+PMI, the strongest kept per entity; LLM relations as typed triplets) and synonyms (name
+cosine). Each rule in full: ``docs/internals.md``, "Building the graph".
 """
 
 from __future__ import annotations

@@ -2,24 +2,15 @@
 
 Everything here reads a :class:`~.ppr.GraphView` of one index version:
 
-* :func:`restrict` / :func:`scoped_view` — the graph as a filtered request may see it:
-  only allowed chunks, only entities mentioned in them, only relations whose evidence
-  sentence lies in an allowed chunk's document. PageRank runs on this graph, so an
-  excluded chunk neither appears nor carries mass; no composed text is derived from an
-  excluded document.
-* :func:`pagerank` — HippoRAG's personalised PageRank from the query's linked entities
-  plus a small share on the dense/sparse passage prior, over entities AND passages (the
-  same reset :meth:`GraphView.recall` builds, kept whole so entity masses score ``node``
-  and ``triplet`` units too).
-* :class:`Composer` — the ``path`` and ``subgraph`` units (RCP §7.7.2), composed at
-  query time; the engine holds them (:func:`composers`) in ``engine.composers``, which is
-  what makes it offer them. Composition is deterministic for a snapshot, so cursors
-  page it like any ranked list.
-
-Scores: a path scores the mean PageRank mass of its entities (no extra model call; a
-dense score of the rendered text would cost one embedding per candidate path); a
-subgraph slice scores the sum of its triplets' masses, a triplet's mass being the mean
-of its two entities'.
+* :func:`restrict` / :func:`scoped_view` — the graph as a filtered request may see it (only
+  allowed chunks, their entities, relations whose evidence lies in an allowed document), so
+  an excluded chunk neither appears nor carries PageRank mass;
+* :func:`pagerank` — HippoRAG's personalised PageRank from the query's linked entities plus
+  a small share on the passage prior, over entities and passages;
+* :class:`Composer` — the ``path`` and ``subgraph`` units (RCP §7.7.2), composed at query
+  time and deterministic for a snapshot (cursors page them); :func:`composers` gives them to
+  the engine. A path scores the mean PageRank mass of its entities, a subgraph slice the sum
+  of its triplets' masses (a triplet's: the mean of its two entities').
 """
 
 from __future__ import annotations

@@ -1,34 +1,16 @@
 """The engine's graph builder: reads the committed chunks, keeps the node and triplet units up to date.
 
-:class:`GraphIndex` is the engine's :class:`~rcp_agentic.derived.DerivedBuilder` for
-the knowledge graph. Each run reads the live chunks with their documents' titles,
-extracts each chunk once (an extraction is kept per chunk row in the store's leaf
-cache under the extractor's identity, so an unchanged chunk is never extracted
-again), builds the graph with :func:`.build.build_graph` and writes it as units in
-ONE commit through ``Docstore.write_derived``:
-
-* ``node`` — an entity: text ``name (also: aliases)`` then its description; umeta
-  ``key, name, kind, aliases, mentions {chunk rowid: weight}, about [chunk rowids],
-  synonyms [[node uid, similarity]], spans``; it covers the chunks that mention it
-  or that it is about.
-* ``triplet`` — ``subject — relation — object`` (an offline relation, the words
-  joining two mentions, in reading order) then the evidence sentence; umeta
-  ``subject, object`` (node uids), ``subject_key, object_key, subject_name,
-  object_name, relation, reading, weight, typed, span, chunks``; it covers the
-  chunks that attest it.
-
-Ids are stable (a hash of the entity key; of subject + relation + object). A unit
-is rewritten only when its text, its sources or its structure changed, or a weight
-moved by more than ``graph_weight_tolerance`` (weights such as PMI move a little
-with every write; a full build writes them exactly). A rewritten unit whose text
-did not change keeps its vector. Vectors follow ``graph_unit_vectors``: ``text``
-embeds a node's text and a triplet's evidence sentence (one vector per sentence),
-``sources`` averages the vectors of the chunks a unit comes from and, for a node, blends
-in its name (``graph_node_name_weight``; only the names the resolver did not embed are
-embedded). A changed extractor or setting (the builder's ``identity``, which records the
-vector rule) rewrites every unit: a graph stored before nodes carried their names
-(``vectors=sources``) is rewritten whole by its next update. :func:`load_graph` reads the graph back as it is visible at any retained index
-version; :meth:`Engine.graph_data` caches it per version.
+:class:`GraphIndex` is the engine's :class:`~rcp_agentic.derived.DerivedBuilder` for the
+knowledge graph. Each run reads the live chunks with their documents' titles, extracts each
+chunk once (kept per chunk row in the store's leaf cache under the extractor's identity),
+builds the graph with :func:`.build.build_graph` and writes it as ``node`` units (an entity)
+and ``triplet`` units (subject, relation, object and the evidence sentence) in one commit.
+Ids are stable (hashes of the entity key; of subject + relation + object); a unit is
+rewritten only when its text, sources or structure changed or a weight moved past
+``graph_weight_tolerance``; vectors follow ``graph_unit_vectors``; a changed extractor or
+setting rewrites every unit. :func:`load_graph` reads the graph back at any retained
+version. The units' text and metadata and the vector rules: ``docs/internals.md``, "The
+graph builder".
 """
 
 from __future__ import annotations

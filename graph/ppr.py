@@ -1,24 +1,16 @@
 """Graph-aware recall: HippoRAG-style personalised PageRank over entities and passages.
 
-:class:`GraphView` turns a :class:`~.model.GraphData` into one symmetric sparse
-matrix (scipy CSR) over entity nodes then passage nodes, with edges (each weight a field
-of :class:`~.ppr_weights.PPRWeights`)
-
-* passage–entity: mention weight (``1 + ln count``) x ``mention``; a passage and the
-  entity it is about (its title) x ``about``;
-* entity–entity: sentence co-occurrence, normalised PMI x ``relation``;
-* synonyms: name cosine x ``synonym``;
-* passage–passage: passage *p* mentions the entity passage *q* is about, x ``p2p``.
-
-Dates and numbers link many unrelated passages, so their edges are scaled by
-``date``. :meth:`GraphView.link` finds the query's entities with the same title
-lexicon and rules the builder used (plus partial-name and optional name-embedding
-matches), weighted by specificity (``1 / passages mentioning it``, HippoRAG's node
-specificity; for an entity no passage is about, also the passages holding its words).
-:meth:`GraphView.subject_share` says how much of a query's links fall on entities some
-passage is about, which scales the list's weight in the engine's fusion. :meth:`GraphView.recall` runs PageRank from those entities plus a
-small share of the dense/sparse passage scores and ranks passages by their mass.
-Also :meth:`neighbors` and :meth:`paths` for the graph units.
+:class:`GraphView` turns a :class:`~.model.GraphData` into one symmetric sparse matrix (scipy
+CSR) over entity nodes then passage nodes: passage–entity mentions and *about* links,
+entity–entity relations (normalised PMI) and synonyms, passage–passage links, each weighted
+by a field of :class:`~.ppr_weights.PPRWeights` (dates and numbers scaled down by ``date``).
+:meth:`GraphView.link` finds the query's entities as the builder did (plus partial-name and
+optional name-embedding matches), weighted by specificity; :meth:`GraphView.subject_share`
+says how much of a query's links fall on entities some passage is about (which scales the
+list in fusion); :meth:`GraphView.recall` runs PageRank from those entities plus a small
+share of the dense/sparse passage scores and ranks passages by their mass. Also
+:meth:`neighbors` and :meth:`paths` for the graph units. Each edge and weight:
+``docs/internals.md``, "Personalised PageRank".
 """
 
 from __future__ import annotations

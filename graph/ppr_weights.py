@@ -1,6 +1,6 @@
 """The weights of graph recall: :class:`PPRWeights`, shared by the matrix's edges
-(:mod:`.edges`) and the PageRank over them (:mod:`.ppr`, whose module doc explains each
-choice)."""
+(:mod:`.edges`) and the PageRank over them (:mod:`.ppr`; each choice is explained in
+``docs/internals.md``, "Personalised PageRank")."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class PPRWeights:
-    """Edge and reset weights of graph recall (each choice explained in :mod:`.ppr`'s module doc)."""
+    """Edge and reset weights of graph recall (each explained in ``docs/internals.md``,
+    "Personalised PageRank")."""
 
     mention: float = 1.0
     about: float = 2.0

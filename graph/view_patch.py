@@ -2,17 +2,15 @@
 
 :func:`patched_view` takes the view of an older version and what moved since
 (:class:`~.follow.GraphChange`) and returns the view of the newer graph: the edges of the
-entities, relations and synonyms that left are subtracted and those of the ones that
-came are added (:mod:`.edges`, the functions a full build uses), as one sparse update of
-the adjacency; then the transition, dangling nodes, node counts, the title lexicon and
-the word index are updated for the changed entities only.
-
-Nodes keep their slots: a new entity or passage is appended (entities stay before
-passages, so the passage slots shift by the number of new entities), an entity that
-comes back takes its old slot, and one that left stays as an isolated node with no
-reset weight (its mass is 0, as its absence would make it). Passages are appended in
-row order, so ties between passages still fall by row. Once isolated nodes are more than
-:data:`DEAD_SHARE` of all, the caller builds the view whole again.
+entities, relations and synonyms that left are subtracted and those of the ones that came
+are added (:mod:`.edges`, the functions a full build uses), as one sparse update of the
+adjacency; then the transition, dangling nodes, node counts, the title lexicon and the word
+index are updated for the changed entities only. Nodes keep their slots: a new entity or
+passage is appended (entities before passages), an entity that comes back takes its old
+slot, and one that left stays as an isolated node with no reset weight (its mass is 0, as
+its absence would make it). Passages are appended in row order, so ties between passages
+still fall by row. Once isolated nodes are more than :data:`DEAD_SHARE` of all, the caller
+builds the view whole again.
 """
 
 from __future__ import annotations

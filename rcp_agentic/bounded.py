@@ -2,27 +2,16 @@
 several such stores share.
 
 An engine holds three kinds of state per client session: what retrieve has returned
-(:mod:`.sessions`), a session's graph memory (``graph/memory.py``) and a DRIFT frontier
-(``graph/communities/drift.py``). Each is a :class:`SessionKeyed` over a
-:class:`BoundedStore`; all three draw on one :class:`ByteBudget` (``session_max_bytes``) that
-the engine owns and hands to them.
-
-* **Bytes.** Every entry is charged what its store's ``size(key, value)`` says: an honest
-  upper estimate of the memory the key and value hold, measured with ``tracemalloc`` by
-  the store's user (each documents its constants), plus :data:`BOOKKEEPING` for the
-  store's own containers. The budget's total never exceeds ``max_bytes``: a charge that
-  would pass it evicts the least recently used entries first, whatever their store (one
-  order across the stores: a session's retrieve state, memory and frontier age together,
-  and a kind the clients stop using yields its room to those they use, which fixed shares
-  per kind would not). An entry larger than the whole budget is not kept (``put`` says
-  so); each store's user bounds its values by count and length first (oldest trimmed).
-* **Count and time.** Each store keeps at most ``max_entries`` entries (its least recently
-  used evicted first) and drops an entry ``ttl_seconds`` after its last use (an injected
-  ``clock`` makes that testable).
-* **Threads.** The stores of one budget share its lock: one eviction may drop entries of
-  any store, so one lock (never two taken in some order) keeps that free of deadlocks.
-  Values are changed only inside :meth:`BoundedStore.update` / :meth:`~BoundedStore.put`,
-  under that lock, so what is charged is what is held.
+(:mod:`.sessions`), a session's graph memory and a DRIFT frontier. Each is a
+:class:`SessionKeyed` over a :class:`BoundedStore`; all three draw on one
+:class:`ByteBudget` (``session_max_bytes``). Every entry is charged its store's
+``size(key, value)`` (an honest upper estimate) plus :data:`BOOKKEEPING`; a charge that
+would pass the budget evicts the least recently used entries first, whatever their store,
+and an entry larger than the whole budget is not kept. Each store also keeps at most
+``max_entries`` entries and drops one ``ttl_seconds`` after its last use. The stores of one
+budget share its lock, and values change only under it (:meth:`BoundedStore.update`,
+:meth:`~BoundedStore.put`), so what is charged is what is held. Why one order across the
+stores: ``docs/internals.md``, "Session state and its byte budget".
 """
 
 from __future__ import annotations

@@ -2,17 +2,15 @@
 
 Every read starts here. :meth:`Catalog.snapshot` catches up with other processes' commits,
 resolves the version a request reads (the current one, or a pinned ``indexVersion`` still
-retained) and returns a :class:`Snapshot` of it: the unit kinds it offers with their
-levels, its filterable fields, its scoring indexes (:class:`~.store.memindex.UnitIndex`,
-built from the docstore and cached per version), its knowledge graph and PageRank view,
-its communities, and whether a derived kind lags the documents it was built from.
-
-A committed version never changes, so everything cached per version stays valid. A commit
-made in this process is followed (:meth:`Catalog.follow`): before the write returns, the
-committer prepares the new version's hot scoring indexes and graph view from the last ones,
-so the reads after a write find it ready instead of paying for it (issue 24). A version a
-read meets that this process did not follow (another process committed it) is handed once to
-``on_foreign_version``: the engine's derived updates check there whether a kind now lags.
+retained) and returns a :class:`Snapshot` of it: the unit kinds it offers with their levels,
+its filterable fields, its scoring indexes (:class:`~.store.memindex.UnitIndex`, cached per
+version), its knowledge graph and PageRank view, its communities, and whether a derived kind
+lags. A committed version never changes, so what is cached per version stays valid. A
+commit made in this process is followed (:meth:`Catalog.follow`): before the write returns,
+the committer prepares the new version's hot scoring indexes and graph view from the last
+ones, so the reads after it find them ready. A version another process committed is handed
+once to ``on_foreign_version``: the engine's derived updates check there whether a kind now
+lags.
 """
 
 from __future__ import annotations

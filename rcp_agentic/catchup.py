@@ -2,36 +2,15 @@
 committed documents into the derived kinds (the RAPTOR tree, the graph, its communities).
 
 A write commits its documents and returns; with ``derived_updates="background"`` (the
-default) it then wakes this worker, which runs the lagging builders, in the engine's order
-(the graph before its communities), each in its own commit. Until a builder commits,
-``derived.<kind>.version`` stays behind ``data_version``: reads serve the derived units as
-they were and say so in ``usage.notes``. The same worker catches up after a crash: an
-engine that owns builders starts it when it opens and finds a kind lagging (a process that
-died between a write's commit and its builders, or an inline write whose builder failed),
-and an engine already open wakes it when a read first meets a version another process
-committed and a kind lags (:meth:`~.derived_updates.DerivedUpdates.notice`): the pass, after
-:data:`GRACE_SECONDS`, waits on ``derived.lock`` while that writer's builders run and builds
-what a writer that died left behind.
-
-* **Coalescing.** A wake-up only marks work wanted: the writes that commit while a pass
-  runs are folded in by one more pass, not one pass each (a builder reads every committed
-  chunk when it starts).
-* **One at a time.** One thread per engine. Across processes (and engines) on one
-  directory a pass holds ``derived.lock`` (``flock``; released by the OS if the process
-  dies; an inline write's builders hold it too, :func:`directory_lock`): a second worker
-  waits for it, then finds nothing left to do. Without ``fcntl`` the lock is skipped;
-  correctness never depends on it: a builder commits only on the index version it read
-  (``Docstore.write_derived``) and recomputes otherwise.
-* **Writes.** A builder runs under the engine's build lock, not its write lock, so writes
-  keep committing meanwhile (see ``builder_set.BuilderSet`` for the builder that loses every
-  race to them).
-* **Errors.** A builder that raises ends the pass (the builders after it may build on its
-  kind); the error is kept per builder (``failures``), shown by ``derived_status`` and retrieve's
-  lag note, re-raised by :meth:`wait`, and cleared when that builder next succeeds. The
-  next wake-up retries.
-* **Close.** :meth:`stop` asks the thread to stop and joins it: the builder running
-  finishes its commit (a builder cannot be cut mid-way; a commit is all or nothing), the
-  others are left for the next open or write.
+default) it then wakes this worker, which runs the lagging builders in the engine's order,
+each in its own commit, while reads serve the derived units as they were and say so. The
+worker also catches up after a crash: on open when a kind lags, and when a read meets a
+version another process committed (:meth:`~.derived_updates.DerivedUpdates.notice`). Wake-ups
+coalesce into one more pass; one pass runs at a time per directory (``derived.lock``,
+:func:`directory_lock`), though correctness never depends on the lock; a builder that raises
+ends the pass and its error is kept (``failures``) until it next succeeds; :meth:`stop` lets
+the running builder finish its commit. Each rule in full: ``docs/internals.md``, "Catching
+up".
 """
 
 from __future__ import annotations

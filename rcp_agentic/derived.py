@@ -1,23 +1,17 @@
 """The contract between the engine and a builder of derived units (the RAPTOR tree, the graph,
 its communities), and the base every builder shares.
 
-A builder reads the committed chunks from the store, decides what changed since its
-units were last written, and writes its units in one commit through
-``Docstore.write_derived`` (each new unit with the leaf chunks it covers; a builder of
-several kinds, the graph's nodes and triplets, writes them all in that commit). It
-records ``derived.<kind>.version`` (the index version its units reflect) for each kind it
-writes. Until it has run, units covering a replaced or deleted chunk are invisible (see
-``Docstore.unit_arrays``) and retrieve notes the lag; a pinned ``indexVersion`` sees the
-derived units of its own snapshot.
-
-Builders run off the write path (``rcp_agentic/catchup.py``), under the engine's build
-lock: writes commit while one computes, which is why its commit is conditional on the
-version it read and recomputed when that moved. :class:`DerivedBuilder` holds that
-skeleton — refresh, read the base version, build, commit on it, retry — and the steps every
-builder shares (a unit record with its terms and injection screening, diffing new units
-against the live ones, timed embedding); a builder supplies :meth:`DerivedBuilder.build`.
-It receives a :class:`BuildContext` (the store, the embedder, the injection screen, the
-LLM) and its own configuration section, never the engine.
+A builder reads the committed chunks, decides what changed since its units were last
+written, and writes its units (each with the leaf chunks it covers) in one commit through
+``Docstore.write_derived``, recording ``derived.<kind>.version`` for each kind it writes.
+Builders run off the write path (:mod:`.catchup`) under the engine's build lock, so writes
+commit while one computes: its commit is conditional on the version it read, recomputed
+when that moved. :class:`DerivedBuilder` holds that skeleton — refresh, read the base
+version, build, commit on it, retry — and the steps every builder shares (unit records with
+terms and injection screening, diffing against the live units, timed embedding); a builder
+supplies :meth:`DerivedBuilder.build`. It receives a :class:`BuildContext` and its own
+configuration section, never the engine. What a lagging kind serves meanwhile:
+``docs/units.md``, "Derived units are built off the write path".
 """
 
 from __future__ import annotations

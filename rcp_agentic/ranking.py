@@ -1,21 +1,15 @@
 """How every ranking breaks ties: by unit id, among scores equal up to float noise.
 
-Scores that are equal in exact arithmetic (two units with the same vector, two nodes with
-the same sources) come out of float32 dot products, BLAS builds and backends up to ~1e-7
-apart, so ranking the raw floats orders them by noise: one index and one query could give
-another order on another machine. Rounding cannot fix that (two values 1e-8 apart still
-fall on both sides of a rounding boundary now and then), so a ranking groups instead:
-
-* :func:`ranked` walks the scores best first; every score within :data:`TOLERANCE` of the
-  best score of its group is tied with it, takes that score, and the group is ordered by
-  key. A score is reported at that precision (every printed score has 6 decimals or fewer).
-* PageRank masses and decayed scores vary in scale: they group within
-  :data:`MASS_TOLERANCE` of their group's best, relatively. Fused sums are float64 sums
-  of the lists' (grouped) scores: :func:`settle_sum` rounds them to :data:`SIGNIFICANT`
-  significant digits, so sums equal in exact arithmetic compare equal.
-* The key is the unit id, or an index position: ``Docstore.unit_arrays`` reads the rows in
-  unit id order, so a unit's position is the rank of its id and "ties by position" is "ties
-  by unit id", whatever order the units were inserted in.
+Scores equal in exact arithmetic come out of float32 dot products, BLAS builds and backends
+up to ~1e-7 apart, so ranking the raw floats orders them by noise, and rounding cannot fix
+that (two close values still fall on both sides of a rounding boundary now and then). So a
+ranking groups: :func:`ranked` ties every score within :data:`TOLERANCE` of its group's best
+to that score and orders the group by key (a score is reported at that precision); PageRank
+masses and decayed scores group within :data:`MASS_TOLERANCE` of their group's best,
+relatively; fused sums are rounded by :func:`settle_sum` to :data:`SIGNIFICANT` significant
+digits, so sums equal in exact arithmetic compare equal. The key is the unit id, or an index
+position: ``Docstore.unit_arrays`` reads rows in unit id order, so "ties by position" is
+"ties by unit id", whatever order the units were inserted in.
 """
 
 from __future__ import annotations

@@ -1,18 +1,15 @@
 """Reads first: a derived build in this process pauses at its checkpoints while a read runs.
 
 A background builder (the graph, its communities, the RAPTOR tree) is pure-Python work of
-seconds per write at SciFact scale, and Python runs one thread at a time: a retrieve that
-comes while it runs waits for the interpreter lock at every step, up to the switch interval
-(5 ms) each time, so a 3 ms graph-recall retrieve took 300-600 ms right after a write
-(issue 24). The engine counts the reads in flight (:meth:`ReadFirst.reading`); a builder runs
-under :meth:`ReadFirst.building` and calls :func:`checkpoint` in its loops, which waits while
-a read is in flight. So reads run as on an idle process, and the builder takes the time
-between them.
-
-A builder cannot be starved by a steady stream of reads: after a pause it runs at least as
-long as it waited (at most :data:`MAX_PAUSE`) before it pauses again, so it keeps at least
-half of the time while reads never stop. :func:`checkpoint` outside a build (no gate set on
-the thread) returns at once.
+seconds per write, and Python runs one thread at a time: a retrieve that comes while it runs
+waits for the interpreter lock at every step, up to the switch interval (5 ms) each time.
+The engine counts the reads in flight (:meth:`ReadFirst.reading`); a builder runs under
+:meth:`ReadFirst.building` and calls :func:`checkpoint` in its loops, which waits while a
+read is in flight, so reads run as on an idle process. A builder cannot be starved by a
+steady stream of reads: after a pause it runs at least as long as it waited (at most
+:data:`MAX_PAUSE`) before it pauses again, so it keeps at least half of the time.
+:func:`checkpoint` outside a build returns at once. Measured: ``bench/RESULTS.md``, "Stop
+34: a commit prepares the reads after it; builds yield to reads".
 """
 
 from __future__ import annotations

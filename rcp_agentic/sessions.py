@@ -1,18 +1,15 @@
 """Trajectory state for agentic retrieval: what each session has already been given.
 
-A session is keyed by the client's opaque ``sessionId`` (RCP §7.7.3). Within one
-session the engine never returns a unit twice, and never returns a unit contained
-in one it already returned: a chunk whose page or document was returned whole, a
-chunk a returned summary covers (a tree node's leaves), a summary whose leaves all
-lie in one returned summary or in documents returned whole. The reverse is allowed
-on purpose: a coarser unit may still follow finer ones it contains, because
-escalating from chunks to the page, document or summary around them is how a
-corrective loop widens its context. Sessions expire ``ttl_seconds`` after their last use;
-at most ``max_sessions`` live at once and, together with the engine's other
-session-scoped state (graph memory, DRIFT frontiers), at most ``session_max_bytes``
-(:mod:`.bounded`: least recently used evicted first); each remembers at most
-``max_items`` units and ``max_items`` leaf ids of summaries (oldest forgotten first, with
-a note), so no client can grow the server without limit.
+A session is keyed by the client's opaque ``sessionId`` (RCP §7.7.3). Within one session the
+engine never returns a unit twice, nor a unit contained in one it already returned (a chunk
+whose page, document or covering summary was returned; a summary whose leaves all lie in one
+returned summary or in documents returned whole). The reverse is allowed on purpose: a
+coarser unit may still follow finer ones it contains, because escalating from chunks to the
+page, document or summary around them is how a corrective loop widens its context. Sessions
+expire ``ttl_seconds`` after their last use; at most ``max_sessions`` live at once, within
+``session_max_bytes`` shared with the engine's other session state (:mod:`.bounded`); each
+remembers at most ``max_items`` units and ``max_items`` leaf ids of summaries (oldest
+forgotten first, with a note), so no client can grow the server without limit.
 """
 
 from __future__ import annotations

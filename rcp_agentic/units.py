@@ -1,19 +1,17 @@
 """The registry of unit kinds: every granularity the engine can return, described once.
 
-A unit kind says how its units come to exist — built per document at ingest
-(``document``: chunk, page, document), derived from the committed chunks of many
-documents by a builder (``derived``: tree-node, community, node, triplet), or
-composed at query time (``composed``: path, subgraph) — whether it has levels,
-how containment is judged for sessions and packing, which calibration family
-scores its confidence, which hit fields it fills, and where it stands in the
-corrective loop's escalation ladder. Every place that lists kinds (params, wire,
-CLI, sessions, confidence, the integrations, the loop) reads this module; adding a
-kind is one :func:`register` call plus its builder.
+A unit kind says how its units come to exist — built per document at ingest (``document``:
+chunk, page, document), derived from the committed chunks of many documents by a builder
+(``derived``: tree-node, community, node, triplet), or composed at query time
+(``composed``: path, subgraph) — whether it has levels, how containment is judged for
+sessions and packing, which calibration family scores its confidence, which hit fields it
+fills, and where it stands in the corrective loop's escalation ladder. Every place that
+lists kinds reads this module; adding a kind is one :func:`register` call plus its builder.
 
-Containment (RCP §7.7.3 sessions, §7.7.2 packing): a unit *contains* another when
-every leaf chunk of the other is among its own leaves. Per-document kinds know
-their leaves by place (a document holds its chunks and pages; a page its
-chunks); a derived unit stores the leaf chunks it covers (``provenance.leaves``).
+Containment (RCP §7.7.3 sessions, §7.7.2 packing): a unit *contains* another when every
+leaf chunk of the other is among its own leaves. Per-document kinds know their leaves by
+place (a document holds its chunks and pages; a page its chunks); a derived unit stores the
+leaf chunks it covers (``provenance.leaves``).
 """
 
 from __future__ import annotations

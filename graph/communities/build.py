@@ -1,73 +1,15 @@
 """Hierarchical Leiden communities over the entity graph, with stable ids and incremental updates.
 
-**The entity graph** (:func:`entity_edges`, computed in :mod:`.entity_graph`) joins two
-entities by the sum of
-
-* their co-occurrence relation (normalised PMI, :attr:`Relation.weight`) x ``relation``;
-* their synonym edge (name cosine) x ``synonym``;
-* passages: an entity mentioned in a passage *about* another entity (the document's
-  title entity) gets an edge to it, mention weight x ``about``; entities mentioned in
-  one passage are joined by ``comention / (n - 1)`` each (a passage with ``n`` entities
-  gives every entity at most ``comention`` in total, the clique expansion of a hyperedge).
-
-Relations alone leave entities isolated (an entity alone in its sentence has no
-co-occurrence pair: 27 % of SciFact's); the passage edges attach them to their passage's
-neighbourhood (1.3 % left isolated; ``bench/communities.py``, ``edge_variants``). Dates and numbers link many
-unrelated passages, so their edges are scaled by ``date`` (as in :mod:`..ppr`).
-
-**The hierarchy** is built top-down as GraphRAG's: every connected component that fits
-``max_community_size`` is one community; a larger one is partitioned by Leiden and every
-community still larger than the cap is re-partitioned on its own subgraph (one split:
-:mod:`.split` — igraph's C Leiden, modularity, seeded; the cap enforced by
-leidenalg's ``max_comm_size`` and a breadth-first cut when Leiden keeps a small set whole;
-the *shrink guard* re-splits or peels any part above half of a set larger than 8 x the
-cap). Every split has at least two parts, so the tree ends and no community equals its
-parent. The entity igraph is built once and every subgraph is cut from its parent's in C
-(``induced_subgraph``), vertices in key order; each Leiden call is seeded alike, so the
-result of a component depends only on that component: same input, same output.
-
-The tree is built **breadth-first**, one depth at a time, under an optional
-:class:`Budget` (a deadline). When it runs out, the depths completed are kept (their sets
-become leaves, possibly above the cap; ``stats.complete`` is False and ``stats.reason``
-says so) and every level is still a complete partition; if not even the roots are done,
-:class:`CommunityBudgetExceeded` is raised and nothing is returned.
-
-*Why this algorithm (issue 22 part 4a).* On hub-heavy graphs (countries, clubs, years
-mentioned by hundreds of passages) the former builder (``bench/communities_old.py``) took
-longer than the graph build. Counting showed no quadratic recursion — about three Leiden-
-processed vertices per entity (2.99-3.41 on the shared corpora and on Barabási–Albert
-graphs of 10k-200k entities, ``bench/community_scale.py``) — the cost was per call:
-leidenalg's optimiser (over half the time on HotpotQA + 2Wiki), a Python rebuild of every
-subgraph from a dict adjacency (a third), and a pure-Python ``entity_edges``. The
-``ALGORITHM`` tag (``communities/2``, in :mod:`.config`) is part of
-:attr:`CommunityConfig.identity`, so a hierarchy stored by the former builder is rebuilt
-once, not patched.
-
-**Levels** count from the leaves (RCP: ``level 0`` is the finest). ``height`` is 0 for a
-leaf and ``1 + max(children)`` otherwise; the partition at level ``l`` is, on every
-root-to-leaf path, the first community of height ``<= l``. A community thus appears at
-levels ``height .. height(parent) - 1`` (a root up to the top level), and every level is a
-complete partition of the entities: isolated entities are singleton communities and a
-small component is one community, present at every level.
-
-**Ids** are ``community:`` + a hash of the sorted members, so a community whose member set
-does not change keeps its id across rebuilds and updates.
-
-**Incremental update** (:func:`update_communities`): an entity is *touched* when it was
-added or removed or an incident edge was added, removed or re-weighted beyond
-``drift_tolerance`` (relative). A root community with no touched member is kept with its
-whole subtree, unchanged. The entities of every other root, and new ones, are clustered
-top-down as in a build, except that each node set is split by Leiden on its *units*: the
-largest untouched old communities lying wholly inside it (each one node, its internal
-weight as a self-loop) and every other entity alone, warm-started (``initial_membership``)
-from where they were — each unit in its first old community, root first, that does not
-hold the whole set. An untouched old community thus moves as a block, and a part equal to
-an untouched old community is reused with its subtree (only its ``parent`` may change).
-Blocks are re-chosen for every set split, so the tree keeps its depth. A new or re-linked
-entity always touches its neighbours, so it is never cut off from the community it joins.
-Relation weights drift a little on every update (PMI counts all sentences), which is why
-small drifts do not count; a full rebuild (:func:`build_communities`) gives the exact
-hierarchy.
+:func:`build_communities` builds the hierarchy top-down as GraphRAG does: a connected
+component that fits ``max_community_size`` is one community, a larger one is split by Leiden
+(:mod:`.split`) and every part still above the cap is split again, breadth-first, under an
+optional :class:`Budget`. Levels count from the leaves (``level 0`` is the finest) and every
+level is a complete partition of the entities. A community's id hashes its members, so it
+keeps its id while they stay. :func:`update_communities` re-clusters only the roots that an
+added, removed or re-weighted entity touches, moving untouched communities as blocks. The
+same input gives the same output; the edges are :mod:`.entity_graph`'s. The algorithm in
+full (the split and its guards, levels, the budget, the update, and why it replaced the
+former builder): ``docs/internals.md``, "Leiden communities".
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """The settings of the community hierarchy: :class:`CommunityConfig`, read by the builder
 (:mod:`.build`), its splits (:mod:`.split`) and its edges
-(:mod:`.entity_graph`); the edge weights are explained in :mod:`.build`'s module doc."""
+(:mod:`.entity_graph`); the edge weights are explained in ``docs/internals.md``, "The entity
+graph"."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ class CommunityConfig:
     seed: int = 42
     iterations: int = 2               # Leiden passes (-1: until stable; measured 6x slower
                                       # for +0.005 top-level modularity on SciFact)
-    relation: float = 1.0             # edge weights (module doc of .build)
+    relation: float = 1.0             # edge weights (docs/internals.md, "The entity graph")
     synonym: float = 1.0
     about: float = 1.0
     comention: float = 1.0

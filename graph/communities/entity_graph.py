@@ -1,18 +1,14 @@
 """The weighted entity-entity graph the communities cluster: its edges (numpy) and its igraph.
 
-:func:`entity_edges` is the edge dict (``(a, b) -> weight``, ``a < b``) that the reports,
-the incremental update and the stored hierarchy share; :func:`edge_arrays` is the same in
+:func:`entity_edges` is the edge dict (``(a, b) -> weight``, ``a < b``) that the reports, the
+incremental update and the stored hierarchy share; :func:`edge_arrays` is the same in
 arrays, and :class:`EntityGraph` the one igraph of every entity that the builder cuts its
 subgraphs from (vertex ``i`` is the ``i``-th entity key in sorted order, so a vertex subset
-in increasing order is a key-sorted member list).
-
-The weights are defined in :mod:`.build` (module doc), their settings in
-:class:`~.config.CommunityConfig`. They are computed here with numpy, every
-contribution to a pair summed in the order the former pure-Python loop added them
-(relations, synonyms, then passages by chunk key: *about* pairs, then co-mentions), and
-rounded by Python's ``round(v, 9)``: the output is bit-identical to it (tested against a
-verbatim copy, ``bench/communities_old.py``, on a real graph). That loop was a tenth of the
-community build's time on the multi-hop corpora (``bench/RESULTS.md``, community scale).
+in increasing order is a key-sorted member list). The weights (``docs/internals.md``, "The
+entity graph"; settings in :class:`~.config.CommunityConfig`) are computed with numpy, every
+contribution to a pair summed in the order the former pure-Python loop added them and
+rounded by ``round(v, 9)``: the output is bit-identical to that loop (tested on a real
+graph against the loop, read from its commit by ``bench/frozen.py``).
 """
 
 from __future__ import annotations
@@ -164,7 +160,7 @@ def _passage_pairs(graph: GraphData, keys: list[str], config: CommunityConfig
 
 
 def entity_edges(graph: GraphData, config: CommunityConfig | None = None) -> Edges:
-    """The weighted entity-entity edges (:mod:`.build` module doc), keyed ``(a, b)``
+    """The weighted entity-entity edges (``docs/internals.md``, "The entity graph"), keyed ``(a, b)``
     with ``a < b``, sorted."""
     if config is None:
         config = CommunityConfig()

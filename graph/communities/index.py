@@ -1,35 +1,16 @@
 """The engine's community builder: keeps the ``community`` units in step with the knowledge graph.
 
 :class:`CommunityIndex` is the engine's :class:`~rcp_agentic.derived.DerivedBuilder` for
-``community`` units. It runs after the graph builder (the engine's builders run in order)
-and reads the graph as it is visible at the current index version. With no stored
-hierarchy, a changed setting or reporter, ``full=True`` or an old graph that is no longer
-retained, it builds the hierarchy afresh (:func:`.build.build_communities`);
-otherwise it re-clusters only the part of the graph that changed
-(:func:`.build.update_communities`). One report per community
-(:mod:`..reports`: extractive offline, GraphRAG-style with an LLM) is made only when what
-it depends on changed (its ``report_key``), children before parents (an LLM report of a
-large community reads its children's reports). Everything is one commit through
-``Docstore.write_derived``.
-
-The clustering runs under ``EngineConfig.community_build_seconds`` (a
-:class:`.build.Budget`): a build it stops is committed with the depths it completed,
-the report's reason says so, and ``derived.community.complete = 0`` makes the next update a
-full rebuild; one stopped before its top level commits nothing (the kind keeps lagging,
-which reads report). A hierarchy stored under another clustering identity (settings, or the
-algorithm tag: ``communities/1`` was the former builder) is rebuilt in full, its reports
-kept where their keys did not change.
-
-A community is stored ONCE, at its lowest level (``level`` column = its height), with
-``umeta.levels = [lo, hi]``: it is the same community at every level of that range (see
-:class:`~rcp_agentic.units.UnitKind` ``spans_levels``). Its id is a hash of its members,
-so a community whose members did not change keeps its id; a row whose report, range or
-links changed is rewritten under that id (its vector kept when its text did not change).
-It covers every chunk a member is mentioned in or is about, so filters, visibility and
-trust (the lowest of its sources) follow from the store's rules for derived units.
-
-:func:`load_communities` reads the hierarchy back as it is visible at any retained
-version (:class:`CommunityStore`); :meth:`Engine.communities` caches it per version.
+``community`` units; it runs after the graph builder and reads the graph visible at the
+current version. It builds the hierarchy afresh (:func:`.build.build_communities`) when none
+is stored, a setting, the reporter or the clustering identity changed, ``full=True``, or the
+old graph is no longer retained; otherwise it re-clusters the part that changed
+(:func:`.build.update_communities`). A community's report (:mod:`..reports`) is remade only
+when its ``report_key`` changed, children before parents; the clustering runs under
+``community_build_seconds``. A community is stored once, at its lowest level, with
+``umeta.levels = [lo, hi]``. :func:`load_communities` reads the hierarchy back at any
+retained version. The budget, the storage and trust rules: ``docs/internals.md``, "The
+community builder".
 """
 
 from __future__ import annotations

@@ -2,19 +2,16 @@
 stored community units (:mod:`.index`; GraphRAG's global and DRIFT search).
 
 * ``communities`` — the partition at ``level`` (default: the top, coarsest), largest first,
-  paged by a signed cursor (§10) that pins the index version of its first page, so every
-  page of one listing comes from one snapshot and the pages cover the level exactly once.
+  paged by a signed cursor (§10) that pins its first page's index version, so the pages of
+  one listing come from one snapshot and cover the level exactly once.
 * ``global`` — the level's communities ranked for the query by the engine's own
-  ``retrieve(unit="community", level=L)`` (filters apply), then map-reduce. Offline: each
-  ranked community's report is cut into points (sentences of its summary and findings),
-  scored by the embedder's cosine to the query; the best points across communities,
-  near-duplicates dropped, are packed into ``summary`` within ``tokenBudget``. With
-  the engine's LLM: GraphRAG's map (per community, JSON points with 0-100 importance) and
-  reduce (an answer from the top points), the reports and points delimited as data.
-* ``drift`` — DRIFT search (:mod:`.drift`): a primer from the communities, follow-up
-  queries from it, a local search per follow-up, fused; a session's frontier kept.
-
-The default level of ``global``/``drift`` is :func:`.reads.default_level`'s.
+  ``retrieve(unit="community", level=L)`` (filters apply), then map-reduce. Offline: the
+  reports' sentences scored by cosine to the query, the best across communities,
+  near-duplicates dropped, packed into ``summary`` within ``tokenBudget``. With the engine's
+  LLM: GraphRAG's map (JSON points rated 0-100) and reduce, the reports delimited as data.
+* ``drift`` — DRIFT search (:mod:`.drift`): a primer from the communities, follow-up queries
+  from it, a local search per follow-up, fused; a session's frontier kept. The default level
+  of ``global``/``drift`` is :func:`.reads.default_level`'s.
 """
 
 from __future__ import annotations

@@ -1,53 +1,17 @@
 """A corrective (CRAG-style) retrieval loop over any RCP engine, driven by hit confidence,
 that follows a multi-hop question's bridge entities (IRCoT's move, with no LLM).
 
-Each step retrieves, the evaluator judges the hits (correct / ambiguous /
-incorrect), and the next action is chosen from what was found. The first step's hits
-all join the evidence unless it is judged incorrect: the loop starts from what one
-retrieve returns and only adds to it (``refine_first=True`` drops its hits below the
-lower threshold too, as CRAG's refinement does; held out on the multi-hop sets, that
-drop lost supporting passages the calibration scored below 0.05 —
-``bench/corrective.py``). A re-query's hits join when they reach the lower threshold; a
-follow-up's, when they name an entity it followed (below).
-
-* **correct** — enough confident hits (``min_evidence``); the loop stops once the confident
-  evidence also *covers the question's hops*: it holds ``cover`` of the question's content
-  terms (:func:`~rcp_agentic.agentic.bridge.coverage`). A confident first hit answers the
-  first hop; the passage that answers the next one is about an entity the question never
-  names ("the association which published the journal"), so the question's words for that
-  hop are still missing from the evidence;
-* **not covered, or ambiguous** — follow the bridge: the entities the step's evidence names
-  and the question does not (:func:`~rcp_agentic.agentic.bridge.bridge_entities`, read by
-  the graph's offline extractor) join the question as the next query, ``follow`` at a
-  time; on an engine with graph recall the engine links them as PageRank seeds too. A
-  follow-up keeps the passages that name an entity it followed (``meta.follows``: they
-  attest the bridge), whatever their confidence, which is relative to the expanded query;
-  the others are the first hop's look-alikes again and stay out. A passage that attests
-  a bridge can carry the chain on, ``hops`` bridges deep at most. With an LLM, its rewrite
-  or decomposition instead; with no name left to follow, the question expanded with
-  frequent words of the evidence. Before that, an ambiguous step is retried through the
-  knowledge graph when the loop only escalates to it (``graph="escalate"``);
-* **incorrect**, or a step that found nothing new — graph recall as above, then
-  escalate granularity along the unit registry's ladder (:func:`rcp_agentic.units.ladder`:
-  chunk → page → document → tree-node → node → path → subgraph, over the units the
-  engine advertises), then fall back to the next engine, then re-query;
-* **saturated** — a follow-up step that adds no confident hit (or none that attests a
-  bridge) to evidence that already holds one stops the loop: escalating and falling back
-  are remedies for a trajectory that has found nothing confident, not a way to look for
-  more of what it has.
-
-By default (``graph=True``) an engine that offers graph recall gets it from the first
-step (the engine itself falls back to hybrid for a query whose entities no passage is
-about); ``graph="escalate"`` keeps it for the retries above. Graph recall, once on, stays
-on for the rest of that engine's trajectory; ``graph=False`` keeps the loop off the graph
-(no graph recall, no graph units).
-
-One ``session_id`` threads every call, so each step only sees evidence the
-trajectory has not seen yet (§7.7.3). Steps and evidence tokens are bounded. The
-result is the evidence set (:class:`CorrectiveResult` gives its order) and a trace of
-every step: why it was taken, the entities it followed and how many bridges deep, and how
-much of the question the evidence covered after it. The same planner drives the sync and
-the async loop.
+Each step retrieves, the evaluator judges the hits, and the next action follows from what
+was found: *correct* (``min_evidence`` confident hits) stops once the evidence covers the
+question's hops (``cover``); *not covered* or *ambiguous* follows the bridge (the entities
+the evidence names and the question does not join the next query, and seed graph recall),
+or an LLM's rewrite; *incorrect* or nothing new turns to graph recall, then escalates the
+unit along :func:`rcp_agentic.units.ladder`, then falls back to the next engine, then
+re-queries; *saturated* (a follow-up adding nothing confident) stops. The first step's hits
+are kept unless judged incorrect. One ``session_id`` threads every call; steps and evidence
+tokens are bounded; the result is the evidence, in tiers, and a trace of every step. The
+same planner drives the sync and the async loop. Each rule, with examples and measurements:
+``docs/agentic.md``, "A corrective retrieval loop".
 """
 
 from __future__ import annotations

@@ -5,24 +5,11 @@
 >>> await retriever.ainvoke("fusion", k=2, unit="document", token_budget=800)  # doctest: +SKIP
 
 Each RCP hit becomes a ``Document`` (``id`` = hit id, ``page_content`` = hit text,
-``metadata`` = :func:`~.common.hit_metadata`; a tree-node hit's ``parent_ids``,
-``child_ids``, ``doc_ids`` and ``provenance.leaves`` included). Every retriever option
-of :mod:`rcp_agentic.options` is a field, and any of them (and ``k``) can be
-overridden per call as a keyword of ``invoke``/``ainvoke``/``batch``, as can the
-vendor options (``tree_search="traversal"``, ``rank_by="confidence"``). ``ainvoke``
-is natively async (an asyncio RCP client, no worker thread). On an engine with a knowledge
-graph, ``unit="node"|"triplet"|"path"|"subgraph"`` returns the graph's units (their
-``metadata["provenance"]`` holds the entity ``path``, ``nodes``, weighted ``edges`` and the
-``leaves`` that attest them) and ``graph_recall=True`` (a field, or per call) adds the
-graph's PageRank list to recall for any unit; an engine that does not advertise
-``x-rcp-agentic.graphRecall`` refuses it with ``OptionUnsupported`` before anything is sent,
-unless ``strict=False`` lets it degrade (noted in ``usage.notes``). ``rewrite="hyde"`` (or
-``"rewrite"``, ``"multi-query"``, ``"decompose"``, ``"step-back"``) has an engine with an LLM
-transform the query first; each document's ``metadata["rewritten_query"]`` then holds what it
-searched with (an engine without ``transform`` refuses it the same way). Tracing callbacks see
-``ls_retriever_name="rcp"`` and the effective ``rcp_k``/``rcp_mode``/``rcp_unit``/
-``rcp_session_id`` of the call, plus ``rcp_engine``/``rcp_transport`` from the
-retriever's default metadata.
+``metadata`` = :func:`~.common.hit_metadata`). Every retriever option of
+:mod:`rcp_agentic.options` is a field, and any of them (and ``k``) can be overridden per call
+as a keyword of ``invoke``/``ainvoke``/``batch``; ``ainvoke`` is natively async (an asyncio
+RCP client, no worker thread). The graph's units, ``graph_recall``, ``rewrite`` and what
+tracing callbacks see: ``docs/python.md``, "LangChain and LlamaIndex".
 """
 
 from __future__ import annotations

@@ -4,24 +4,12 @@
 >>> retriever.retrieve("what is reciprocal rank fusion?")                      # doctest: +SKIP
 >>> retriever.retrieve_with("fusion", unit="document", token_budget=800)        # doctest: +SKIP
 
-Each RCP hit becomes a ``NodeWithScore`` whose ``TextNode`` keeps the hit id,
-text, character span and metadata (:func:`~.common.hit_metadata`), and links to
-the units it belongs to: ``SOURCE`` is the document unit (``doc:<docId>``), and
-``PARENT`` is the next unit up — a chunk's page (PDF) or document, a page's
-document. In a tree (``unit="tree-node"``) ``PARENT`` is the node's (or leaf
-chunk's) first parent node and ``CHILD`` its child nodes, from ``meta.parent_ids``
-and ``meta.child_ids``; a node gets a ``SOURCE`` only when it covers one document. The
-knowledge graph's units (``node``, ``triplet``, ``path``, ``subgraph``) are linked the same
-way: ``SOURCE`` when all their evidence lies in one document, no ``PARENT``/``CHILD`` (an
-entity or a path is attested by its chunks, not made of them); their ``provenance`` (entity
-path, nodes, weighted edges, leaves) stays in the metadata, out of the LLM's text.
-``graph_recall=True`` (a keyword and attribute, or per call in ``retrieve_with``) adds the
-graph's PageRank list to recall; an engine without ``x-rcp-agentic.graphRecall`` refuses it
-with ``OptionUnsupported`` unless ``strict=False``. ``rewrite`` (``"hyde"``, ``"rewrite"``,
-``"multi-query"``, ``"decompose"``, ``"step-back"``) has an engine with an LLM transform the
-query first; each node's ``metadata["rewritten_query"]`` holds what it searched with (kept
-out of the LLM's and the embedder's text). It works wherever LlamaIndex takes a
-``BaseRetriever`` (query engines, node postprocessors, instrumentation), sync and async.
+Each RCP hit becomes a ``NodeWithScore`` whose ``TextNode`` keeps the hit id, text, character
+span and metadata (:func:`~.common.hit_metadata`), and links to the units it belongs to:
+``SOURCE`` is the document unit (``doc:<docId>``), ``PARENT`` the next unit up (a chunk's
+page or document; in a tree, a node's first parent) and ``CHILD`` a tree node's children.
+It works wherever LlamaIndex takes a ``BaseRetriever``, sync and async. The graph's units,
+``graph_recall`` and ``rewrite``: ``docs/python.md``, "LangChain and LlamaIndex".
 """
 
 from __future__ import annotations

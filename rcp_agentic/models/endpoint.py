@@ -2,20 +2,15 @@
 of the environment variable that holds its key (a hosted API, Ollama, vLLM, llama.cpp's
 server, LM Studio all speak it).
 
-The endpoint is upstream input like any other, so one call
-
-* runs under a total deadline, not a per-read timeout (a server dripping a byte at a time
-  cannot hold a call past it), and stops as soon as its caller gives up;
-* reads at most ``max_reply_bytes`` of the reply, uncompressed (a server answering
-  200 MB is refused at the cap, having cost the cap), and at most ``max_tokens`` tokens of
-  completion (a reply claiming more is refused);
-* fails with :class:`EndpointError`, which carries the HTTP status and the standard reason
-  phrase and never a byte of the server's body (gateways echo request headers, the key
-  among them, into their error pages).
-
-The key is read from the environment when the endpoint opens and never written anywhere:
-``config.json`` keeps the variable's name only. Retries and counting are the engine's door's
-(:class:`~.llm.ChatLLM`); this is one request and one reply over ``httpx``.
+The endpoint is upstream input like any other, so one call runs under a total deadline, not
+a per-read timeout, and stops as soon as its caller gives up; reads at most
+``max_reply_bytes`` of the reply, uncompressed, and at most ``max_tokens`` of completion (a
+reply claiming more is refused); and fails with :class:`EndpointError`, which carries the
+HTTP status and reason phrase and never a byte of the server's body (gateways echo request
+headers, the key among them, into their error pages). The key is read from the environment
+when the endpoint opens and never written anywhere (``config.json`` keeps the variable's
+name). Retries and counting are :class:`~.llm.ChatLLM`'s; this is one request and one reply
+over ``httpx``.
 """
 
 from __future__ import annotations

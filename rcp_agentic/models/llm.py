@@ -1,24 +1,17 @@
 """The engine's one door to an LLM: :class:`ChatLLM`.
 
-Every LLM call of the engine goes through it: the RAPTOR summaries, graph extraction and
-community reports of a build, ``global`` and ``drift``, the corrective loop's rewrite,
-``query/transform`` and the LLM judge. It takes a LangChain chat model / Runnable, a
-LlamaIndex LLM, or an OpenAI-compatible endpoint (:mod:`.endpoint`), sends a system
-instruction and a user turn, and returns the reply text. Around each call it
-
-* answers a build's call from the engine's LLM cache when the same prompt was asked of the
-  same model before (:mod:`rcp_agentic.store.llm_cache`), and keeps each new reply there as
-  it arrives;
-* bounds it (:mod:`.llm_retry`): a timeout per attempt, a cap on calls in flight, retries
-  of rate limits, overloads and connection failures with backoff that honours
-  ``Retry-After``;
-* meters it (:mod:`.llm_usage`): calls, cache hits, retries, failures, tokens and
-  fallbacks per stage, against a build's token budget;
-* screens the reply (:mod:`.llm_guard`): an empty, looping or injection-flagged reply is
-  returned as ``""`` so the caller uses its offline output, and is counted.
-
-A call that cannot be answered raises :class:`~rcp_agentic.errors.BackendUnavailable`
-(retryable); a spent budget raises :class:`~rcp_agentic.errors.BudgetExhausted`.
+Every LLM call of the engine goes through it (a build's summaries, extraction and reports,
+``global`` and ``drift``, rewrites, ``query/transform``, the LLM judge). It takes a
+LangChain chat model / Runnable, a LlamaIndex LLM, or an OpenAI-compatible endpoint
+(:mod:`.endpoint`), sends a system instruction and a user turn, and returns the reply text.
+Around each call it answers from the engine's LLM cache when the same prompt was asked of
+the same model (:mod:`rcp_agentic.store.llm_cache`), bounds it (:mod:`.llm_retry`: timeout,
+calls in flight, retries with backoff honouring ``Retry-After``), meters it
+(:mod:`.llm_usage`: per stage, against a build's token budget) and screens the reply
+(:mod:`.llm_guard`: an empty, looping or injection-flagged reply comes back as ``""`` so the
+caller uses its offline output). A call that cannot be answered raises
+:class:`~rcp_agentic.errors.BackendUnavailable` (retryable); a spent budget raises
+:class:`~rcp_agentic.errors.BudgetExhausted`.
 """
 
 from __future__ import annotations

@@ -1,18 +1,16 @@
 """The configured LLM endpoint in a child process, so its key never enters the engine's memory.
 
 Chroma's HNSW writer (hnswlib) saves buffers it never initialised (``length.bin``,
-``data_level0.bin``; upstream chroma-core/chroma#7688, every 1.x release): whatever the
-process freed before lands in the engine folder. An HTTP client in the engine's process
-formats ``Authorization: Bearer <key>`` into such memory on every call, so a build with an
-endpoint could leave its key on disk. :class:`EndpointProcess` keeps the HTTP client, and
-the key, out of that process: a child (``python -c`` of :func:`serve`) builds the real
-endpoint (:func:`.endpoint.endpoint_from_config`) from the key in its *own* environment,
-inherited unchanged (the parent builds no copy of it), and answers calls over its pipes,
-one JSON line per request and per reply. Only prompts, replies and scrubbed failures cross.
-
-The child ends when its stdin closes: :meth:`EndpointProcess.close`, the object being
-collected, or the engine's process dying. A child that dies mid-call fails the calls in
-flight with :class:`ConnectionError` (retried by the door) and the next call starts another.
+``data_level0.bin``; upstream chroma-core/chroma#7688): whatever the process freed before
+lands in the engine folder, and an HTTP client in the engine's process formats
+``Authorization: Bearer <key>`` into such memory on every call. :class:`EndpointProcess`
+keeps the HTTP client, and the key, out of that process: a child (``python -c`` of
+:func:`serve`) builds the real endpoint (:func:`.endpoint.endpoint_from_config`) from the
+key in its *own* environment, inherited unchanged, and answers calls over its pipes, one
+JSON line per request and per reply; only prompts, replies and scrubbed failures cross. The
+child ends when its stdin closes (:meth:`EndpointProcess.close`, the object collected, or
+the engine's process dying); one that dies mid-call fails the calls in flight with
+:class:`ConnectionError` (retried by the door) and the next call starts another.
 """
 
 from __future__ import annotations

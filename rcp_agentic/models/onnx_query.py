@@ -1,29 +1,16 @@
 """The query path of the bundled MiniLM on onnxruntime, with a fixed thread budget.
 
-A query embedding is most of a retrieve's time, and torch's intra-op team (two threads on a
-two-core machine) spins for a core another process holds: one query measured p50 540 ms that
-way against 10.8 ms single-threaded (issue 24). An onnxruntime session made with
+A query embedding is most of a retrieve's time. An onnxruntime session made with
 ``intra_op_num_threads=1`` runs each query on its caller's thread, so concurrent queries use
-the server's request threads and never more, and an ingest embedding batches with torch (its
-own ``torch_threads``) cannot take a thread team from them.
-
-The same weights, exported once: the transformer plus the mean pooling the model's
-sentence-transformers config names, through torch's TorchScript exporter (the ``onnx``
-package), into ``<cache>/onnx/<weights sha256[:16]>-<EXPORT_FORMAT>/`` (``<cache>``:
-``RCP_AGENTIC_CACHE``, else ``$XDG_CACHE_HOME/rcp-agentic``, else ``~/.cache/rcp-agentic``).
-The export is checked against the torch model on :data:`CHECK_TEXTS` before it is kept: the
-largest difference of any normalised coordinate must be at most :data:`MAX_DELTA`, else it is
-not used. It is written under a temporary name and renamed, so a process never reads half of
-one another process is writing.
-
-A kept export is used only while its model file is the one that passed: ``check.json``
-records the file's sha256, size and mtime (with the weights' digest, the export format and
-the model's output dimension). On open the file's size and mtime are compared with the
-record (cheap); when the mtime moved the file is hashed again, and a matching hash brings the
-record up to date. Any mismatch (another file, a record that is missing, garbled, larger than
-:data:`MAX_CHECK_BYTES` or lacks a field, vectors of another dimension than the model's) logs
-a warning, removes the folder and exports again from torch, so queries never run on a model
-nobody checked.
+the server's request threads and never more, and an ingest's torch threads cannot take a
+thread team from them (:mod:`.threads`). The same weights are exported once (torch's
+TorchScript exporter) into ``<cache>/onnx/<weights sha256[:16]>-<EXPORT_FORMAT>/``, checked
+against the torch model on :data:`CHECK_TEXTS` (at most :data:`MAX_DELTA` apart) before they
+are kept, and written under a temporary name then renamed. A kept export is used only while
+its model file is the one that passed (``check.json``: sha256, size, mtime); any mismatch
+logs a warning, removes the folder and exports again, so queries never run on a model
+nobody checked. The cache folder and the check in full: ``docs/internals.md``, "The ONNX
+query path".
 """
 
 from __future__ import annotations

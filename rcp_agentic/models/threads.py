@@ -1,20 +1,17 @@
 """Thread budgets of the two model paths, so a query never waits behind an ingest's threads.
 
-One process runs model work on two paths (issue 24 measured why this matters: a team of two
-torch threads with one core taken turned a 10 ms query embedding into 540 ms):
-
 * **The query path** runs on the request's own thread with a small fixed budget
   (``query_threads``, default 1): the ONNX query encoder has that many intra-op threads, and
   torch work at query time (a cross-encoder rerank, the torch fallback of a query embedding)
-  runs under :func:`caller_torch_threads`. torch's thread count belongs to the calling thread,
-  so setting it there leaves every other path alone.
+  runs under :func:`caller_torch_threads`; torch's thread count belongs to the calling
+  thread, so setting it there leaves every other path alone.
 * **The ingest path** (document embedding for writes and the derived builders) runs on one
-  process-wide thread, the :class:`IngestLane`, with ``torch_threads`` intra-op threads (None:
-  torch's default, one per core) at a lower CPU priority (``ingest_nice`` added to the lane
-  thread's niceness; the OpenMP team it starts inherits it). On an idle machine an ingest gets
-  every core; when a query thread wants one, the scheduler gives it the core (nice 10 weighs
-  about a tenth of nice 0) instead of making it wait for a spinning team. Embedding batches
-  from several writers or engines queue on the lane instead of stacking thread teams.
+  process-wide thread, the :class:`IngestLane`, with ``torch_threads`` intra-op threads at a
+  lower CPU priority (``ingest_nice``): an ingest on an idle machine gets every core, and a
+  query thread that wants one gets it instead of waiting for a spinning team. Batches from
+  several writers or engines queue on the lane instead of stacking thread teams.
+
+Why: ``docs/internals.md``, "Thread budgets".
 """
 
 from __future__ import annotations

@@ -1,95 +1,17 @@
 """Calibrated hit confidence (RCP §7.7.2): retrieval signals → P(the hit is relevant).
 
-A hit's ``confidence`` is the output of a small logistic regression, one model per
-signal set and unit family::
-
-    P(relevant) = sigmoid(b + Σ w_f · f(hit))
-
-A signal set is the request's mode (``dense`` / ``sparse`` / ``hybrid``) or, when graph
-recall ran (``x-rcp-agentic-graphRecall`` and the query linked an entity of the graph),
-that mode plus graph recall's list (``hybrid+graph`` …). The families are ``chunk``
-(also ``passage``; ``page`` borrows it), ``document``, ``tree-node``, the knowledge
-graph's stored units ``node`` and ``triplet``, and its Leiden ``community`` reports. A
-graph-recall request is scored by its mode's graph model when there is one, else by its
-mode's own (which reads the dense and sparse signals only).
-
-Raw scores do not transfer between corpora (a cosine of 0.5 is a strong match in one
-and a weak one in another; BM25 grows with the corpus and the query; a PageRank mass is
-a share of one walk over one graph), so the features of formats 2 and 3 read a hit
-against its own query: against the query's recall lists (its *pool*: the head of each of
-the dense, sparse and graph lists ``retrieve`` recalled, ``Plan.pool_depth`` deep — the
-engine's ``candidate_k``, or the request's ``candidateK``, never ``k`` — before fusion and
-packing) and against the BM25 ceiling. A hit's rank is its place in the pool's fused order
-(before session dedup, rerank, recency and MMR), and its scores are the ones its lists
-ranked it by (:class:`~.sources.ScoredList`). So the features depend on the hit and its
-query, never on ``k``, ``tokenBudget``, the page, a session or the other hits returned
-(``tests/test_confidence_pool.py``):
-
-=======================  ==============================================  ======  ============
-feature                  definition                                      sign    signal sets
-=======================  ==============================================  ======  ============
-``dense``                cosine(query, unit), clipped to [-1, 1]         w ≥ 0   dense, hybrid
-``dense_gap``            the pool's best cosine − the hit's              w ≤ 0   dense, hybrid
-``log1p_dense_rank``     log(1 + the hit's rank in the dense pool)       w ≤ 0   hybrid
-``sparse_ratio``         BM25 ÷ ``engine.sparse_ceiling`` in [0, 1]      w ≥ 0   sparse, hybrid
-``sparse_rel``           BM25 ÷ the pool's best BM25 in [0, 1]           w ≥ 0   sparse, hybrid
-``top_sparse_ratio``     the pool's best BM25 ÷ the ceiling              w ≥ 0   sparse
-``log1p_sparse_rank``    log(1 + the hit's rank in the sparse pool)      w ≤ 0   hybrid
-``graph_rel``            PageRank mass ÷ the graph list's best, [0, 1]   w ≥ 0   ``*+graph``
-``shared_graph_rel``     ``graph_rel`` × the query's subject share       w ≥ 0   ``*+graph``
-``log1p_graph_rank``     log(1 + the hit's rank in the graph list)       w ≤ 0   ``*+graph``
-``dense_z``              (cosine − the dense pool's mean) ÷ its s.d.     w ≥ 0   dense, hybrid
-``top_dense_z``          ``dense_z`` of the pool's best cosine           w ≥ 0   dense, hybrid
-``sparse_z``             (BM25 − the sparse pool's mean) ÷ its s.d.      w ≥ 0   sparse, hybrid
-``top_sparse_z``         ``sparse_z`` of the pool's best BM25            w ≥ 0   sparse, hybrid
-``log1p_docs``           log(1 + documents of the unit's leaves)         w ≥ 0   node, triplet
-``log1p_sparse``         log(1 + BM25) (format 1; scale-bound)           w ≥ 0   —
-``log1p_rank``           log(1 + rank), rank 0-based in the fused pool   w ≤ 0   all
-``inv_rank``             1 / (1 + rank)                                  w ≥ 0   all
-=======================  ==============================================  ======  ============
-
-The z-scores (clipped to ±``Z_LIMIT``) say how far a hit, and the query's best, stand out
-of the pool in the pool's own spread, free of a corpus' scale and of how crowded the top of
-its pools is; they are what let one model hold on a corpus it was not fitted on (issue 22:
-without them, models fitted on two sets were over-confident on the third). The graph,
-breadth and community models keep the features of format 3. The document models leave out
-the raw ``dense`` cosine (a corpus' scale: a one-passage document and a many-chunk abstract
-sit at different cosines for the same standing in their pools). A pool too small to have a
-spread (fewer than ``Z_MIN_POOL`` scores: a corpus of a few dozen chunks) is scored by each
-model's companion fitted without the z-scores (``<key>:small-pool``). A ``*+graph`` set has its mode's
-features (without the z-scores) plus the three graph ones; the node and
-triplet models add their unit's breadth (a unit spanning more documents is likelier to
-cover a relevant one). The subject share is the part of the query's link weight on
-entities some passage is about (``GraphList.share``: graph recall scales its list's
-fusion weight by it), so graph mass counts for less when the query only names generic
-entities. A hit missing from a recall list (below its cut, or never reached: BM25 0,
-PageRank mass 0) ranks at the list's length or ``ABSENT_RANK``, whichever is deeper. The
-signs are constraints of the fit, so every model is by construction non-decreasing in
-``dense``, ``sparse``, ``graph`` (the hit's mass) and ``docs`` and non-increasing in
-``ceiling`` and ``rank``.
-Every model is calibrated against the same event — the hit covers a relevant document: a
-chunk or page lies in one, a document is one, a tree-node, node or triplet has one among
-the documents of its leaves (``provenance.leaves``) — so the probabilities are
-comparable across queries, modes and units; that is the §7.7.2 contract. One exception: a
-``community`` covers so many documents that covering a relevant one says little, and its
-report is an extract far narrower than those documents, so its event is what a reader of the
-report gets — its text holds a sentence of a relevant (supporting) passage
-(``bench/confidence.py --community``; fitted on HotpotQA and 2Wiki). Composed units
-(``path``, ``subgraph``) have no model of their own: a composed hit carries its best leaf
-chunk's confidence (``Retriever._retrieve_composed``).
-
-The shipped parameters (``rcp_agentic/data/calibration.json``) were fitted on
-SciFact's training split and the HotpotQA and 2WikiMultiHopQA dev sets together, each
-set weighted equally, with the engine's default embedder and BM25 settings (see its
-``fitted_on``); the graph models on engines of the same sets built with
-``build_graph=True``. ``bench/confidence.py`` (``--graph`` for the graph models) measures
-their transfer by leaving one set out. ``calibration_fit.calibrate_engine`` refits the
-chunk and document models for another corpus from BEIR-style queries and qrels. Files of
-format 1 (hit-only features), 2 (no graph models) and 3 (no z-scores) still load.
+A hit's ``confidence`` is a small logistic regression, ``sigmoid(b + Σ w_f · f(hit))``, one
+model per signal set (the request's mode, or that mode ``+graph`` when graph recall ran)
+and unit family (chunk, document, tree-node, node, triplet, community; a composed unit
+carries its best leaf chunk's). The features read a hit against its own query's recall pool
+(``candidate_k`` deep, never ``k``, the page or a session) and the BM25 ceiling, so a model
+holds on a corpus it was not fitted on. The shipped models are
+``rcp_agentic/data/calibration.json``; files of formats 1 to 3 still load.
 
 This module is what ``retrieve`` runs: the features, the models as loaded and
-:class:`Calibrator`; it needs numpy only. Collecting labelled hits, fitting and measuring
-(scipy) live in :mod:`rcp_agentic.pipeline.calibration_fit`.
+:class:`Calibrator`; it needs numpy only. Fitting (scipy) lives in :mod:`.calibration_fit`.
+The features, the event each family is calibrated against and where the models were fitted:
+``docs/internals.md``, "Calibrated confidence".
 """
 
 from __future__ import annotations
@@ -129,7 +51,7 @@ HIT_FEATURES: dict[str, tuple[str, ...]] = {
     "sparse": ("sparse_ratio", "log1p_sparse", "log1p_rank", "inv_rank"),
     "hybrid": ("dense", "sparse_ratio", "log1p_sparse", "log1p_rank", "inv_rank"),
 }
-# Format 2: read against the query's recall lists (see the module docstring).
+# Format 2: read against the query's recall lists (docs/internals.md, "Calibrated confidence").
 DEFAULT_FEATURES: dict[str, tuple[str, ...]] = {
     "dense": ("dense", "dense_gap", "log1p_rank", "inv_rank"),
     "sparse": ("sparse_ratio", "sparse_rel", "top_sparse_ratio", "log1p_rank", "inv_rank"),

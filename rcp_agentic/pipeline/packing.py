@@ -1,24 +1,16 @@
 """Token-budget packing (RCP §7.7.2) and the page boundaries of cursor pagination (§10).
 
-Hits are taken in rank order until ``k`` or the budget binds. A hit larger than
-the budget still left is skipped — a smaller one further down may still fit — and
-stays pending: the next page starts at the first pending hit, excluding those
-this page already took, so pages over one ranked list never repeat or lose a hit.
-A hit larger than the whole budget can never be packed; it is passed over and
-counted in ``oversized``. The budget is never exceeded.
-
-In a pool of several kinds (a collapsed tree: chunks and the summaries above them)
-one result never holds a unit together with a unit it contains: given ``leaves``
-(the leaf chunks of the i-th candidate, None when not judged), a candidate whose
-leaves contain or lie within those of one already taken is passed over and counted
-in ``contained``.
-
-Taking a coarse unit (a summary) shuts out the finer units it contains that rank
-below it. Given ``keeps`` (``keeps(i, j)``: does candidate ``i`` keep, for this
-query, the evidence of candidate ``j`` it contains), a coarse candidate is taken
-only when it keeps the evidence of every finer unit it would displace — those that
-packing would otherwise take from there on (the same rules, budget and ``k``, that
-candidate left out). One that would not is passed over and counted in ``withheld``.
+Hits are taken in rank order until ``k`` or the budget binds; the budget is never exceeded.
+A hit larger than the budget still left is skipped — a smaller one further down may fit —
+and stays pending: the next page starts at the first pending hit, excluding those this page
+took, so pages over one ranked list never repeat or lose a hit. A hit larger than the whole
+budget is passed over and counted in ``oversized``. In a pool of several kinds (a collapsed
+tree) one result never holds a unit together with a unit it contains: given ``leaves`` (each
+candidate's leaf chunks), such a candidate is passed over and counted in ``contained``.
+Given ``keeps`` (``keeps(i, j)``: does candidate ``i`` keep, for this query, the evidence of
+the candidate ``j`` it contains), a coarse candidate is taken only when it keeps the evidence
+of every finer unit it would displace (those packing would otherwise take from there on);
+one that would not is passed over and counted in ``withheld``.
 """
 
 from __future__ import annotations

@@ -1,25 +1,16 @@
 """``retrieve``'s ``rewrite`` option (§7.7): the query transformed by the engine's LLM before
 recall (:mod:`rcp_agentic.pipeline.transform`).
 
-* ``rewrite`` and ``step-back`` search with the LLM's one query, every stage alike.
-* ``hyde`` embeds the LLM's hypothetical answer passage for the dense leg (and a tree
-  traversal); BM25, graph linking and the reranker keep the question as given. In
-  ``mode: "sparse"``, which has no dense leg, BM25 reads the question and the passage
-  together.
-* ``multi-query`` searches with the question and the LLM's alternatives, ``decompose`` with
-  its sub-questions: one ranking each, fused by reciprocal rank (:func:`.fusion.rrf`, ties by
-  unit id).
-
-The result's ``rewrittenQuery`` is what was searched with (several queries joined by
-`` | ``; hyde's passage), and ``usage.notes`` says how. A reply the LLM made unusable leaves
-the question as given, and says so.
-
-``rewrite``, ``step-back`` and ``hyde`` keep every option: a cursor carries the rewritten
-query, so the next page searches with the first page's instead of asking the LLM again.
-``multi-query`` and ``decompose`` keep sessions and ``tokenBudget`` (each ranking skips what
-the session was given; the fused one is packed and recorded once) but mint no cursor
-(:func:`.params.make_plan` refuses one); ``minScore`` applies to each query's ranking, since
-the fused score is on another scale.
+``rewrite`` and ``step-back`` search with the LLM's one query. ``hyde`` embeds the LLM's
+hypothetical passage for the dense leg (and a tree traversal); BM25, graph linking and the
+reranker keep the question (in ``mode: "sparse"`` BM25 reads both). ``multi-query`` and
+``decompose`` search with the question's alternatives or sub-questions, one ranking each,
+fused by reciprocal rank (ties by unit id). The result's ``rewrittenQuery`` is what was
+searched with and ``usage.notes`` says how; a reply the LLM made unusable leaves the
+question as given, and says so. A cursor carries the rewritten query, so the next page does
+not ask the LLM again; ``multi-query`` and ``decompose`` keep sessions and ``tokenBudget``
+but mint no cursor (:func:`.params.make_plan` refuses one) and apply ``minScore`` to each
+query's ranking, since the fused score is on another scale.
 """
 
 from __future__ import annotations

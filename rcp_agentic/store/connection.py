@@ -3,17 +3,14 @@ mode), a few for reads, write transactions that wait for other processes, and no
 their commits.
 
 Reads go to a small pool of their own connections (WAL lets them read beside a writer), so
-a derived builder reading every live unit (hundreds of ms at SciFact scale) does not hold
-up a retrieve's reads; a thread inside a write transaction reads through the writer's
-connection, where its own uncommitted rows are.
-
-Several processes may open one engine directory (a server that stays open while
-``rcp-agentic index`` writes into it, or two writers at once). SQLite serialises them: a
-write is one ``BEGIN IMMEDIATE`` transaction that waits up to ``busy_timeout`` seconds for
-another process's write to finish (without blocking this process's readers while it waits)
-and past that raises BackendUnavailable (-32010, retryable). Readers see every commit at
-their next read: :meth:`Connection.refresh` notices another connection's commit
-(``PRAGMA data_version``) and has the in-memory state that follows the database catch up.
+a derived builder reading every live unit does not hold up a retrieve's reads; a thread
+inside a write transaction reads through the writer's connection, where its own uncommitted
+rows are. Several processes may open one engine directory (a server open while
+``rcp-agentic index`` writes into it): a write is one ``BEGIN IMMEDIATE`` transaction that
+waits up to ``busy_timeout`` seconds for another process's write, without blocking this
+process's readers, and past that raises BackendUnavailable (-32010, retryable).
+:meth:`Connection.refresh` notices another connection's commit (``PRAGMA data_version``) and
+has the in-memory state that follows the database catch up.
 """
 
 from __future__ import annotations

@@ -2,20 +2,15 @@
 outbox, as narrow parts over one connection.
 
 SQLite is the source of truth; a process killed at any point leaves either the old or the
-new version of a document, whole (``writes.py``). The parts, each with its own job:
-
-- ``connection``: the connection, its lock, write transactions that wait for other
-  processes, and refresh on their commits (``connection.py``; the tables: ``schema.py``);
-- ``info_table``: engine-wide keys and the index versions (``info.py``);
-- ``filter_fields`` and ``vocabulary``: what metadata and text are spelled in
-  (``fields.py``, ``vocabulary.py``);
-- ``writer``: documents, derived units, retirement, garbage collection, the leaf cache
-  (``writes.py``);
-- ``reader``: units at a version, filtered rowids, hydrated rows (``reads.py``);
-- ``feed``: the outbox and the row streams recall backends copy (``feed.py``).
-
-:class:`Docstore` builds them and offers each part's methods under its own name, so a
-holder of the store reaches any of them; a caller that needs one job can take that part.
+new version of a document, whole (``writes.py``). The parts: ``connection`` (the
+connection, its lock, write transactions that wait for other processes, refresh on their
+commits; ``connection.py``, the tables in ``schema.py``), ``info_table`` (engine-wide keys,
+index versions; ``info.py``), ``filter_fields`` and ``vocabulary`` (what metadata and text
+are spelled in; ``fields.py``, ``vocabulary.py``), ``writer`` (documents, derived units,
+retirement, garbage collection, the leaf cache; ``writes.py``), ``reader`` (units at a
+version, filtered rowids, hydrated rows; ``reads.py``) and ``feed`` (the outbox and the row
+streams recall backends copy; ``feed.py``). :class:`Docstore` builds them and offers each
+part's methods under its own name; a caller that needs one job can take that part.
 """
 
 from __future__ import annotations

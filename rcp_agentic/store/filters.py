@@ -1,24 +1,17 @@
 """RCP/1 metadata filters (§8): validate a filter tree against typed fields, compile it to SQL.
 
-The engine evaluates every filter in SQLite, whichever retrieval mode runs, so a
-filter selects exactly the same units in dense, sparse and hybrid mode.
+The engine evaluates every filter in SQLite, whichever retrieval mode runs, so a filter
+selects exactly the same units in dense, sparse and hybrid mode. The semantics users rely on
+are documented in ``docs/agentic.md``, "Filters": a leaf on a missing field is false except
+``ne``, ``nin`` and ``exists: false``; ``not`` is plain negation; ``contains`` is a
+case-sensitive substring test on ``text`` fields and membership on arrays; an array never
+equals or orders against a scalar; strings compare case-sensitively, byte by byte; dates
+compare as instants; ``chunk_index`` exists only on chunk units.
 
-Semantics (documented for users):
-- a leaf on a field the unit's document does not have is false, except ``ne``
-  and ``nin`` (true: "not equal" holds for a missing value) and
-  ``exists: false``; ``not`` is plain boolean negation of its child;
-- ``contains`` on a ``text`` field is a case-sensitive substring test; on any
-  other field it tests membership in an array value (or equality with a scalar);
-- string comparison is case-sensitive and byte-ordered; ``date`` values are RFC 3339
-  strings or integer epoch milliseconds and compare as instants;
-- an array value never equals, nor orders against, a scalar (``eq``/``in``/``gt`` are
-  false, ``ne``/``nin`` true): test arrays with ``contains``;
-- ``chunk_index`` exists only on chunk units.
-
-Size: a filter is at most ``max_filter_depth`` objects deep and ``max_filter_nodes``
-large (objects plus the values of ``in``/``nin`` lists); :func:`check_filter_size`
-refuses a larger one with InvalidParams on ``filter`` before it is compiled, so no
-client-sent tree reaches SQLite's parser or expression limits.
+Size: a filter is at most ``max_filter_depth`` objects deep and ``max_filter_nodes`` large
+(objects plus the values of ``in``/``nin`` lists); :func:`check_filter_size` refuses a
+larger one with InvalidParams on ``filter`` before it is compiled, so no client-sent tree
+reaches SQLite's parser or expression limits.
 """
 
 from __future__ import annotations

@@ -1,35 +1,16 @@
 """The Milvus backend's collections, kept in step with the SQLite docstore.
 
-Layout: one collection per unit kind and level, reached through the alias
-``<prefix>_<unit>_<level>``, so BM25 keeps each kind's own statistics as the
-in-memory index does. A row is a unit: ``rowid`` (the docstore's, primary key),
-``uid``, the versions that added and retired it (``v_from``, ``v_to``; live rows
-carry ``LIVE``), typed scalar columns for the built-in and user filter fields
-(``store/milvus_filter.py``), ``terms`` — the unit's text analysed by the engine's
-own analyzer (lowercase, stopwords, Snowball stems), which Milvus's standard
-tokenizer splits back into the same terms — its ``dense`` vector and ``sparse``,
-the BM25 vector Milvus computes from ``terms``. Milvus scores BM25 at query time
-from its own statistics over every row it holds (retained older versions included).
-
-Sync: SQLite stays the source of truth. On a Milvus server each collection records
-in its ``rcp.synced`` property the index version it holds; bringing it to version
-``v`` upserts the rows added since (idempotent per rowid), writes the new ``v_to``
-of rows retired since (a partial upsert), deletes the rows no retained version can
-see, flushes (search on unflushed segments is ~40x slower) and only then moves the
-property. A crash or an outage at any step leaves the property behind, so the next
-sync redoes the step; a read pins ``v_from <= v < v_to``, so rows of a later commit
-are never visible early, and a read syncs to its version first (or raises). A
-collection that disappeared (a server restarted empty) is recreated and refilled.
-BM25 there counts every row the collection holds, retained older versions included
-(as Lucene counts deleted documents until a merge).
-
-Milvus Lite scores BM25 with each segment's own statistics (every flush makes a
-segment) over every row it holds, so there a read at version ``v`` searches a
-snapshot collection of the kind holding exactly its rows visible at ``v``, written
-whole on the first read and marked complete last (``rcp.complete``); versions with
-the same rows share one, and the newest ``snapshots_retained`` are kept. BM25 is then
-exact at every version, at the cost of a rewrite of the kind after each write —
-right for tests and a laptop, not for a large corpus.
+One collection per unit kind and level (alias ``<prefix>_<unit>_<level>``), so BM25 keeps
+each kind's own statistics; a row is a unit (``rowid`` the docstore's) with the versions
+that added and retired it (``v_from``, ``v_to``), typed filter columns
+(:mod:`.milvus_filter`), its analysed ``terms``, its ``dense`` vector and the ``sparse``
+BM25 vector Milvus computes from the terms. SQLite stays the source of truth: a sync
+upserts, retires and deletes rows, flushes, and only then moves the collection's
+``rcp.synced`` version, so a crash leaves it behind and the next sync redoes the step; a
+read pins ``v_from <= v < v_to`` and syncs to its version first. Milvus Lite reads a
+snapshot collection per version instead, for exact BM25 at every version (right for tests
+and a laptop, not a large corpus). The layout and the sync step by step:
+``docs/internals.md``, "Milvus collections".
 """
 
 from __future__ import annotations

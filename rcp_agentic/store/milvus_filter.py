@@ -1,26 +1,14 @@
 """RCP §8 filters on Milvus: typed scalar columns for filter fields and a compiler to Milvus
 boolean expressions that select exactly the units SQLite's compiled filter selects.
 
-Columns (see :func:`field_columns`):
-
-- built-ins (nullable) ``b_doc_id``, ``b_source``, ``b_title``, ``b_file_type`` (VARCHAR),
-  ``b_modified`` (DOUBLE, epoch ms), ``b_chunk_index`` (INT64, chunk units only),
-  ``b_page_start``, ``b_page_end`` (INT64);
-- per user field (nullable) ``m_<h>`` (its scalar value), ``ma_<h>`` (its array value) and,
-  for ``text`` fields, ``mj_<h>`` (the array's elements joined by U+001F, for substring
-  ``contains`` on arrays, which Milvus cannot express per element); ``h`` hashes the field's
-  name *and type*, so a field redeclared or widened to another type has new columns, which
-  an older collection lacks: the compiler then answers None (fall back to SQLite);
-- ``b_inexact`` (BOOL, not nullable): the row holds a value Milvus cannot store faithfully
-  (a string over 65,535 UTF-8 bytes or not encodable, a NUL byte, which SQLite's JSON
-  functions truncate at, an array over 4,096 elements, an integer outside int64, a value not
-  of its field's type), or it is a derived unit (no document; SQLite judges those by the
-  chunks they cover).
-
-A compiled expression never selects a ``b_inexact`` row. The caller adds those rows back from
-SQLite: ``(<expr>) or rowid in [<inexact rowids that pass filtered_rowids>]``
-(see :data:`INEXACT_ROWS`). Every leaf is guarded with ``is null`` tests, so it is two-valued
-(Milvus compares NULL three-valued) and ``not`` is plain negation, as in SQLite.
+Built-in fields have ``b_`` columns, a user field ``m_<h>`` (its scalar), ``ma_<h>`` (its
+array) and, for ``text`` fields, ``mj_<h>`` (the array's elements joined, for ``contains``),
+``h`` hashing the field's name and type (:func:`field_columns`). A row Milvus cannot hold
+faithfully, or a derived unit, is marked ``b_inexact``: a compiled expression never selects
+it, and the caller adds those rows back from SQLite (:data:`INEXACT_ROWS`). Every leaf is
+guarded with ``is null`` tests, so it is two-valued and ``not`` is plain negation, as in
+SQLite; a collection that lacks a field's columns makes the compiler answer None (fall back
+to SQLite). The columns in full: ``docs/internals.md``, "Filters on Milvus".
 """
 
 from __future__ import annotations

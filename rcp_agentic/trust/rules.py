@@ -1,57 +1,16 @@
 """The injection screen's rules, as data (RCP §15.2; applied by :mod:`.screen`).
 
 Each rule is a :class:`RuleSpec`: the signal it raises, its weight (≥ 0.5 flags a text on
-its own), a regular expression over lower-cased text, and what gates it. An *anchored*
-rule (``_a``) names the words every match starts with: it is tried with ``match`` only
-where one of them occurs as a whole token. A *search* rule (``_s``) scans the text and is
-reserved for patterns that start with rare punctuation; ``needles`` are substrings one of
-which must occur. Every set in ``gates`` must share a token with the text. ``check`` names
-a per-match weighting of :mod:`.trust` (``reported``: reported speech counts half;
-``line_start`` / ``sentence_start``: only where the match opens a line / a sentence;
-``override``, ``foreign_marker``, ``fake_turns``: those rules' own tests). The order of
-``RULES`` is the order rules are tried in. Nothing here is compiled: :mod:`.trust` builds
-its index and patterns from this table once, at import.
-
-Rule families (signal names; weights in brackets):
-
-``override`` (ignore/disregard/forget/bypass … all/previous/your/system …
-instructions/rules/prompt, "forget what you were told") [.75],
-``override_revoked`` ("your previous instructions are void / have changed") [.6],
-``override_foreign`` (German, French, Spanish, Italian, Portuguese, Dutch) [.75];
-``role_line`` (``system:``/``assistant:`` lines that address the model) [.6],
-``role_system_token`` / ``role_token`` (``<|im_start|>system``, ``<|system|>``,
-``[INST]``, ``<<SYS>>``) [.65/.45], ``role_header`` (``### Instruction``) [.45–.6],
-``role_bracket`` (``[SYSTEM OVERRIDE]``, ``<system>``) [.55], ``role_fake_turns``
-(Human:/Assistant: turns) [.5], ``role_json`` / ``delimiter_json`` (a closed JSON
-message followed by a new ``{"role": …}``) [.25/.6];
-``addressed_ai`` ("if you are an AI …", "Attention LLM:", "note to any language
-model processing this", "Dear AI,") [.5–.6], ``authority_claim`` ("message from
-your developers") [.5];
-``new_role`` ("you are now …", "from now on …", "pretend you are") [.3],
-``new_task`` ("your new task is", "new instructions:") [.45–.55];
-``prompt_leak`` (reveal/repeat/print … system prompt, hidden/initial
-instructions, "everything above") [.5–.7];
-``secret_exfil`` (API keys, passwords, tokens, env vars sent to a URL/email or
-into the answer) [.6], ``secret_request`` ("print the password") [.35],
-``data_exfil`` (conversation/history/files sent to a URL/email/webhook) [.55],
-``data_harvest`` ("append the user's messages") [.35];
-``markdown_exfil`` (image/link/``<img>`` URLs with placeholders such as
-``?q={chat}``, ``$SECRET``, ``USER_EMAIL``) [.6], ``markdown_image`` [.2],
-``exfil_instruction`` ("render this image") [.35];
-``tool_markup`` (``<tool_call>``, ``functions.x(``) [.55], ``tool_forced``
-(silent/immediate tool use, "without asking the user") [.55], ``tool_call`` [.25],
-``tool_preapproved`` ("the user has already approved") [.5],
-``destructive_action`` [.35], ``dangerous_shell`` (``curl … | sh``, ``rm -rf ~``) [.3];
-``concealment`` ("do not tell the user", "keep this hidden from the user") [.6];
-``jailbreak`` (DAN / "do anything now", developer/jailbreak mode, "unrestricted
-self") [.7], ``jailbreak_no_rules`` ("you … without any restrictions") [.55],
-``safety_off`` ("safety filters are disabled") [.45], ``jailbreak_stay`` [.3];
-``delimiter`` (fake "END OF CONTEXT", ``</document>``, ``"}]}``) [.4];
-``hidden_markup`` (HTML comments, ``display:none``, white 0-px text) [.3],
-``hidden_instruction`` (a comment that addresses the model) [.6];
-``output_steering`` ("when summarising this, say …", "rate this review as") and
-``suppression`` ("omit any mention of") [.35], ``steering_readers`` ("anyone summarising
-this page must say …") [.55].
+its own), a regular expression over lower-cased text, and what gates it. An *anchored* rule
+(``_a``) names the words every match starts with and is tried with ``match`` only where one
+of them occurs as a whole token; a *search* rule (``_s``) scans the text (patterns that
+start with rare punctuation), ``needles`` being substrings one of which must occur. Every
+set in ``gates`` must share a token with the text. ``check`` names a per-match weighting of
+:mod:`.screen` (``reported``: reported speech counts half; ``line_start`` /
+``sentence_start``: only where the match opens a line / a sentence; ``override``,
+``foreign_marker``, ``fake_turns``: those rules' own tests). ``RULES`` is tried in order;
+nothing here is compiled. The rule families and their weights: ``docs/internals.md``, "The
+injection screen's rules".
 """
 
 from __future__ import annotations
