@@ -12,7 +12,7 @@ leaf chunks (:func:`leaf_confidence_params`, :func:`composed_hits`).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from typing import Any
 
 from ..errors import OptionUnsupported
@@ -64,27 +64,25 @@ def check_options(request: Request) -> None:
                     "their confidence is read off their leaf chunks once composed")
 
 
+@dataclass(eq=False)
 class ComposedRecall:
     """Composes a request's units and ranks them (module doc). ``graph_scope`` and
     ``chunk_prior`` are graph recall's (the graph a request may see, the passage prior)."""
 
-    def __init__(self, recall: RecallBackend, embedder: TimedEmbedder, sessions: SessionStore,
-                 reranker: Reranker | None, query_terms: Callable[[str], list[int]], *,
-                 graph_scope: Callable[..., tuple[Any, frozenset[str] | None]],
-                 chunk_prior: Callable[..., dict[str, float]]) -> None:
-        self._graph_scope = graph_scope
-        self._chunk_prior = chunk_prior
-        self._recall = recall
-        self._embedder = embedder
-        self._sessions = sessions
-        self._reranker = reranker
-        self._query_terms = query_terms
+    recall: RecallBackend
+    embedder: TimedEmbedder
+    sessions: SessionStore
+    reranker: Reranker | None
+    query_terms: Callable[[str], list[int]]
+    _: KW_ONLY
+    graph_scope: Callable[..., tuple[Any, frozenset[str] | None]]
+    chunk_prior: Callable[..., dict[str, float]]
 
     def compose(self, request: Request, composer: Callable[..., Any]) -> Composition | None:
         """The ranked units (None, with a note, when the snapshot holds no graph or the query
         names no entity of it)."""
         plan, snapshot = request.plan, request.snapshot
-        view, allowed_keys = self._graph_scope(plan, snapshot)
+        view, allowed_keys = self.graph_scope(plan, snapshot)
         if view is None:
             return None
         lag = snapshot.lag([("node", 0)])
@@ -95,12 +93,12 @@ class ComposedRecall:
             plan.notes.append(f"the query names no entity of the graph: no {plan.unit} to "
                               "compose")
             return None
-        qvec = (self._embedder.embed_query(plan.dense_query or plan.query)
+        qvec = (self.embedder.embed_query(plan.dense_query or plan.query)
                 if plan.mode in DENSE_MODES else None)
-        term_ids = (self._query_terms(plan.sparse_query or plan.query)
+        term_ids = (self.query_terms(plan.sparse_query or plan.query)
                     if plan.mode in SPARSE_MODES else [])
-        prior = self._chunk_prior(self._recall, plan, snapshot, {}, None, qvec, term_ids,
-                                  allowed_keys)
+        prior = self.chunk_prior(self.recall, plan, snapshot, {}, None, qvec, term_ids,
+                                 allowed_keys)
         request.ctl.check()
         made = list(composer(view, links, prior, k=plan.k, token_budget=plan.token_budget))
         found = Composition(made=made, ranked=made)
@@ -113,10 +111,10 @@ class ComposedRecall:
         plan = request.plan
         if plan.session_id:
             found.ranked = [c for c in found.ranked
-                            if composed_is_new(self._sessions, plan.session_id, c)]
-        if plan.rerank_top_n is not None and self._reranker is not None and found.ranked:
+                            if composed_is_new(self.sessions, plan.session_id, c)]
+        if plan.rerank_top_n is not None and self.reranker is not None and found.ranked:
             head = found.ranked[:plan.rerank_top_n]
-            got = score_passages(self._reranker, plan.query, [c.text for c in head])
+            got = score_passages(self.reranker, plan.query, [c.text for c in head])
             found.rerank = {c.uid: s for c, s in zip(head, got)}
             by_uid = {c.uid: c for c in head}
             found.ranked = ([by_uid[u] for u, _s in rank_scores(found.rerank.items())]
