@@ -142,15 +142,19 @@ class SentenceTransformerEmbedder:
 
 
 class _FrameworkEmbedder:
-    """Shared part of the framework adapters: identity from the wrapped class, probed dimension."""
+    """A framework's embeddings object as an embedder: identity from the wrapped class,
+    vectors from its ``documents_method`` and ``query_method`` (normalised), probed dimension."""
 
     prefix = ""
+    documents_method = ""
+    query_method = ""
 
     def __init__(self, wrapped: Any, *, identity: str | None = None) -> None:
         model = getattr(wrapped, "model", None) or getattr(wrapped, "model_name", None)
         cls = type(wrapped)
         self.identity = identity or f"{self.prefix}:{cls.__module__}.{cls.__qualname__}" + (
             f":{model}" if isinstance(model, str) and model else "")
+        self.wrapped = wrapped
         self._dimension: int | None = None
 
     @property
@@ -159,40 +163,27 @@ class _FrameworkEmbedder:
             self._dimension = int(self.embed_query("dimension probe").shape[0])
         return self._dimension
 
+    def embed_documents(self, texts: list[str]) -> np.ndarray:
+        return normalize_rows(getattr(self.wrapped, self.documents_method)(texts))
+
     def embed_query(self, text: str) -> np.ndarray:
-        raise NotImplementedError
+        return normalize_rows(getattr(self.wrapped, self.query_method)(text))[0]
 
 
 class LangChainEmbedder(_FrameworkEmbedder):
     """Adapter for any LangChain ``Embeddings`` object."""
 
     prefix = "langchain"
-
-    def __init__(self, embeddings: Any, *, identity: str | None = None) -> None:
-        super().__init__(embeddings, identity=identity)
-        self.embeddings = embeddings
-
-    def embed_documents(self, texts: list[str]) -> np.ndarray:
-        return normalize_rows(self.embeddings.embed_documents(texts))
-
-    def embed_query(self, text: str) -> np.ndarray:
-        return normalize_rows(self.embeddings.embed_query(text))[0]
+    documents_method = "embed_documents"
+    query_method = "embed_query"
 
 
 class LlamaIndexEmbedder(_FrameworkEmbedder):
     """Adapter for any LlamaIndex ``BaseEmbedding`` object."""
 
     prefix = "llamaindex"
-
-    def __init__(self, embedding: Any, *, identity: str | None = None) -> None:
-        super().__init__(embedding, identity=identity)
-        self.embedding = embedding
-
-    def embed_documents(self, texts: list[str]) -> np.ndarray:
-        return normalize_rows(self.embedding.get_text_embedding_batch(texts))
-
-    def embed_query(self, text: str) -> np.ndarray:
-        return normalize_rows(self.embedding.get_query_embedding(text))[0]
+    documents_method = "get_text_embedding_batch"
+    query_method = "get_query_embedding"
 
 
 def as_embedder(obj: Any = None) -> Embedder:
