@@ -157,10 +157,11 @@ def graph_svg(
     summary += f" and {len(lines)} edge{'s' if len(lines) != 1 else ''}"
     if caption_text:
         summary += f": {caption_text}"
+    drawn = _Drawn(ids, merged, pos, radius)
     out = [_open(width, height, summary)]
-    out.append(_edges_svg(lines, pos, radius, merged))
-    out.append(_nodes_svg(ids, pos, radius, merged, max_score))
-    out.append(_labels_svg(ids, pos, radius, merged, layout, width))
+    out.append(_edges_svg(lines, drawn))
+    out.append(_nodes_svg(drawn))
+    out.append(_labels_svg(drawn, layout, width))
     out.append(_legend_svg(roles))
     if caption_text:
         out.append(_caption_svg(caption_text, width, height))
@@ -263,6 +264,21 @@ class _Line:
     weight: float | None
     label: str
     bend: float = 0.0
+
+
+@dataclass(frozen=True)
+class _Drawn:
+    """The nodes drawn, in drawing order, with where each stands and its radius."""
+
+    ids: list[str]
+    merged: dict[str, SvgNode]
+    pos: dict[str, tuple[float, float]]
+    radius: dict[str, float]
+
+    def at(self, nid: str) -> tuple[SvgNode, float, float, float]:
+        """Node ``nid``, its centre and its radius."""
+        x, y = self.pos[nid]
+        return self.merged[nid], x, y, self.radius[nid]
 
 
 def _merge_edges(edges: Sequence[SvgEdge], kept: set[str]) -> list[_Line]:
@@ -452,12 +468,7 @@ def _halo(size: float, fill: str, weight: str = "normal") -> str:
     )
 
 
-def _edges_svg(
-    lines: list[_Line],
-    pos: dict[str, tuple[float, float]],
-    radius: dict[str, float],
-    merged: dict[str, SvgNode],
-) -> str:
+def _edges_svg(lines: list[_Line], drawn: _Drawn) -> str:
     weights = [ln.weight for ln in lines if ln.weight is not None]
     top = max(weights, default=0.0)
     body, labels = [], []
@@ -470,10 +481,10 @@ def _edges_svg(
         else:
             stroke_w = 1.0 + 3.5 * ln.weight / top
         colour = _EDGE_DIRECTED if ln.directed else _EDGE
-        tip = _edge_title(ln, merged)
-        (ax, ay), (bx, by) = pos[ln.a], pos[ln.b]
+        tip = _edge_title(ln, drawn.merged)
+        (ax, ay), (bx, by) = drawn.pos[ln.a], drawn.pos[ln.b]
         if ln.a == ln.b:  # a self-loop: a small loop above the node
-            r = radius[ln.a]
+            r = drawn.radius[ln.a]
             d = (
                 f"M{_num(ax - 4)} {_num(ay - r + 1)} "
                 f"C{_num(ax - 20)} {_num(ay - r - 26)} {_num(ax + 20)} {_num(ay - r - 26)} "
@@ -488,15 +499,15 @@ def _edges_svg(
             cx = (ax + bx) / 2 + nx_ * ln.bend * 2
             cy = (ay + by) / 2 + ny_ * ln.bend * 2
             # Start and end on the nodes' rims, aiming at the control point.
-            sx, sy = _toward(ax, ay, cx, cy, radius[ln.a] + 1)
-            ex, ey = _toward(bx, by, cx, cy, radius[ln.b] + (1 if not ln.directed else 8))
+            sx, sy = _toward(ax, ay, cx, cy, drawn.radius[ln.a] + 1)
+            ex, ey = _toward(bx, by, cx, cy, drawn.radius[ln.b] + (1 if not ln.directed else 8))
             d = f"M{_num(sx)} {_num(sy)} Q{_num(cx)} {_num(cy)} {_num(ex)} {_num(ey)}"
             if ln.bend == 0:
                 d = f"M{_num(sx)} {_num(sy)} L{_num(ex)} {_num(ey)}"
             mid = ((sx + 2 * cx + ex) / 4, (sy + 2 * cy + ey) / 4)
             head = ""
             if ln.directed:
-                head = _arrow(cx, cy, bx, by, radius[ln.b] + 1, colour)
+                head = _arrow(cx, cy, bx, by, drawn.radius[ln.b] + 1, colour)
         body.append(
             f'<g><title>{esc(tip)}</title><path d="{d}" fill="none" stroke="{colour}" '
             f'stroke-width="{_num(stroke_w)}" stroke-opacity="0.85" '
@@ -558,20 +569,12 @@ def _node_title(node: SvgNode) -> str:
     return shorten(text, TITLE_MAX_CHARS)
 
 
-def _nodes_svg(
-    ids: list[str],
-    pos: dict[str, tuple[float, float]],
-    radius: dict[str, float],
-    merged: dict[str, SvgNode],
-    max_score: float,
-) -> str:
+def _nodes_svg(drawn: _Drawn) -> str:
     out = []
-    for nid in ids:
-        node = merged[nid]
+    for nid in drawn.ids:
+        node, x, y, r = drawn.at(nid)
         role = _style_role(node.role)
         fill, stroke, stroke_w = _STYLE[role]
-        x, y = pos[nid]
-        r = radius[nid]
         if role == "chunk":
             w, h = 2.4 * r, 1.7 * r
             shape = (
@@ -591,18 +594,12 @@ def _nodes_svg(
     return f'<g data-layer="nodes">{"".join(out)}</g>'
 
 
-def _labels_svg(
-    ids: list[str],
-    pos: dict[str, tuple[float, float]],
-    radius: dict[str, float],
-    merged: dict[str, SvgNode],
-    layout: str,
-    width: int,
-) -> str:
+def _labels_svg(drawn: _Drawn, layout: str, width: int) -> str:
+    ids, merged = drawn.ids, drawn.merged
     out = []
     spacing = math.inf
     if layout == "path" and len(ids) > 1:
-        xs = sorted({round(p[0], 1) for p in pos.values()})
+        xs = sorted({round(p[0], 1) for p in drawn.pos.values()})
         spacing = min((b - a for a, b in itertools.pairwise(xs)), default=math.inf)
     size = 11.0
     texts = [shorten(_clean(merged[nid].label) or _clean(nid), LABEL_MAX_CHARS) for nid in ids]
@@ -616,12 +613,10 @@ def _labels_svg(
         room = 2 * spacing - 10
         texts = [_fit(t, room, size) for t in texts]
     for k, nid in enumerate(ids):
-        node = merged[nid]
         text = texts[k]
         if not text:
             continue
-        x, y = pos[nid]
-        r = radius[nid]
+        node, x, y, r = drawn.at(nid)
         bold = "bold" if node.role == "seed" else "normal"
         est = _text_width(text, size)
         above = crowded and k % 2 == 1
