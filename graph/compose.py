@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..models.tokenizer import count_tokens
-from ..store.reads import lowest_trust
+from ..store.reads import RowsOnce, lowest_trust
 from .index import node_uid, object_first
 from .index import triplet_uids as stored_triplet_uids
 from .model import Entity, GraphData, Relation
@@ -241,18 +241,13 @@ def _row(key: str) -> int:
     return int(key[1:])
 
 
-class _Evidence:
+class _Evidence(RowsOnce[dict[str, Any]]):
     """Which allowed chunk shows a relation's evidence sentence (hydrated rows, cached)."""
 
     def __init__(self, store: Docstore, graph: GraphData) -> None:
+        super().__init__(store.hydrate)
         self.store = store
         self.graph = graph
-        self.rows: dict[int, dict[str, Any]] = {}
-
-    def fetch(self, rowids: Iterable[int]) -> None:
-        todo = [r for r in dict.fromkeys(rowids) if r not in self.rows]
-        if todo:
-            self.rows.update(self.store.hydrate(todo))
 
     def chunk_of(self, r: Relation) -> int | None:
         """The allowed chunk holding ``r``'s evidence sentence (None: none visible)."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from ..store.reads import Reader
+from ..store.reads import Reader, RowsOnce
 from ..trust import InjectionScreen, derived_trust
 from ..wire import Trust
 
@@ -28,19 +28,18 @@ class SourceTrust:
     def __init__(self, store: Reader, screen: InjectionScreen) -> None:
         self.store = store
         self.screen = screen
-        self._rows: dict[int, tuple[str, bool]] = {}
+        self._trust = RowsOnce(store.unit_trust)
 
     def prefetch(self, keys: Iterable[str]) -> None:
         """Read the trust of these chunk keys in one go (before many :meth:`of` calls)."""
-        todo = [r for r in chunk_rowids(keys) if r not in self._rows]
-        if todo:
-            self._rows.update(self.store.unit_trust(todo))
+        self._trust.fetch(chunk_rowids(keys))
 
     def of(self, keys: Iterable[str], *texts: str) -> Trust:
         """The trust a text composed from the chunks ``keys`` (and reading ``texts``) carries."""
         keys = list(keys)
         self.prefetch(keys)
-        rows = [self._rows[r] for r in chunk_rowids(keys) if r in self._rows]
+        got = self._trust.rows
+        rows = [got[r] for r in chunk_rowids(keys) if r in got]
         return derived_trust((Trust(level=t, injection_suspected=s) for t, s in rows), texts,
                              self.screen)
 

@@ -13,7 +13,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import numpy as np
 
@@ -465,6 +465,23 @@ class Reader:
     def document_ids(self) -> list[str]:
         return [r for (r,) in self._conn.query(
             "SELECT id FROM documents WHERE v_to IS NULL ORDER BY id")]
+
+
+R = TypeVar("R")
+
+
+class RowsOnce(Generic[R]):
+    """What ``read`` gives for rowids, each read once for the holder's lifetime (one
+    request): :meth:`fetch` reads the rowids not read yet in one call; ``rows`` holds them."""
+
+    def __init__(self, read: Callable[[list[int]], dict[int, R]]) -> None:
+        self.rows: dict[int, R] = {}
+        self._read = read
+
+    def fetch(self, rowids: Iterable[int]) -> None:
+        todo = [r for r in dict.fromkeys(rowids) if r not in self.rows]
+        if todo:
+            self.rows.update(self._read(todo))
 
 
 def lowest_trust(levels: Iterable[str]) -> TrustLevel:
