@@ -94,17 +94,6 @@ def credential_part(url: str) -> str | None:
     return None
 
 
-_CALLER = " for one caller with the server's token"
-_ANONYMOUS = " for one anonymous caller"
-
-
-def _per_minute(default: int, what: str, scope: str, note: str = "") -> Any:
-    """A query-time LLM rate limit: ``what`` per minute within ``scope`` (``note`` adds to its
-    description), at least 1, or None for no limit."""
-    return Field(default, ge=1, description=f"query-time LLM {what} per minute{scope} "
-                 f"({note}None = no limit)")
-
-
 class EngineConfig(BaseModel):
     """Configuration of one engine directory."""
 
@@ -300,16 +289,24 @@ class EngineConfig(BaseModel):
     llm_max_reply_bytes: int = Field(
         1 << 20, ge=1024, le=1 << 30, description="bytes read of one LLM reply at most; a "
         "longer reply is refused")
-    llm_query_calls_per_minute: int | None = _per_minute(
-        120, "calls", ", all server callers together",
-        "global, drift, query/transform, rewrites; every retry counts; ")
-    llm_query_tokens_per_minute: int | None = _per_minute(
-        200_000, "tokens", ", all server callers together")
-    llm_caller_calls_per_minute: int | None = _per_minute(60, "calls", _CALLER)
-    llm_caller_tokens_per_minute: int | None = _per_minute(100_000, "tokens", _CALLER)
-    llm_anonymous_calls_per_minute: int | None = _per_minute(12, "calls", _ANONYMOUS,
-                                                             "by address; ")
-    llm_anonymous_tokens_per_minute: int | None = _per_minute(12_000, "tokens", _ANONYMOUS)
+    llm_query_calls_per_minute: int | None = Field(
+        120, ge=1, description="query-time LLM calls per minute, all server callers together "
+        "(global, drift, query/transform, rewrites; every retry counts; None = no limit)")
+    llm_query_tokens_per_minute: int | None = Field(
+        200_000, ge=1, description="query-time LLM tokens per minute, all server callers "
+        "together (None = no limit)")
+    llm_caller_calls_per_minute: int | None = Field(
+        60, ge=1, description="query-time LLM calls per minute for one caller with the "
+        "server's token (None = no limit)")
+    llm_caller_tokens_per_minute: int | None = Field(
+        100_000, ge=1, description="query-time LLM tokens per minute for one caller with the "
+        "server's token (None = no limit)")
+    llm_anonymous_calls_per_minute: int | None = Field(
+        12, ge=1, description="query-time LLM calls per minute for one anonymous caller (by "
+        "address; None = no limit)")
+    llm_anonymous_tokens_per_minute: int | None = Field(
+        12_000, ge=1, description="query-time LLM tokens per minute for one anonymous caller "
+        "(None = no limit)")
 
     def _section(self, section: type[S], prefix: str) -> S:
         """The fields named ``prefix`` + a field of ``section``, as that section."""
