@@ -80,40 +80,41 @@ class DerivedReport:
     def _done(self) -> str:
         return "full build" if self.mode == "full" else f"{self.mode} update"
 
+    def _why(self) -> str:
+        """The run's reason as a closing clause (``; <reason>``), empty without one."""
+        return f"; {self.reason}" if self.reason else ""
+
     def _tree_line(self) -> str:
         if self.mode == "none":
             return f"Tree ({self.unit}): up to date, {self.kept} nodes on {self.levels} " \
                    f"level(s){f' ({self.reason})' if self.reason != 'up to date' else ''}"
-        why = f"; {self.reason}" if self.reason else ""
         return (f"Tree ({self.unit}): {self._done()}, {self.added} nodes added, "
                 f"{self.retired} retired, {self.kept} kept; {self.levels} level(s) in "
                 f"{self.seconds:.1f}s ({self.seconds_summarising:.1f}s summarising, "
-                f"{self.seconds_embedding:.1f}s embedding{why})")
+                f"{self.seconds_embedding:.1f}s embedding{self._why()})")
 
     def _graph_line(self) -> str:
         if self.mode == "none":
             return f"Graph (node, triplet): {self.reason or 'up to date'}, {self.kept} units"
         c = self.counts
-        why = f"; {self.reason}" if self.reason else ""
         return (f"Graph (node, triplet): {self._done()}, {c.get('nodes', 0)} nodes, "
                 f"{c.get('triplets', 0)} triplets, {c.get('synonyms', 0)} synonym edges over "
                 f"{c.get('chunks', 0)} chunks; {self.added} units written, {self.retired} "
                 f"retired, {self.kept} kept in {self.seconds:.1f}s ({c.get('extracted', 0)} "
                 f"chunks extracted in {self.seconds_extracting:.1f}s, {c.get('embedded', 0)} "
-                f"texts embedded in {self.seconds_embedding:.1f}s{why})")
+                f"texts embedded in {self.seconds_embedding:.1f}s{self._why()})")
 
     def _community_line(self) -> str:
         if self.mode == "none":
             return (f"Communities: {self.reason or 'up to date'}, {self.kept} communities"
                     + (f" on {self.levels + 1} level(s)" if self.kept else ""))
         c = self.counts
-        why = f"; {self.reason}" if self.reason else ""
         return (f"Communities: {self._done()}, {c.get('communities', 0)} communities on "
                 f"{self.levels + 1} level(s) over {c.get('entities', 0)} entities; "
                 f"{self.added} written, {self.retired} retired, {self.kept} kept, "
                 f"{c.get('reports_written', 0)} reports written in {self.seconds:.1f}s "
                 f"({self.seconds_clustering:.1f}s clustering, {self.seconds_summarising:.1f}s "
-                f"reports, {self.seconds_embedding:.1f}s embedding{why})")
+                f"reports, {self.seconds_embedding:.1f}s embedding{self._why()})")
 
     def _llm_clause(self) -> str:
         """What the run's LLM calls cost, as a clause (empty without any)."""
