@@ -10,6 +10,7 @@ that worker when another process's commit leaves a kind lagging (:meth:`DerivedU
 from __future__ import annotations
 
 import threading
+from dataclasses import KW_ONLY, dataclass, field
 from pathlib import Path
 
 from .builder_set import BuilderSet
@@ -18,6 +19,7 @@ from .catchup import GRACE_SECONDS, CatchUp, directory_lock
 from .derived import DerivedReport
 
 
+@dataclass(eq=False)
 class DerivedUpdates:
     """After-write runs of an engine's builders, inline or by its worker (module doc).
 
@@ -26,22 +28,21 @@ class DerivedUpdates:
     process that leaves one lagging.
     """
 
-    def __init__(self, builders: BuilderSet, *, directory: Path, inline: bool,
-                 failures: BuildFailures) -> None:
-        self.builders = builders
-        self._directory = directory
-        self._inline = inline
-        self._failures = failures
-        self.catch_up: CatchUp | None = None
-        self._lock = threading.Lock()
-        self._closed = False
+    builders: BuilderSet
+    _: KW_ONLY
+    directory: Path
+    inline: bool
+    failures: BuildFailures
+    catch_up: CatchUp | None = field(default=None, init=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, init=False)
+    _closed: bool = field(default=False, init=False)
 
     def worker(self) -> CatchUp:
         """The worker, started on first need (never after :meth:`close`)."""
         with self._lock:
             if self.catch_up is None:
-                self.catch_up = CatchUp(self._directory, self.builders,
-                                        failures=self._failures)
+                self.catch_up = CatchUp(self.directory, self.builders,
+                                        failures=self.failures)
                 if not self._closed:
                     self.catch_up.start()
             return self.catch_up
@@ -51,9 +52,9 @@ class DerivedUpdates:
         to the worker (background; a ``scheduled`` report per builder)."""
         if not self.builders.builders:
             return []
-        if self._inline:
+        if self.inline:
             # Held as the worker holds it: a server's worker waits instead of building too.
-            with directory_lock(self._directory):
+            with directory_lock(self.directory):
                 return self.builders.update()
         scheduled = [DerivedReport(unit, "scheduled", reason="built in the background")
                      for unit in self.builders.lagging()]
