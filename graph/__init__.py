@@ -14,8 +14,10 @@ from .communities.build import (Community, CommunityHierarchy, CommunityUpdate,
                                 build_communities, community_id, entity_edges, modularity,
                                 update_communities)
 from .communities.config import CommunityConfig
-from .extract import (BuiltinExtractor, ChunkExtraction, Extractor, Lexicon, LLMExtractor,
-                      RawMention, RawRelation, SpacyExtractor, parse_llm_reply)
+from .extract import ChunkExtraction, Extractor, Lexicon, RawMention, RawRelation
+from .extract_llm import LLMExtractor, parse_llm_reply
+from .extract_rules import BuiltinExtractor
+from .extract_spacy import SpacyExtractor
 from .model import ChunkText, Entity, GraphData, Mention, Relation, Span, Synonym
 from .ppr import GraphView, Subgraph
 from .ppr_weights import PPRWeights

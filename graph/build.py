@@ -28,9 +28,9 @@ import numpy as np
 from ..models.tokenizer import count_tokens, count_tokens_batch
 from ..read_first import checkpoint
 from ..text import cut_to_tokens
-from .extract import (RULE_RUN, STOPWORDS, ChunkExtraction, Extractor, Lexicon, RawMention,
-                      choose_mentions, fold, sentence_spans, title_entries, title_key,
-                      title_name)
+from .extract import (STOPWORDS, ChunkExtraction, Extractor, Lexicon, RawMention, choose_mentions,
+                      fold, sentence_spans, title_entries, title_key, title_name)
+from .extract_rules import RULE_RUN
 from .model import ChunkText, Entity, GraphData, Relation, Span, Synonym
 from .resolve import entity_key, synonym_edges
 

@@ -34,7 +34,8 @@ from ..read_first import checkpoint
 from ..store.docstore import Docstore
 from ..store.writes import UnitRecord
 from .build import GraphCache, GraphConfig, build_graph
-from .extract import BuiltinExtractor, ChunkExtraction, Extractor
+from .extract import ChunkExtraction, Extractor
+from .extract_rules import BuiltinExtractor
 from .model import ChunkText, Entity, GraphData, Relation, Span, Synonym
 
 _loads: Callable[[str], Any] = json.loads
@@ -343,13 +344,13 @@ def make_extractor(spec: str, llm: Any = None) -> Extractor | None:
     if spec == "builtin":
         return BuiltinExtractor()
     if spec.startswith("spacy:"):
-        from .extract import SpacyExtractor
+        from .extract_spacy import SpacyExtractor
 
         return SpacyExtractor(spec[len("spacy:"):])
     if spec == "llm":
         if llm is None:
             return None
-        from .extract import LLMExtractor
+        from .extract_llm import LLMExtractor
 
         return LLMExtractor(llm)
     raise InvalidParams(f"unknown graph_extractor {spec!r}", field="graph_extractor")

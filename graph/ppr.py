@@ -25,7 +25,8 @@ import scipy.sparse as sp
 
 from ..ranking import MASS_TOLERANCE, top
 from .edges import LOW_KINDS, EdgeList, entity_edges, relation_edges, synonym_edges, transition
-from .extract import BuiltinExtractor, Lexicon, choose_mentions
+from .extract import Lexicon, choose_mentions
+from .extract_rules import BuiltinExtractor
 from .model import GraphData, Relation
 from .ppr_weights import PPRWeights
 from .resolve import entity_key

@@ -10,7 +10,8 @@ from hypothesis import strategies as st
 
 from rcp_agentic.graph import BuiltinExtractor, ChunkText, GraphConfig, build_graph, entity_key
 from rcp_agentic.graph.build import GraphCache, resolved_mentions
-from rcp_agentic.graph.extract import STOPWORDS, fold, sentence_spans, structural_spans
+from rcp_agentic.graph.extract import STOPWORDS, fold, sentence_spans
+from rcp_agentic.graph.extract_rules import structural_spans
 
 pytestmark = pytest.mark.inline_derived
 
