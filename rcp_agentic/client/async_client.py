@@ -6,36 +6,17 @@ import asyncio
 import logging
 import os
 from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
+from ..wire import (GraphResult, MemoryBuildResult, MemoryRecallResult, RerankResult,
+                    RetrieveResult, TransformResult)
+from . import methods
 from .core import ClientCore, ProgressCallback, Step
 from .errors import ClientTimeout, RCPError, TransportError
-from .params import (
-    embed_params,
-    feedback_params,
-    graph_params,
-    index_add_params,
-    memory_build_params,
-    memory_recall_params,
-    index_delete_params,
-    rerank_params,
-    retrieve_params,
-    transform_params,
-)
-from .results import (
-    GraphResult,
-    MemoryBuildResult,
-    MemoryRecallResult,
-    RerankResult,
-    RetrieveResult,
-    TransformResult,
-    typed,
-)
 from .retry import Reinitialize, RetryPolicy, Send
 from .steps import adrive
 from .sync_client import DEFAULT_TIMEOUT, default_stdio_command
 from .transport import AsyncTransport, Message
-from .vectors import decode_vectors
 
 if TYPE_CHECKING:
     import httpx
@@ -45,6 +26,7 @@ if TYPE_CHECKING:
     from ..protocol.dispatcher import Dispatcher
 
 log = logging.getLogger("rcp_agentic.client")
+T = TypeVar("T")
 
 CANCEL_NOTIFY_TIMEOUT = 5.0
 
@@ -64,9 +46,8 @@ class AsyncRCPClient:
                  max_retries: int = 3, retry: RetryPolicy | None = None, strict: bool = True,
                  client_name: str | None = None) -> None:
         self.transport = transport
-        self._core = ClientCore(timeout=timeout, strict=strict,
-                                retry=retry or RetryPolicy(max_retries=max_retries),
-                                **({"client_name": client_name} if client_name else {}))
+        self._core = ClientCore(timeout=timeout, retry=retry, max_retries=max_retries,
+                                strict=strict, client_name=client_name)
         transport.on_notification = self._core.on_notification
         self._init_lock = asyncio.Lock()
         self._closed = False
@@ -159,45 +140,41 @@ class AsyncRCPClient:
                        **options: Any) -> RetrieveResult:
         """``retrieve`` (§7.7): a :class:`~rcp_agentic.wire.RetrieveResult`; options and
         gating as in :meth:`RCPClient.retrieve`."""
-        result = await self.call("retrieve", retrieve_params(query, k, options),
-                                 timeout=timeout, on_progress=on_progress, strict=strict)
-        return typed(RetrieveResult, "retrieve", result).with_query(query)
+        return await self._ask(methods.retrieve(query, k, options), timeout=timeout,
+                               on_progress=on_progress, strict=strict)
 
     async def embed(self, inputs: Sequence[Any], *, kind: str | None = None,
                     encoding: str = "json", as_numpy: bool = False, timeout: float | None = None,
                     strict: bool | None = None) -> dict[str, Any]:
         """``embed`` (§7.3), vectors decoded (lists, or a float32 matrix with ``as_numpy``)."""
-        result = await self.call("embed", embed_params(inputs, kind, encoding), timeout=timeout,
-                                 strict=strict)
-        return decode_vectors(result, as_numpy=as_numpy)
+        return await self._ask(methods.embed(inputs, kind, encoding, as_numpy), timeout=timeout,
+                               strict=strict)
 
     async def rerank(self, query: Any, passages: Sequence[Any], *, top_n: int | None = None,
                      method: str | None = None, timeout: float | None = None,
                      strict: bool | None = None) -> RerankResult:
         """``rerank`` (§7.6): a :class:`~rcp_agentic.wire.RerankResult`."""
-        result = await self.call("rerank", rerank_params(query, passages, top_n, method),
-                                 timeout=timeout, strict=strict)
-        return typed(RerankResult, "rerank", result)
+        return await self._ask(methods.rerank(query, passages, top_n, method), timeout=timeout,
+                               strict=strict)
 
     async def index_add(self, documents: Iterable[Mapping[str, Any]], *,
                         chunk: bool | None = None, contextual: bool | None = None,
                         timeout: float | None = None, on_progress: ProgressCallback | None = None,
                         strict: bool | None = None) -> dict[str, Any]:
         """``index/add`` (§7.10): ``{"ids": [...]}``; give documents explicit ids."""
-        return await self.call("index/add", index_add_params(documents, chunk, contextual),
-                               timeout=timeout, on_progress=on_progress, strict=strict)
+        return await self._ask(methods.index_add(documents, chunk, contextual), timeout=timeout,
+                               on_progress=on_progress, strict=strict)
 
     async def index_delete(self, ids: Iterable[str], *,
                            timeout: float | None = None) -> dict[str, Any]:
         """``index/delete`` (§7.11): ``{"deleted": n}``."""
-        return await self.call("index/delete", index_delete_params(ids), timeout=timeout)
+        return await self._ask(methods.index_delete(ids), timeout=timeout)
 
     async def feedback(self, signals: Iterable[Mapping[str, Any]], *,
                        session_id: str | None = None, query: str | None = None,
                        timeout: float | None = None) -> dict[str, Any]:
         """``feedback`` (§7.16): ``{"accepted": n}``."""
-        return await self.call("feedback", feedback_params(signals, session_id, query),
-                               timeout=timeout)
+        return await self._ask(methods.feedback(signals, session_id, query), timeout=timeout)
 
     async def graph(self, op: str, query: Any = None, *, k: int | None = None,
                     seed_ids: Sequence[str] | None = None, hops: int | None = None,
@@ -207,20 +184,17 @@ class AsyncRCPClient:
                     timeout: float | None = None, strict: bool | None = None) -> GraphResult:
         """``graph`` (§7.9): a :class:`~rcp_agentic.wire.GraphResult`; see
         :meth:`RCPClient.graph`."""
-        result = await self.call(
-            "graph", graph_params(op, query, k, seed_ids, hops, level, session_id, cursor,
-                                  token_budget, filter),
-            timeout=timeout, strict=strict)
-        return typed(GraphResult, "graph", result).with_query(query)
+        return await self._ask(methods.graph(op, query, k, seed_ids, hops, level, session_id,
+                                           cursor, token_budget, filter),
+                               timeout=timeout, strict=strict)
 
     async def transform(self, query: str, method: str, n: int | None = None, *,
                         timeout: float | None = None,
                         strict: bool | None = None) -> TransformResult:
         """``query/transform`` (§7.8): a :class:`~rcp_agentic.wire.TransformResult`; see
         :meth:`RCPClient.transform`."""
-        result = await self.call("query/transform", transform_params(query, method, n),
-                                 timeout=timeout, strict=strict)
-        return typed(TransformResult, "query/transform", result)
+        return await self._ask(methods.transform(query, method, n), timeout=timeout,
+                               strict=strict)
 
     async def memory_build(self, documents: Iterable[Mapping[str, Any]] | None = None, *,
                            memory_id: str | None = None, scope: str | None = None,
@@ -230,11 +204,9 @@ class AsyncRCPClient:
                            strict: bool | None = None) -> MemoryBuildResult:
         """``memory/build`` (§7.17): a :class:`~rcp_agentic.wire.MemoryBuildResult`; see
         :meth:`RCPClient.memory_build`."""
-        result = await self.call(
-            "memory/build", memory_build_params(documents, memory_id, scope, session_id,
-                                                filter),
-            timeout=timeout, strict=strict)
-        return typed(MemoryBuildResult, "memory/build", result)
+        return await self._ask(methods.memory_build(documents, memory_id, scope, session_id,
+                                                  filter),
+                               timeout=timeout, strict=strict)
 
     async def memory_recall(self, query: Any, *, memory_id: str | None = None,
                             session_id: str | None = None, n: int | None = None,
@@ -242,10 +214,8 @@ class AsyncRCPClient:
                             timeout: float | None = None) -> MemoryRecallResult:
         """``memory/recall`` (§7.17): a :class:`~rcp_agentic.wire.MemoryRecallResult`; see
         :meth:`RCPClient.memory_recall`."""
-        result = await self.call(
-            "memory/recall", memory_recall_params(query, memory_id, session_id, n, filter),
-            timeout=timeout)
-        return typed(MemoryRecallResult, "memory/recall", result)
+        return await self._ask(methods.memory_recall(query, memory_id, session_id, n, filter),
+                               timeout=timeout)
 
     async def call(self, method: str, params: Mapping[str, Any] | None = None, *,
                    timeout: float | None = None, on_progress: ProgressCallback | None = None,
@@ -269,6 +239,10 @@ class AsyncRCPClient:
         return self._core.batch_results(frames, await self._roundtrip(frames, deadline, False))
 
     # --- plumbing -----------------------------------------------------------------------
+
+    async def _ask(self, request: methods.Request[T], **options: Any) -> T:
+        """``request`` sent by :meth:`call` with ``options``, its result read."""
+        return request.read(await self.call(request.method, request.params, **options))
 
     async def _session_generation(self) -> int:
         if self._closed:

@@ -33,12 +33,12 @@ CLIENT_NAME = "rcp-agentic-client"
 class ClientCore:
     """Session state and request building; no I/O."""
 
-    def __init__(self, *, timeout: float | None, retry: RetryPolicy, strict: bool,
-                 client_name: str = CLIENT_NAME) -> None:
+    def __init__(self, *, timeout: float | None, retry: RetryPolicy | None, max_retries: int,
+                 strict: bool, client_name: str | None) -> None:
         self.timeout = timeout
-        self.retry = retry
+        self.retry = retry or RetryPolicy(max_retries=max_retries)
         self.strict = strict
-        self.client_info = {"name": client_name, "version": __version__}
+        self.client_info = {"name": client_name or CLIENT_NAME, "version": __version__}
         self.server: dict[str, Any] | None = None  # the initialize result
         self.generation = 0  # bumped by every successful initialize
         self._ids = itertools.count(1)

@@ -9,36 +9,17 @@ import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from concurrent import futures
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
+from ..wire import (GraphResult, MemoryBuildResult, MemoryRecallResult, RerankResult,
+                    RetrieveResult, TransformResult)
+from . import methods
 from .cancel import CancelToken
 from .core import ClientCore, ProgressCallback, Step
 from .errors import Cancelled, ClientTimeout, RCPError, TransportError
-from .params import (
-    embed_params,
-    feedback_params,
-    graph_params,
-    index_add_params,
-    memory_build_params,
-    memory_recall_params,
-    index_delete_params,
-    rerank_params,
-    retrieve_params,
-    transform_params,
-)
-from .results import (
-    GraphResult,
-    MemoryBuildResult,
-    MemoryRecallResult,
-    RerankResult,
-    RetrieveResult,
-    TransformResult,
-    typed,
-)
 from .retry import Reinitialize, RetryPolicy, Send
 from .steps import drive
 from .transport import Message, Transport, settle
-from .vectors import decode_vectors
 
 if TYPE_CHECKING:
     import httpx
@@ -48,6 +29,7 @@ if TYPE_CHECKING:
     from ..protocol.dispatcher import Dispatcher
 
 log = logging.getLogger("rcp_agentic.client")
+T = TypeVar("T")
 
 DEFAULT_TIMEOUT = 60.0
 
@@ -81,9 +63,8 @@ class RCPClient:
                  max_retries: int = 3, retry: RetryPolicy | None = None, strict: bool = True,
                  client_name: str | None = None) -> None:
         self.transport = transport
-        self._core = ClientCore(timeout=timeout, strict=strict,
-                                retry=retry or RetryPolicy(max_retries=max_retries),
-                                **({"client_name": client_name} if client_name else {}))
+        self._core = ClientCore(timeout=timeout, retry=retry, max_retries=max_retries,
+                                strict=strict, client_name=client_name)
         transport.on_notification = self._core.on_notification
         self._init_lock = threading.Lock()
         self._closed = False
@@ -191,9 +172,8 @@ class RCPClient:
         server's LLM transform the query first; the result's ``rewrittenQuery`` is what it
         searched with. ``on_progress(params)`` gets each progress notification.
         """
-        result = self.call("retrieve", retrieve_params(query, k, options), timeout=timeout,
-                           cancel=cancel, on_progress=on_progress, strict=strict)
-        return typed(RetrieveResult, "retrieve", result).with_query(query)
+        return self._ask(methods.retrieve(query, k, options), timeout=timeout, cancel=cancel,
+                         on_progress=on_progress, strict=strict)
 
     def embed(self, inputs: Sequence[Any], *, kind: str | None = None, encoding: str = "json",
               as_numpy: bool = False, timeout: float | None = None,
@@ -203,18 +183,16 @@ class RCPClient:
         ``kind`` is ``"query"`` or ``"document"``; ``encoding="f32-base64"`` (when
         advertised) is the compact transfer; ``as_numpy`` returns one float32 matrix.
         """
-        result = self.call("embed", embed_params(inputs, kind, encoding), timeout=timeout,
-                           cancel=cancel, strict=strict)
-        return decode_vectors(result, as_numpy=as_numpy)
+        return self._ask(methods.embed(inputs, kind, encoding, as_numpy), timeout=timeout,
+                         cancel=cancel, strict=strict)
 
     def rerank(self, query: Any, passages: Sequence[Any], *, top_n: int | None = None,
                method: str | None = None, timeout: float | None = None,
                cancel: CancelToken | None = None, strict: bool | None = None) -> RerankResult:
         """``rerank`` (§7.6): a :class:`~rcp_agentic.wire.RerankResult`; ``scores[i]`` is
         ``passages[i]``'s, ``order`` the indices best first (at most ``top_n``)."""
-        result = self.call("rerank", rerank_params(query, passages, top_n, method),
-                           timeout=timeout, cancel=cancel, strict=strict)
-        return typed(RerankResult, "rerank", result)
+        return self._ask(methods.rerank(query, passages, top_n, method), timeout=timeout,
+                         cancel=cancel, strict=strict)
 
     def index_add(self, documents: Iterable[Mapping[str, Any]], *, chunk: bool | None = None,
                   contextual: bool | None = None, timeout: float | None = None,
@@ -224,19 +202,19 @@ class RCPClient:
 
         Give documents explicit ids: only then is a retry after a failure harmless.
         """
-        return self.call("index/add", index_add_params(documents, chunk, contextual),
-                         timeout=timeout, cancel=cancel, on_progress=on_progress, strict=strict)
+        return self._ask(methods.index_add(documents, chunk, contextual), timeout=timeout,
+                         cancel=cancel, on_progress=on_progress, strict=strict)
 
     def index_delete(self, ids: Iterable[str], *, timeout: float | None = None,
                      cancel: CancelToken | None = None) -> dict[str, Any]:
         """``index/delete`` (§7.11): ``{"deleted": n}`` (absent ids are not an error)."""
-        return self.call("index/delete", index_delete_params(ids), timeout=timeout, cancel=cancel)
+        return self._ask(methods.index_delete(ids), timeout=timeout, cancel=cancel)
 
     def feedback(self, signals: Iterable[Mapping[str, Any]], *, session_id: str | None = None,
                  query: str | None = None, timeout: float | None = None,
                  cancel: CancelToken | None = None) -> dict[str, Any]:
         """``feedback`` (§7.16) signals (``{"hit_id"|"hitId", "used"?, "reward"?, ...}``): ``{"accepted": n}``."""
-        return self.call("feedback", feedback_params(signals, session_id, query), timeout=timeout,
+        return self._ask(methods.feedback(signals, session_id, query), timeout=timeout,
                          cancel=cancel)
 
     def graph(self, op: str, query: Any = None, *, k: int | None = None,
@@ -261,10 +239,9 @@ class RCPClient:
         ``k``, ``hops`` and ``token_budget`` above the advertised limits are clamped; an op
         the server does not advertise raises OptionUnsupported before sending.
         """
-        result = self.call("graph", graph_params(op, query, k, seed_ids, hops, level,
-                                                 session_id, cursor, token_budget, filter),
-                           timeout=timeout, cancel=cancel, strict=strict)
-        return typed(GraphResult, "graph", result).with_query(query)
+        return self._ask(methods.graph(op, query, k, seed_ids, hops, level, session_id, cursor,
+                                     token_budget, filter),
+                         timeout=timeout, cancel=cancel, strict=strict)
 
     def transform(self, query: str, method: str, n: int | None = None, *,
                   timeout: float | None = None, cancel: CancelToken | None = None,
@@ -278,9 +255,8 @@ class RCPClient:
         ``n`` (clamped to the advertised ``maxTransformQueries``), ``hyde`` the question and a
         ``hypothetical`` answer passage to embed in its place.
         """
-        result = self.call("query/transform", transform_params(query, method, n),
-                           timeout=timeout, cancel=cancel, strict=strict)
-        return typed(TransformResult, "query/transform", result)
+        return self._ask(methods.transform(query, method, n), timeout=timeout, cancel=cancel,
+                         strict=strict)
 
     def memory_build(self, documents: Iterable[Mapping[str, Any]] | None = None, *,
                      memory_id: str | None = None, scope: str | None = None,
@@ -296,10 +272,8 @@ class RCPClient:
         texts name for that trajectory instead (nothing is added to the corpus), only
         entities of chunks that pass ``filter`` (RCP §8).
         """
-        result = self.call("memory/build", memory_build_params(documents, memory_id, scope,
-                                                               session_id, filter),
-                           timeout=timeout, cancel=cancel, strict=strict)
-        return typed(MemoryBuildResult, "memory/build", result)
+        return self._ask(methods.memory_build(documents, memory_id, scope, session_id, filter),
+                         timeout=timeout, cancel=cancel, strict=strict)
 
     def memory_recall(self, query: Any, *, memory_id: str | None = None,
                       session_id: str | None = None, n: int | None = None,
@@ -315,10 +289,8 @@ class RCPClient:
         remembered entities. ``filter`` (RCP §8): clues and hits come only from chunks that
         pass it.
         """
-        result = self.call("memory/recall", memory_recall_params(query, memory_id, session_id,
-                                                                 n, filter),
-                           timeout=timeout, cancel=cancel)
-        return typed(MemoryRecallResult, "memory/recall", result)
+        return self._ask(methods.memory_recall(query, memory_id, session_id, n, filter),
+                         timeout=timeout, cancel=cancel)
 
     def call(self, method: str, params: Mapping[str, Any] | None = None, *,
              timeout: float | None = None, cancel: CancelToken | None = None,
@@ -347,6 +319,10 @@ class RCPClient:
         return self._core.batch_results(frames, self._roundtrip(frames, deadline, cancel, False))
 
     # --- plumbing -----------------------------------------------------------------------
+
+    def _ask(self, request: methods.Request[T], **options: Any) -> T:
+        """``request`` sent by :meth:`call` with ``options``, its result read."""
+        return request.read(self.call(request.method, request.params, **options))
 
     def _session_generation(self) -> int:
         if self._closed:

@@ -1,22 +1,14 @@
 """HTTP transport (§5.2) on httpx: ``POST <base>/<method>``, batches to ``POST <base>``.
 
-A 200 body is the JSON-RPC answer, error or not. Other statuses are transport
-faults: a JSON-RPC error body is used as is (e.g. 401 → -32012), otherwise the
-status maps to its mirror code (429 → -32011, 503 → -32010, 500 → -32603,
-413 → -32013, 401/403 → -32012); ``Retry-After`` becomes
-``error.data.retryAfterMs``. When the caller wants progress the request says
-``Accept: text/event-stream`` and an SSE answer (progress frames, then the
-response, one ``data:`` line each) is read with httpx-sse; a plain JSON answer is
-used as is. Cancelling closes the response stream and POSTs
-``notifications/cancel`` to ``<base>/notifications/cancel``.
-
-Every request carries an ``RCP-Session`` header naming this client's session (a
-random name unless one is given), so a stateful server gives each client its own
-``initialize`` lifecycle; a session token the server issues in
-``initialize.result._meta.session`` replaces it (§5.2). Stateless servers ignore it.
-
-The sync transport runs each request on a small worker pool so the caller can
-time out or cancel at once; the async one uses a real ``httpx.AsyncClient``.
+A 200 body is the JSON-RPC answer, error or not. Other statuses are transport faults: a
+JSON-RPC error body is used as is (401 → -32012), otherwise the status maps to its mirror code
+(429 → -32011, 503 → -32010, 500 → -32603, 413 → -32013); ``Retry-After`` becomes
+``error.data.retryAfterMs``. A caller wanting progress gets ``text/event-stream`` (progress
+frames, then the response, read with httpx-sse). Cancelling closes the response stream and
+POSTs ``notifications/cancel``. Every request names this client's ``RCP-Session`` (random
+unless given; replaced by a token the server issues in ``initialize.result._meta.session``)
+so a stateful server gives each client its own lifecycle (§5.2). The sync transport runs each
+request on a small worker pool so the caller can time out or cancel at once.
 """
 
 from __future__ import annotations
@@ -24,7 +16,7 @@ from __future__ import annotations
 import json
 import secrets
 import threading
-from collections.abc import Mapping
+from collections.abc import Generator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import datetime, timezone
 from email.utils import parsedate_to_datetime
@@ -34,20 +26,9 @@ import httpx
 from httpx_sse import EventSource
 
 from .errors import TransportError
-from .transport import (
-    AsyncTransport,
-    Frame,
-    Message,
-    NotificationHandler,
-    Transport,
-    deliver,
-    encode,
-    is_notification,
-    log,
-    request_ids,
-    settle,
-    settle_response,
-)
+from .steps import adrive, drive
+from .transport import (AsyncTransport, Frame, Message, NotificationHandler, Transport, deliver,
+                        encode, is_notification, log, request_ids, settle, settle_response)
 
 DEFAULT_BASE_PATH = "/rcp"
 NOTIFY_TIMEOUT = 5.0  # a cancel is best effort: never hold the caller long for it
@@ -167,6 +148,18 @@ class _Http:
         return httpx.Timeout(total, connect=self.connect_timeout if total is None
                              else min(self.connect_timeout, total))
 
+    def notification(self, frame: Frame) -> Generator[dict[str, Any], httpx.Response, None]:
+        """A notification as one step, the POST's arguments (sent back: its response); a
+        failure is a TransportError."""
+        url = self.url(frame)
+        try:
+            response = yield {"url": url, "content": encode(frame), "headers": self.headers,
+                              "timeout": NOTIFY_TIMEOUT}
+        except httpx.HTTPError as exc:
+            raise TransportError(f"HTTP notification to {url} failed: {exc!r}") from exc
+        if response.status_code not in (200, 202, 204):
+            raise TransportError(f"HTTP {response.status_code} for the notification to {url}")
+
     def on_initialized(self, result: dict[str, Any]) -> None:
         meta = result.get("_meta")
         session = meta.get("session") if isinstance(meta, dict) else None
@@ -174,23 +167,15 @@ class _Http:
             self.headers[SESSION_HEADER] = session
 
 
-class HttpTransport(Transport):
-    """Synchronous HTTP transport on ``httpx.Client``."""
+class _Session:
+    """The base URL and the session both HTTP transports keep in their :class:`_Http`."""
 
-    def __init__(self, url: str, *, token: str | None = None,
-                 headers: Mapping[str, str] | None = None, client: httpx.Client | None = None,
-                 session: str | bool = True, connect_timeout: float = 10.0,
-                 max_workers: int = 8) -> None:
-        super().__init__()
-        self._cfg = _Http(url, token, headers, connect_timeout, session)
-        self.base = self._cfg.base
-        self._http = client or httpx.Client()
-        self._owns_client = client is None
-        self._pool = ThreadPoolExecutor(max_workers, thread_name_prefix="rcp-http")
-        self._lock = threading.Lock()
-        # In-flight requests by id(message): None until the response starts, then its
-        # stream; _ABANDONED once the caller stopped waiting.
-        self._inflight: dict[int, Any] = {}
+    _cfg: _Http
+
+    @property
+    def base(self) -> str:
+        """The RCP base URL (``<base>/<method>`` is each method's)."""
+        return self._cfg.base
 
     @property
     def session(self) -> str | None:
@@ -199,6 +184,24 @@ class HttpTransport(Transport):
 
     def on_initialized(self, result: dict[str, Any]) -> None:
         self._cfg.on_initialized(result)
+
+
+class HttpTransport(_Session, Transport):
+    """Synchronous HTTP transport on ``httpx.Client``."""
+
+    def __init__(self, url: str, *, token: str | None = None,
+                 headers: Mapping[str, str] | None = None, client: httpx.Client | None = None,
+                 session: str | bool = True, connect_timeout: float = 10.0,
+                 max_workers: int = 8) -> None:
+        super().__init__()
+        self._cfg = _Http(url, token, headers, connect_timeout, session)
+        self._http = client or httpx.Client()
+        self._owns_client = client is None
+        self._pool = ThreadPoolExecutor(max_workers, thread_name_prefix="rcp-http")
+        self._lock = threading.Lock()
+        # In-flight requests by id(message): None until the response starts, then its
+        # stream; _ABANDONED once the caller stopped waiting.
+        self._inflight: dict[int, Any] = {}
 
     def submit(self, message: Message, *, timeout: float | None, progress: bool) -> Future[Any]:
         body = encode(message)
@@ -256,15 +259,12 @@ class HttpTransport(Transport):
             _close_quietly(stream)
 
     def notify(self, frame: Frame) -> None:
-        url = self._cfg.url(frame)
-        try:
-            response = self._http.post(url, content=encode(frame), headers=self._cfg.headers,
-                                       timeout=NOTIFY_TIMEOUT)
-        except httpx.HTTPError as exc:
-            raise TransportError(f"HTTP notification to {url} failed: {exc!r}") from exc
+        drive(self._cfg.notification(frame), self._post)
+
+    def _post(self, request: dict[str, Any]) -> httpx.Response:
+        response = self._http.post(**request)
         self._count_sent()
-        if response.status_code not in (200, 202, 204):
-            raise TransportError(f"HTTP {response.status_code} for the notification to {url}")
+        return response
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
@@ -277,7 +277,7 @@ class HttpTransport(Transport):
             self._http.close()
 
 
-class AsyncHttpTransport(AsyncTransport):
+class AsyncHttpTransport(_Session, AsyncTransport):
     """Asyncio HTTP transport on ``httpx.AsyncClient`` (no threads)."""
 
     def __init__(self, url: str, *, token: str | None = None,
@@ -286,17 +286,8 @@ class AsyncHttpTransport(AsyncTransport):
                  connect_timeout: float = 10.0) -> None:
         super().__init__()
         self._cfg = _Http(url, token, headers, connect_timeout, session)
-        self.base = self._cfg.base
         self._http = client or httpx.AsyncClient()
         self._owns_client = client is None
-
-    @property
-    def session(self) -> str | None:
-        """The ``RCP-Session`` this client sends."""
-        return self._cfg.headers.get(SESSION_HEADER)
-
-    def on_initialized(self, result: dict[str, Any]) -> None:
-        self._cfg.on_initialized(result)
 
     async def request(self, message: Message, *, timeout: float | None, progress: bool) -> Any:
         body = encode(message)
@@ -325,15 +316,12 @@ class AsyncHttpTransport(AsyncTransport):
         return interpret(response.status_code, response.headers, await response.aread(), message)
 
     async def notify(self, frame: Frame) -> None:
-        url = self._cfg.url(frame)
-        try:
-            response = await self._http.post(url, content=encode(frame), headers=self._cfg.headers,
-                                             timeout=NOTIFY_TIMEOUT)
-        except httpx.HTTPError as exc:
-            raise TransportError(f"HTTP notification to {url} failed: {exc!r}") from exc
+        await adrive(self._cfg.notification(frame), self._post)
+
+    async def _post(self, request: dict[str, Any]) -> httpx.Response:
+        response = await self._http.post(**request)
         self._count_sent()
-        if response.status_code not in (200, 202, 204):
-            raise TransportError(f"HTTP {response.status_code} for the notification to {url}")
+        return response
 
     async def aclose(self) -> None:
         if self._owns_client:

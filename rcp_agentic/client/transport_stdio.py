@@ -22,18 +22,8 @@ from concurrent.futures import Future
 from typing import Any
 
 from .errors import TransportError
-from .transport import (
-    AsyncTransport,
-    Frame,
-    Message,
-    NotificationHandler,
-    Transport,
-    deliver,
-    encode,
-    is_notification,
-    request_ids,
-    settle,
-)
+from .transport import (AsyncTransport, Frame, Message, NotificationHandler, Transport, deliver,
+                        encode, is_notification, request_ids, settle)
 
 log = logging.getLogger("rcp_agentic.client")
 
@@ -89,6 +79,11 @@ class _Router:
                 self._pop(future)
             return future
 
+    def feed(self, line: bytes, handler: NotificationHandler | None) -> None:
+        """One line of the server's stdout: its message routed (a blank or non-JSON line: none)."""
+        if line.strip() and (message := _parse(line)) is not None:
+            self.route(message, handler)
+
     def route(self, message: Any, handler: NotificationHandler | None) -> None:
         if is_notification(message):
             deliver(handler, message)
@@ -130,8 +125,9 @@ def _death(command: Sequence[str], returncode: int | None, stderr: deque[str]) -
                           + (f"; its stderr ends with:\n{tail}" if tail else ""))
 
 
-class StdioTransport(Transport):
-    """Synchronous stdio transport: a reader thread and a stderr-draining thread."""
+class _Server:
+    """What both stdio transports keep of the server: its command, environment and working
+    directory, the tail of its stderr, and how long closing waits for it to exit."""
 
     def __init__(self, command: Sequence[str], *, env: Mapping[str, str] | None = None,
                  cwd: str | None = None, stderr_lines: int = 200,
@@ -139,17 +135,40 @@ class StdioTransport(Transport):
         super().__init__()
         self.command = list(command)
         self.close_timeout = close_timeout
+        self._env = dict(env) if env is not None else None
+        self._cwd = cwd
+        self.stderr_tail: deque[str] = deque(maxlen=stderr_lines)
+        self._dead: TransportError | None = None
+        self._closed = False
+        self._setup()
+
+    def _setup(self) -> None:
+        """The transport's own state (the sync one also starts the server here)."""
+
+    def _keep_stderr(self, raw: bytes) -> None:
+        line = raw.decode("utf-8", "replace").rstrip()
+        self.stderr_tail.append(line)
+        log.debug("server stderr: %s", line)
+
+    def _died(self, returncode: int | None) -> TransportError:
+        return _death(self.command, returncode, self.stderr_tail)
+
+    def _cannot_start(self, exc: OSError) -> TransportError:
+        return TransportError(f"cannot start {self.command[0]!r}: {exc}")
+
+
+class StdioTransport(_Server, Transport):
+    """Synchronous stdio transport: a reader thread and a stderr-draining thread."""
+
+    def _setup(self) -> None:
         try:
             self.process = subprocess.Popen(self.command, stdin=subprocess.PIPE,
                                             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                            env=dict(env) if env is not None else None, cwd=cwd)
+                                            env=self._env, cwd=self._cwd)
         except OSError as exc:
-            raise TransportError(f"cannot start {self.command[0]!r}: {exc}") from exc
-        self.stderr_tail: deque[str] = deque(maxlen=stderr_lines)
+            raise self._cannot_start(exc) from exc
         self._router = _Router(settle)
         self._write_lock = threading.Lock()
-        self._dead: TransportError | None = None
-        self._closed = False
         self._drainer = threading.Thread(target=self._drain, name="rcp-stdio-stderr", daemon=True)
         self._reader = threading.Thread(target=self._read, name="rcp-stdio-reader", daemon=True)
         self._drainer.start()
@@ -158,25 +177,20 @@ class StdioTransport(Transport):
     def _drain(self) -> None:
         assert self.process.stderr is not None
         for raw in self.process.stderr:
-            line = raw.decode("utf-8", "replace").rstrip()
-            self.stderr_tail.append(line)
-            log.debug("server stderr: %s", line)
+            self._keep_stderr(raw)
 
     def _read(self) -> None:
         assert self.process.stdout is not None
         try:
             for line in self.process.stdout:
-                if line.strip():
-                    message = _parse(line)
-                    if message is not None:
-                        self._router.route(message, self.on_notification)
+                self._router.feed(line, self.on_notification)
         finally:
             try:
                 returncode: int | None = self.process.wait(timeout=2)
             except subprocess.TimeoutExpired:
                 returncode = None
             self._drainer.join(timeout=2)
-            self._dead = _death(self.command, returncode, self.stderr_tail)
+            self._dead = self._died(returncode)
             self._router.fail_all(self._dead)
 
     def _write(self, data: bytes) -> None:
@@ -190,8 +204,7 @@ class StdioTransport(Transport):
                 self.process.stdin.write(data + b"\n")
                 self.process.stdin.flush()
             except (OSError, ValueError):
-                raise self._dead or _death(self.command, self.process.poll(),
-                                           self.stderr_tail) from None
+                raise self._dead or self._died(self.process.poll()) from None
             self._count_sent()
 
     def submit(self, message: Message, *, timeout: float | None, progress: bool) -> Future[Any]:
@@ -248,24 +261,14 @@ def _settle_async(future: asyncio.Future[Any], *, result: Any = None,
             future.set_result(result)
 
 
-class AsyncStdioTransport(AsyncTransport):
+class AsyncStdioTransport(_Server, AsyncTransport):
     """Asyncio stdio transport: the process starts on first use; reader and drainer are tasks."""
 
-    def __init__(self, command: Sequence[str], *, env: Mapping[str, str] | None = None,
-                 cwd: str | None = None, stderr_lines: int = 200,
-                 close_timeout: float = 10.0) -> None:
-        super().__init__()
-        self.command = list(command)
-        self.close_timeout = close_timeout
-        self._env = dict(env) if env is not None else None
-        self._cwd = cwd
-        self.stderr_tail: deque[str] = deque(maxlen=stderr_lines)
+    def _setup(self) -> None:
         self.process: asyncio.subprocess.Process | None = None
         self._router = _Router(_settle_async)
         self._start_lock = asyncio.Lock()
         self._tasks: list[asyncio.Task[None]] = []
-        self._dead: TransportError | None = None
-        self._closed = False
 
     async def _process(self) -> asyncio.subprocess.Process:
         async with self._start_lock:
@@ -277,7 +280,7 @@ class AsyncStdioTransport(AsyncTransport):
                         *self.command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                         stderr=subprocess.PIPE, env=self._env, cwd=self._cwd, limit=LINE_LIMIT)
                 except OSError as exc:
-                    raise TransportError(f"cannot start {self.command[0]!r}: {exc}") from exc
+                    raise self._cannot_start(exc) from exc
                 drainer = asyncio.ensure_future(self._drain(self.process))
                 self._tasks = [drainer, asyncio.ensure_future(self._read(self.process, drainer))]
             return self.process
@@ -285,9 +288,7 @@ class AsyncStdioTransport(AsyncTransport):
     async def _drain(self, process: asyncio.subprocess.Process) -> None:
         assert process.stderr is not None
         while raw := await process.stderr.readline():
-            line = raw.decode("utf-8", "replace").rstrip()
-            self.stderr_tail.append(line)
-            log.debug("server stderr: %s", line)
+            self._keep_stderr(raw)
 
     async def _read(self, process: asyncio.subprocess.Process,
                     drainer: asyncio.Future[None]) -> None:
@@ -301,17 +302,14 @@ class AsyncStdioTransport(AsyncTransport):
                     break
                 if not line:
                     break
-                if line.strip():
-                    message = _parse(line)
-                    if message is not None:
-                        self._router.route(message, self.on_notification)
+                self._router.feed(line, self.on_notification)
         finally:
             try:
                 await asyncio.wait_for(asyncio.shield(process.wait()), 2)
                 await asyncio.wait_for(asyncio.shield(drainer), 2)
             except (asyncio.TimeoutError, asyncio.CancelledError):
                 pass
-            self._dead = _death(self.command, process.returncode, self.stderr_tail)
+            self._dead = self._died(process.returncode)
             self._router.fail_all(self._dead)
 
     async def _write(self, data: bytes) -> None:
@@ -323,8 +321,7 @@ class AsyncStdioTransport(AsyncTransport):
             process.stdin.write(data + b"\n")
             await process.stdin.drain()
         except (OSError, RuntimeError):
-            raise self._dead or _death(self.command, process.returncode,
-                                       self.stderr_tail) from None
+            raise self._dead or self._died(process.returncode) from None
         self._count_sent()
 
     async def request(self, message: Message, *, timeout: float | None, progress: bool) -> Any:
