@@ -1,11 +1,12 @@
 """Federation (RCP §16): one retrieve, graph op or memory call over every engine of an
 ``rcp.json`` registry.
 
-:class:`Federation` fans a query out concurrently under a deadline (``fanout``), fuses the
-answers by rank (``fusion``), and federates ``graph`` and ``memory/*`` over the engines that
-advertise them (``graphcalls``, merged by ``graphs``).
+:class:`Federation` (``fanout``) fans a call out concurrently under a deadline. Its I/O-free
+core plans and merges each call (``core``, ``retrieval``, ``graphcalls``; fused by rank in
+``fusion``, graph answers merged by ``graphs``); the sync and asyncio shells (``shells``)
+only perform the calls.
 """
 
-from .graphcalls import Federation
+from .fanout import Federation
 
 __all__ = ["Federation"]
