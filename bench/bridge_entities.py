@@ -244,7 +244,8 @@ def run_bridge(args: argparse.Namespace) -> dict[str, Any]:
 def debian_chunks(folders: Sequence[str], size: int = 200, overlap: int = 30) -> list[ChunkText]:
     """The folders loaded and chunked as ``rcp-agentic index`` does, keyed ``r1, r2, ...``."""
     from rcp_agentic.corpus.documents import build_record
-    from rcp_agentic.corpus.loaders import SkippedFile, load_path
+    from rcp_agentic.corpus.loaders import load_path
+    from rcp_agentic.corpus.source import SkippedFile
 
     chunks: list[ChunkText] = []
     for folder in folders:

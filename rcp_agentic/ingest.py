@@ -25,7 +25,8 @@ from .config import EngineConfig
 from .control import RequestControl, checked
 from .corpus.documents import (attach_vectors, build_record, check_document_chars,
                                to_source_document)
-from .corpus.loaders import SkippedFile, SourceDocument, load_path
+from .corpus.loaders import load_path
+from .corpus.source import SkippedFile, SourceDocument
 from .corpus.metadata import check_meta_shape, filterable_meta
 from .derived import DerivedReport
 from .derived_updates import DerivedUpdates

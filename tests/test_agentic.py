@@ -41,7 +41,7 @@ def energy(tmp_path_factory: pytest.TempPathFactory, embedder, backend: str) -> 
                  filter_fields={"published": "date"}, **backend_overrides(backend, path))
     eng.add_documents(_corpus())
     # A paged document, so page units exist.
-    from rcp_agentic.corpus.loaders import Page, SourceDocument
+    from rcp_agentic.corpus.source import Page, SourceDocument
 
     text = "Page one talks about solar energy.\n\nPage two talks about wind energy."
     eng.add_documents([SourceDocument(id="paged", text=text, file_type="pdf", pages=[

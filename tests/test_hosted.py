@@ -18,7 +18,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.testclient import TestClient
 
 from rcp_agentic import Engine
-from rcp_agentic.corpus.loaders import Page, SourceDocument
+from rcp_agentic.corpus.source import Page, SourceDocument
 from rcp_agentic.protocol.hosted import RERANK_STATUS_HEADER, RETRIEVE_PATH, Endpoint, hosted_routes
 
 QUERY = "how do retrieval systems rank documents"

@@ -13,14 +13,9 @@ from fpdf import FPDF
 from pypdf import PdfReader, PdfWriter
 
 from rcp_agentic.corpus import loaders
-from rcp_agentic.corpus.loaders import (
-    SUPPORTED_EXTENSIONS,
-    Page,
-    SkippedFile,
-    SourceDocument,
-    bounded_skips,
-    load_path,
-)
+from rcp_agentic.corpus.jsonl import bounded_skips
+from rcp_agentic.corpus.loaders import SUPPORTED_EXTENSIONS, load_path
+from rcp_agentic.corpus.source import Page, SkippedFile, SourceDocument
 
 
 def load(path: str | os.PathLike[str]) -> list[SourceDocument | SkippedFile]:

@@ -19,7 +19,7 @@ from pymilvus import DataType, MilvusClient
 from conftest import DOCS
 from rcp_agentic import Engine
 from rcp_agentic.config import EngineConfig
-from rcp_agentic.corpus.loaders import SourceDocument
+from rcp_agentic.corpus.source import SourceDocument
 from rcp_agentic.errors import InvalidParams, OptionUnsupported
 from rcp_agentic.store.filters import BUILTIN_FIELDS, check_filter_size, compile_filter
 from rcp_agentic.store.milvus_filter import (INEXACT, INEXACT_ROWS, LIKE_ESCAPED, MAX_EXPR_CHARS,

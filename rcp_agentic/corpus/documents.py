@@ -23,7 +23,7 @@ from ..text import clean_text, is_unicode
 from ..store.writes import DocumentRecord, UnitRecord
 from ..vocabulary import TRUST_LEVELS
 from .chunker import chunk_text
-from .loaders import Page, SourceDocument
+from .source import Page, SourceDocument
 
 MAX_ID_LENGTH = 512
 
