@@ -102,6 +102,7 @@ class Tasks:
         if isinstance(step, Connect) and (client := self.client(step.member)) is not None:
             await client.initialize()
             return client
+        # A given blocking client (RCPClient): its connect or call in a worker thread.
         return await asyncio.wrap_future(spawn(self._threads.perform, step))
 
     async def _gather(self, step: Gather) -> Any:
