@@ -11,13 +11,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rcp_agentic.display.graph_svg import (
-    EDGE_LABEL_MAX_CHARS,
-    LABEL_MAX_CHARS,
-    SvgEdge,
-    SvgNode,
-    graph_svg,
-)
+from rcp_agentic.display.graph_svg import SvgEdge, SvgNode, graph_svg
+from rcp_agentic.display.svg_parts import EDGE_LABEL_MAX_CHARS, LABEL_MAX_CHARS
 
 NS = "{http://www.w3.org/2000/svg}"
 HOSTILE = [
