@@ -19,10 +19,9 @@ import binascii
 import re
 import string
 import unicodedata
-from collections.abc import Callable
 from dataclasses import dataclass
 
-from .rules import RULES, RuleSpec
+from .screen_rules import COMPILED_RULES, RARE_TRIGGERS, RULE_INDEX, TRIGGERS, UNGATED, VOCAB, Rule
 
 __all__ = ["InjectionScreen", "Screening"]
 
@@ -87,154 +86,6 @@ _B64_RUN = re.compile(r"(?<![A-Za-z0-9+/=_-])[A-Za-z0-9+/_-]{24,}={0,2}")
 
 
 # --------------------------------------------------------------------------------------
-# Rules as the screen runs them: compiled from rules.py, with their per-match checks
-# --------------------------------------------------------------------------------------
-
-Check = Callable[["re.Match[str]"], float]
-
-
-@dataclass(frozen=True)
-class _Rule:
-    """A rule of ``rules.RULES`` compiled for the scan.
-
-    *Anchored* rules (``anchors`` set) are tried with ``pattern.match`` only where one
-    of their leading words occurs as a whole token; *search* rules (no anchors) scan
-    the text, and are reserved for patterns that start with rare punctuation.
-    """
-
-    name: str
-    weight: float
-    pattern: re.Pattern[str]
-    anchors: dict[bytes, str]  # token -> the word to find in the text
-    gates: tuple[frozenset[bytes], ...]  # each set must share a token with the text
-    needles: tuple[str, ...]  # if set, one of these substrings must occur in the text
-    check: Check | None  # per-match weight (0 = ignore the match)
-    chars: str = ""  # if set, one of these characters must occur (a cheap pre-check)
-
-
-# Per-match checks (a rule's ``check``, by name): what one match weighs, 0 to ignore it.
-
-_OVR_MARKER = re.compile(
-    r"\b(?:all|any|every|your|prior|previous|preceding|above|earlier|former|original|initial"
-    r"|system|developer'?s?|operator'?s?|safety|content|ethical|everything|anything|whatever"
-    r"|what|user'?s?)\b")
-_OVR_AFTER_MARKER = re.compile(
-    r"\s+(?:you(?:'ve|\s+have|\s+were|\s+had)?\s+(?:been\s+)?(?:given|told|received|provided)"
-    r"|(?:from|by|of)\s+(?:your|the)\s+(?:operator|developer|creator|admin|administrator|system"
-    r"|programmers?|owner))")
-_QUALIFIER = re.compile(
-    r"\s*(?:regarding|about|concerning|relating\s+to|related\s+to|with\s+regard\s+to|as\s+to"
-    r"|with\s+respect\s+to|in\s+(?:this|that|the)\s+(?:memo|email|letter|notice|leaflet))\b")
-
-
-def _reported(m: re.Match[str]) -> bool:
-    """The imperative is reported speech: '… told the model to ignore …'."""
-    before = m.string[max(0, m.start() - 12):m.start()]
-    return bool(_REPORTED.search(before))
-
-
-_REPORTED = re.compile(r"(?:\bto|\bnot|\bnever|\bdon'?t|\bhow|\bwould|\bcould|\bmight)\s*$")
-
-
-def _override_check(m: re.Match[str]) -> float:
-    span = m.group(0)
-    after = m.string[m.end():m.end() + 60]
-    if not (_OVR_MARKER.search(span) or _OVR_AFTER_MARKER.match(after)
-            or span.rstrip().endswith("above")):
-        return 0.3 if _OVR_WEAK_OBJ.search(span) else 0.0
-    if _reported(m) or _QUALIFIER.match(after):
-        return 0.3
-    return 0.75
-
-
-_OVR_WEAK_OBJ = re.compile(r"instructions?|prompt|rules|guidelines")
-
-
-def _reported_check(weight: float) -> Check:
-    def check(m: re.Match[str]) -> float:
-        return weight * 0.5 if _reported(m) else weight
-    return check
-
-
-def _line_start_check(weight: float) -> Check:
-    """Only count the match when it opens a line (after optional markup)."""
-    def check(m: re.Match[str]) -> float:
-        line_start = m.string.rfind("\n", 0, m.start()) + 1
-        prefix = m.string[line_start:m.start()]
-        return weight if not prefix.strip(" \t>*_#=-~[]<") else 0.0
-    return check
-
-
-def _sentence_start_check(weight: float) -> Check:
-    """Only count a vocative that opens a sentence, line or markup element."""
-    def check(m: re.Match[str]) -> float:
-        before = m.string[:m.start()].rstrip()
-        return weight if not before or before[-1] in _SENTENCE_OPENERS else 0.0
-    return check
-
-
-_SENTENCE_OPENERS = ".!?>:\n(\"'`\u201c\u201e\u2018\u201a\u00ab\u00bb\u2039"
-
-
-def _distinct_roles_check(m: re.Match[str]) -> float:
-    roles = set(_TURN.findall(m.group(0)))
-    return 0.5 if len(roles) >= 2 else 0.0
-
-
-_TURN = re.compile(r"(?m)^[ \t]*(human|user|assistant|system)[ \t]*:")
-
-
-def _foreign_marker_check(m: re.Match[str]) -> float:
-    return 0.75 if _FOREIGN_MARKER.search(m.group(0)) else 0.0
-
-
-_FOREIGN_MARKER = re.compile(
-    r"\b(?:alle[ns]?|vorherigen|bisherigen|vorigen|obigen|früheren|deine[n]?|ihre[n]?"
-    r"|toutes|tous|précédentes|precedentes|antérieures|anterieures|ci-dessus|tes|vos|initiales"
-    r"|todas|anteriores|previas|prévias|tus|sus|precedenti|tutte|tue|voorgaande|vorige"
-    r"|eerdere|bovenstaande|je|ricevute|date|originali|iniziali|originales|di\s+prima)\b")
-
-
-def _fake_turns_check(m: re.Match[str]) -> float:
-    """Human:/Assistant: turns of at least two roles, the first opening a line."""
-    return _line_start_check(1.0)(m) and _distinct_roles_check(m)
-
-
-# A rule's ``check`` names one of these; each makes the per-match weighting for the rule's
-# weight.
-_CHECKS: dict[str, Callable[[float], Check]] = {
-    "reported": _reported_check,
-    "line_start": _line_start_check,
-    "sentence_start": _sentence_start_check,
-    "override": lambda weight: _override_check,
-    "foreign_marker": lambda weight: _foreign_marker_check,
-    "fake_turns": lambda weight: _fake_turns_check,
-}
-
-
-def _w(*words: str) -> frozenset[bytes]:
-    return frozenset(w.encode() for w in words)
-
-
-def _compile(spec: RuleSpec) -> _Rule:
-    """A rule of ``rules`` as the screen runs it: its pattern compiled, its words as
-    the token bytes the gate compares, an anchored rule gated by its anchors as well, a search
-    rule pre-checked by the first characters of its needles."""
-    check = _CHECKS[spec.check](spec.weight) if spec.check else None
-    words = spec.anchors.split()
-    gates = tuple(_w(*g) for g in spec.gates)
-    if words:
-        return _Rule(spec.name, spec.weight, re.compile(spec.pattern),
-                     {w.encode(): w for w in words}, (_w(*words), *gates), (), check, spec.chars)
-    chars = "".join(sorted({n[0] for n in spec.needles}))
-    return _Rule(spec.name, spec.weight, re.compile(spec.pattern), {}, gates, spec.needles, check,
-                 chars)
-
-
-_RULES: tuple[_Rule, ...] = tuple(_compile(spec) for spec in RULES)
-
-
-# --------------------------------------------------------------------------------------
 # The screen
 # --------------------------------------------------------------------------------------
 
@@ -283,7 +134,7 @@ def _scan(text: str, hits: dict[str, float], depth: int) -> None:
     _apply_rules(low if folded == text else folded.lower(), toks, hits)
 
     # words joined by punctuation ("ignore.all.previous"); a run needs a rare trigger word
-    joined = (_split_word_windows(low) if "_" in low or not toks.isdisjoint(_RARE_TRIGGERS)
+    joined = (_split_word_windows(low) if "_" in low or not toks.isdisjoint(RARE_TRIGGERS)
               else None)
     if joined is not None:
         before = len(hits)
@@ -359,14 +210,14 @@ def _keep_window(windows: list[str], low: str, start: int, sep: str) -> None:
     """Add the unjoined stretch around a run if it holds a trigger word that is not a very
     common one ("state-of-the-art" and "e.g." are not worth a second pass of the rules)."""
     window = low[max(0, start - 60):start + _JOIN_REACH].replace(sep, " ")
-    if not _tokens(window).isdisjoint(_RARE_TRIGGERS):
+    if not _tokens(window).isdisjoint(RARE_TRIGGERS):
         windows.append(window)
 
 
 def _rescan(rewritten: str, toks: set[bytes], hits: dict[str, float], signal: str) -> None:
     """Screen a de-obfuscated rewrite when it brings new rule words; note if it adds hits."""
     new_toks = _tokens(rewritten)
-    if (new_toks - toks).isdisjoint(_VOCAB):
+    if (new_toks - toks).isdisjoint(VOCAB):
         return
     before = len(hits)
     _apply_rules(rewritten, new_toks, hits)
@@ -379,48 +230,15 @@ def _add(hits: dict[str, float], name: str, weight: float) -> None:
         hits[name] = weight
 
 
-# Very common words make poor index keys; a rule is indexed under its gate with the
-# fewest of them, so ordinary prose wakes up few rules.
-_COMMON = _w("a", "an", "the", "to", "for", "you", "your", "do", "no", "not", "if", "in", "it",
-             "this", "when", "new", "use", "run", "all", "each", "every", "show", "add", "end",
-             "include", "start", "list", "what", "as", "from", "now", "only", "true", "real",
-             "set", "put", "pay", "never", "stop", "user", "one", "open", "type", "write", "give",
-             "tell", "have", "are", "is", "be", "with", "that", "and", "or", "of", "on", "at",
-             "by", "will", "can", "may", "must", "should", "data", "system", "model", "message",
-             "first", "last", "full", "before", "above", "order", "orders", "code", "key",
-             "keys", "card", "access", "session", "post", "share", "out", "call", "mark",
-             "present", "return", "copy", "print", "enter", "without", "free")
-
-
-def _index_key(rule: _Rule) -> frozenset[bytes]:
-    return min(rule.gates, key=lambda g: (len(g & _COMMON), len(g)))
-
-
-_INDEX: dict[bytes, list[int]] = {}
-_UNGATED: list[int] = []
-for _i, _r in enumerate(_RULES):
-    if _r.gates:
-        for _tok in _index_key(_r):
-            _INDEX.setdefault(_tok, []).append(_i)
-    else:
-        _UNGATED.append(_i)
-_TRIGGERS = frozenset(_INDEX)
-_RARE_TRIGGERS = _TRIGGERS - _COMMON
-# Every word a rule can need (gates, anchors and literal words of the patterns): a
-# rewrite (leetspeak, spaced letters) that yields none of them new cannot add a match.
-_VOCAB = frozenset(w for w in frozenset().union(*(g for r in _RULES for g in r.gates)) | frozenset(
-    w.encode() for r in _RULES for w in re.findall(r"[a-z]{3,}", r.pattern.pattern)) if len(w) > 2)
-
-
 def _apply_rules(low: str, toks: set[bytes], hits: dict[str, float]) -> None:
-    candidates = set(_UNGATED)
-    for tok in toks & _TRIGGERS:
-        candidates.update(_INDEX[tok])
+    candidates = set(UNGATED)
+    for tok in toks & TRIGGERS:
+        candidates.update(RULE_INDEX[tok])
     for i in sorted(candidates):
-        _run_rule(_RULES[i], low, toks, hits)
+        _run_rule(COMPILED_RULES[i], low, toks, hits)
 
 
-def _run_rule(rule: _Rule, low: str, toks: set[bytes], hits: dict[str, float]) -> None:
+def _run_rule(rule: Rule, low: str, toks: set[bytes], hits: dict[str, float]) -> None:
     if rule.weight <= hits.get(rule.name, 0.0):
         return
     if rule.chars:
@@ -519,7 +337,7 @@ def _mentioned(m: re.Match[str]) -> bool:
     return bool(_MENTION_CUE.search(before) or _MENTION_CUE.search(after[:stop]))
 
 
-def _record(rule: _Rule, m: re.Match[str], hits: dict[str, float]) -> bool:
+def _record(rule: Rule, m: re.Match[str], hits: dict[str, float]) -> bool:
     """Add the match's weight; True when the rule is saturated (no need to look further)."""
     w = rule.check(m) if rule.check is not None else rule.weight
     if w and _mentioned(m):
