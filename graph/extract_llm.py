@@ -13,7 +13,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..models.llm import as_chat, json_object
+from ..models.llm import as_chat
+from ..models.llm_reply import json_object
 from ..models.llm_guard import DATA_RULE, data_block
 from .extract import ChunkExtraction, RawMention, RawRelation, sentence_of, sentence_spans
 from .extract_rules import BuiltinExtractor

@@ -27,7 +27,7 @@ from rcp_agentic.graph.reports.extractive import ExtractiveReporter
 from rcp_agentic.graph.reports.llm import LLMReporter
 from rcp_agentic.graph.reports.model import CommunityReport, Finding, ReportInput
 from rcp_agentic.graph.reports.plan import report_key
-from rcp_agentic.models.llm import json_object
+from rcp_agentic.models.llm_reply import json_object
 from rcp_agentic.models.tokenizer import count_tokens
 from rcp_agentic.trust import InjectionScreen
 from test_graph_index import WIKI as TOTO_WIKI

@@ -20,7 +20,8 @@ from hypothesis import strategies as st
 from langchain_core.runnables import RunnableLambda
 
 from rcp_agentic.errors import BackendUnavailable, BudgetExhausted
-from rcp_agentic.models.llm import ChatLLM, reply_usage
+from rcp_agentic.models.llm import ChatLLM
+from rcp_agentic.models.llm_reply import reply_usage
 from rcp_agentic.models.llm_guard import data_block, defuse, repetitive, reply_problem
 from rcp_agentic.models.llm_retry import CallPolicy, backoff, retry_after, status_of, transient
 from rcp_agentic.store.connection import Connection

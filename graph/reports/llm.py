@@ -14,7 +14,8 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ...models.llm import as_chat, json_object
+from ...models.llm import as_chat
+from ...models.llm_reply import json_object
 from ...models.llm_guard import DATA_RULE, data_block
 from ...text import cut_to_tokens
 from .extractive import ExtractiveReporter

@@ -25,7 +25,7 @@ from typing import Any
 import httpx
 
 from ..config import credential_part
-from .llm import Reply
+from .llm_reply import Reply
 
 DEFAULT_KEY_ENV = "OPENAI_API_KEY"
 DEFAULT_MAX_REPLY_BYTES = 1 << 20

@@ -30,7 +30,7 @@ from types import SimpleNamespace
 from typing import IO, Any
 
 from .endpoint import EndpointError, ReplyTooLarge, endpoint_from_config
-from .llm import Reply
+from .llm_reply import Reply
 from .redact import redact, secret_forms
 
 START_TIMEOUT_SECONDS = 60.0

@@ -27,7 +27,8 @@ import numpy as np
 from rcp_agentic.control import RequestControl
 from rcp_agentic.errors import BackendUnavailable, InvalidParams
 
-from .llm import LC_LANGUAGE_MODEL, LC_RUNNABLE, LI_LLM, ChatLLM, mro_names
+from .llm import ChatLLM
+from .llm_reply import LC_LANGUAGE_MODEL, LC_RUNNABLE, LI_LLM, mro_names
 from .threads import caller_torch_threads
 
 log = logging.getLogger(__name__)
