@@ -102,8 +102,10 @@ from bench.data import data_path  # noqa: E402
 from bench.metrics import mrr_at_k, ndcg_at_k  # noqa: E402
 from rcp_agentic import units as unit_kinds  # noqa: E402
 from rcp_agentic import Engine  # noqa: E402
+from rcp_agentic.pipeline import calibration_engine as collecting  # noqa: E402
 from rcp_agentic.pipeline import calibration_fit as fitting  # noqa: E402
 from rcp_agentic.pipeline import confidence as conf  # noqa: E402
+from rcp_agentic.pipeline import confidence_features as conf_features  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 CACHE = ROOT / "bench" / ".cache"
@@ -183,11 +185,11 @@ def set_samples(name: str, k: int, reuse: bool,
         raise SystemExit(f"no engine at {CACHE / ('engine-' + name)}: build it with "
                          "bench/scifact_engine.py --engine DIR")
     start = time.perf_counter()
-    samples = fitting.collect_samples(engine, queries, qrels, units=UNITS, k=k, source=name)
+    samples = collecting.collect_samples(engine, queries, qrels, units=UNITS, k=k, source=name)
     print(f"  {name}: {len(queries)} queries, {len(samples)} labelled hits in "
           f"{time.perf_counter() - start:.0f} s", flush=True)
     note = {"queries": len({x.query_id for x in samples}), "off_domain": len(off),
-            **fitting.engine_note(engine)}
+            **collecting.engine_note(engine)}
     engine.close()
     CACHE.mkdir(parents=True, exist_ok=True)
     with cache.open("wb") as fh:
@@ -249,7 +251,7 @@ def rerank_table(engine: Engine, queries: dict[str, str], qrels: dict[str, dict[
     """nDCG@10 / MRR@10 of RRF vs re-ranking the top-K hybrid documents by held-out P
     (each fold's queries scored by a model fitted on the other folds and the other sets)."""
     kmax = max(depths)
-    cands = fitting.collect_samples(engine, queries, qrels, modes=("hybrid",), units=("document",),
+    cands = collecting.collect_samples(engine, queries, qrels, modes=("hybrid",), units=("document",),
                                  k=kmax, source=source)
     fold_of = fitting.query_folds((x.query_id for x in cands), folds, seed)
     train = [x for x in train if x.mode == "hybrid" and x.unit == "document"]
@@ -297,7 +299,7 @@ def collect_pool_samples(engine: Engine, queries: dict[str, str],
     document is.
     """
     shipped = engine.calibrator
-    recorder = fitting.RecordingCalibrator(shipped)
+    recorder = collecting.RecordingCalibrator(shipped)
     engine.calibrator = recorder  # type: ignore[assignment]
     samples: list[fitting.Sample] = []
     try:
@@ -341,11 +343,11 @@ def fit_tree_node(samples: list[fitting.Sample], engine: Engine, folds: int, see
             "labels": "relevant iff a document the node covers has qrels grade > 0",
             "ranks": "0-based position in the collapsed tree's ranked pool (chunks and nodes)",
             "sparse_ceiling": "over the collapsed tree's pool (chunks and every level)",
-            **fitting.engine_note(engine),
+            **collecting.engine_note(engine),
             "tree": {name: getattr(engine.config, name) for name in
                      ("tree_summary_tokens", "tree_cluster_tokens", "tree_top_size",
                       "tree_max_levels", "tree_seed")}}
-    calibrator, metrics, oof = fitting.calibrate_samples(tree, folds=folds, l2=l2, seed=seed,
+    calibrator, metrics, oof = collecting.calibrate_samples(tree, folds=folds, l2=l2, seed=seed,
                                                       fitted_on=note, features=TREE_FEATURES)
     out: dict[str, Any] = {"tree_node_cv": metrics.get("cv"), "tree_node_train": metrics["train"]}
     shipped = conf.Calibrator.default()
@@ -472,7 +474,7 @@ def collect_graph_samples(engine: Engine, queries: dict[str, str],
     how many queries linked an entity.
     """
     shipped = engine.calibrator
-    recorder = fitting.RecordingCalibrator(shipped)
+    recorder = collecting.RecordingCalibrator(shipped)
     engine.calibrator = recorder  # type: ignore[assignment]
     samples: list[fitting.Sample] = []
     ids: dict[str, dict[str, list[str]]] = {"hybrid+graph": {}, "hybrid": {}}
@@ -506,7 +508,7 @@ def collect_graph_samples(engine: Engine, queries: dict[str, str],
                         for call in calls:
                             for j, h in enumerate(res.hits):
                                 docs = _hit_docs(h)
-                                samples.append(fitting.recorded_sample(
+                                samples.append(collecting.recorded_sample(
                                     call, j, query_id=str(qid), mode=signal_set, unit=unit,
                                     label=int(any(d in rels for d in docs)),
                                     doc_id=docs[0] if docs else None, source=source,
@@ -544,7 +546,7 @@ def graph_set_samples(name: str, k: int, reuse: bool, n_off: int = 100,
             "engine_path": str(graph_engine_path(name).relative_to(ROOT)),
             "graph": {kind: engine.derived_status()[kind]["counts"]["0"]
                       for kind in ("node", "triplet")},
-            **fitting.engine_note(engine)}
+            **collecting.engine_note(engine)}
     if str(note.get("embedder", "")).startswith("langchain:bench.embedcache"):
         from bench.embedcache import MODEL_NAME
 
@@ -587,8 +589,8 @@ def bridge_table(samples: list[fitting.Sample], after: np.ndarray, before: np.nd
             row["supporting"] += 1
             if j >= len(got) or got[j] in plain:
                 continue
-            only = (x.rank_dense or 0) >= conf.ABSENT_RANK and (x.rank_sparse or 0) >= \
-                conf.ABSENT_RANK
+            only = (x.rank_dense or 0) >= conf_features.ABSENT_RANK and (x.rank_sparse or 0) >= \
+                conf_features.ABSENT_RANK
             for key, yes in (("bridges", True), ("graph_only", only)):
                 if yes:
                     row[key] += 1
@@ -671,18 +673,18 @@ def _without(names: tuple[str, ...], drop: set[str]) -> tuple[str, ...]:
     return tuple(f for f in names if f not in drop)
 
 
-FORMAT_3 = {m: _without(conf.DEFAULT_FEATURES[m], set(conf.MOMENT_FEATURES)) for m in conf.MODES}
+FORMAT_3 = {m: _without(conf.DEFAULT_FEATURES[m], set(conf_features.MOMENT_FEATURES)) for m in conf.MODES}
 # Feature variants of the chunk and document models, by name: {"<mode>/<unit>": features}.
 ABLATION: dict[str, dict[str, tuple[str, ...]]] = {
     "format 3": {f"{m}/{u}": FORMAT_3[m] for m in conf.MODES for u in UNITS},
-    "z-scores": {f"{m}/{u}": FORMAT_3[m] + conf.Z_FEATURES[m] for m in conf.MODES
+    "z-scores": {f"{m}/{u}": FORMAT_3[m] + conf_features.Z_FEATURES[m] for m in conf.MODES
                  for u in UNITS},
     "no document cosine": {f"{m}/{u}": FORMAT_3[m] if u == "chunk" else
                            _without(FORMAT_3[m], {"dense"}) for m in conf.MODES for u in UNITS},
     "both (shipped)": {f"{m}/{u}": conf.DEFAULT_FEATURES[f"{m}/{u}"]
                        if f"{m}/{u}" in conf.DEFAULT_FEATURES else conf.DEFAULT_FEATURES[m]
                        for m in conf.MODES for u in UNITS},
-    "both, no cosine at all": {f"{m}/{u}": _without(FORMAT_3[m] + conf.Z_FEATURES[m], {"dense"})
+    "both, no cosine at all": {f"{m}/{u}": _without(FORMAT_3[m] + conf_features.Z_FEATURES[m], {"dense"})
                                for m in conf.MODES for u in UNITS},
 }
 
@@ -783,7 +785,7 @@ def collect_community_samples(engine: Engine, questions: list[dict[str, Any]], *
     from bench.communities import hit_evidence
 
     shipped = engine.calibrator
-    recorder = fitting.RecordingCalibrator(shipped)
+    recorder = collecting.RecordingCalibrator(shipped)
     engine.calibrator = recorder  # type: ignore[assignment]
     samples: list[fitting.Sample] = []
     try:
@@ -802,7 +804,7 @@ def collect_community_samples(engine: Engine, questions: list[dict[str, Any]], *
                         raise RuntimeError("the engine did not score every hit's confidence")
                     for call in calls:
                         for j, h in enumerate(res.hits):
-                            samples.append(fitting.recorded_sample(
+                            samples.append(collecting.recorded_sample(
                                 call, j, query_id=str(q["_id"]), mode=mode, unit="community",
                                 label=int(hit_evidence(h.text or "", q["evidence"])),
                                 doc_id=h.id, source=source))
@@ -836,7 +838,7 @@ def community_set_samples(name: str, k: int, reuse: bool, n_off: int,
     print(f"  {name} (community): {len(questions)} + {len(off)} off-domain questions, "
           f"{len(samples)} labelled hits in {time.perf_counter() - start:.0f} s", flush=True)
     note = {"queries": len(questions), "off_domain": len(off), "levels": levels,
-            "communities": build.get("communities"), **fitting.engine_note(engine)}
+            "communities": build.get("communities"), **collecting.engine_note(engine)}
     engine.close()
     with cache.open("wb") as fh:
         pickle.dump((samples, note), fh)
@@ -907,7 +909,7 @@ def community_main(args: argparse.Namespace) -> int:
             "engines": "bench/.cache/communities-engine-<set> (bench/communities.py)",
             **{k: v for k, v in next(iter(notes.values())).items()
                if k in ("embedder", "engine")}}
-    cal, _metrics, oof = fitting.calibrate_samples(samples, folds=args.folds, l2=args.l2,
+    cal, _metrics, oof = collecting.calibrate_samples(samples, folds=args.folds, l2=args.l2,
                                                 seed=args.seed, fitted_on=note)
     assert oof is not None
     lines, results["in_domain"] = community_table([x for x in samples if not _off(x)], oof[on])
@@ -1091,7 +1093,7 @@ def _in_domain_report(args: argparse.Namespace, got: _Collected, loo: np.ndarray
     every held-out cell, the corrective loop's first step and the reliability diagram."""
     samples, base_count = got.samples, got.base_count
     start = time.perf_counter()
-    calibrator, _metrics, oof = fitting.calibrate_samples(samples, folds=args.folds, l2=args.l2,
+    calibrator, _metrics, oof = collecting.calibrate_samples(samples, folds=args.folds, l2=args.l2,
                                                           seed=args.seed,
                                                           fitted_on=_fit_note(args, got))
     assert oof is not None

@@ -6,7 +6,7 @@ set's own labels (what ``rcp-agentic calibrate`` does on a graph engine), held o
 Each set's graph engine (``bench/graph.py``'s ``graph_engine``) answers every question with
 one hybrid graph-recall chunk retrieve (``k`` hits); each hit is labelled by whether its
 passage supports the question and carries the signals the engine scored it with
-(``calibration_fit.collect_graph_samples``). Reported per set, for all hits and for the
+(``calibration_engine.collect_graph_samples``). Reported per set, for all hits and for the
 bridge hop's hits (``scores.bridge``) apart: ECE / AUROC / mean confidence / base rate of
 
 * ``shipped``: the shipped ``hybrid+graph/chunk`` model, as served (capped down the pool);
@@ -32,6 +32,7 @@ if __package__ in (None, ""):
 import numpy as np  # noqa: E402
 
 from bench.graph import graph_engine, load_set  # noqa: E402
+from rcp_agentic.pipeline import calibration_engine as collecting  # noqa: E402
 from rcp_agentic.pipeline import calibration_fit as fitting  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -46,7 +47,7 @@ def set_samples(name: str, k: int) -> tuple[list[fitting.Sample], np.ndarray, np
     queries = {q["_id"]: q["question"] for q in questions}
     qrels = {q["_id"]: {d: 1 for d in q["supporting_ids"]} for q in questions}
     t0 = time.perf_counter()
-    samples = fitting.collect_graph_samples(engine, queries, qrels, modes=("hybrid",),
+    samples = collecting.collect_graph_samples(engine, queries, qrels, modes=("hybrid",),
                                             units=("chunk",), k=k, source=name)
     served: dict[tuple[str, int], tuple[float, bool]] = {}
     for qid, text in queries.items():

@@ -15,11 +15,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rcp_agentic.pipeline.calibration_fit import (Sample, auroc, calibrate_engine, cross_validate,
-                                                  ece, evaluate, fit, leave_one_out,
-                                                  predict_samples)
-from rcp_agentic.pipeline.confidence import (ABSENT_RANK, FEATURES, HIT_FEATURES, POOL_FEATURES,
-                                             SIGNAL_SETS, Calibrator, LogisticModel)
+from rcp_agentic.pipeline.calibration_engine import calibrate_engine
+from rcp_agentic.pipeline.calibration_fit import (Sample, auroc, cross_validate, ece, evaluate, fit,
+                                                  leave_one_out, predict_samples)
+from rcp_agentic.pipeline.confidence import HIT_FEATURES, SIGNAL_SETS, Calibrator, LogisticModel
+from rcp_agentic.pipeline.confidence_features import ABSENT_RANK, FEATURES, POOL_FEATURES
 
 MODES = ("dense", "sparse", "hybrid")
 UNITS = ("chunk", "passage", "page", "document")
@@ -443,7 +443,7 @@ def test_z_scores_do_not_see_the_corpus_scale(pool: list[float], scale: float,
                                               shift: float) -> None:
     """Rescaling a query's whole pool (a corpus whose cosines sit higher or spread wider)
     leaves every z-score as it was: they read a hit's standing, not the corpus' scale."""
-    from rcp_agentic.pipeline.confidence import signals as make_signals
+    from rcp_agentic.pipeline.confidence_features import signals as make_signals
 
     base = np.array(pool)
     hits = base[:5]
@@ -460,7 +460,8 @@ def test_z_scores_do_not_see_the_corpus_scale(pool: list[float], scale: float,
 
 
 def test_document_models_leave_out_the_raw_cosine() -> None:
-    from rcp_agentic.pipeline.confidence import DEFAULT_FEATURES, Z_FEATURES
+    from rcp_agentic.pipeline.confidence import DEFAULT_FEATURES
+    from rcp_agentic.pipeline.confidence_features import Z_FEATURES
 
     for mode in MODES:
         assert set(Z_FEATURES[mode]) <= set(DEFAULT_FEATURES[mode])
@@ -477,7 +478,8 @@ def test_document_models_leave_out_the_raw_cosine() -> None:
 def test_a_pool_too_small_for_a_spread_is_scored_without_z_scores() -> None:
     """A corpus of a few chunks has no spread to stand out of: its hits are scored by the
     model's companion fitted without the z-scores, a full pool by the model itself."""
-    from rcp_agentic.pipeline.confidence import SMALL_POOL, Z_MIN_POOL, signals as make_signals
+    from rcp_agentic.pipeline.confidence import SMALL_POOL, Z_MIN_POOL
+    from rcp_agentic.pipeline.confidence_features import signals as make_signals
 
     cal = Calibrator.default()
     hits: dict[str, Any] = {"dense": np.array([0.63, 0.54]), "sparse": np.array([2.1, 1.6]),

@@ -19,8 +19,8 @@ import pytest
 from conftest import REPO
 
 from rcp_agentic import Engine
-from rcp_agentic.pipeline.confidence import (GRAPH, GRAPH_FEATURES, GRAPH_MODES, MODES,
-                                             POOL_FEATURES, Calibrator)
+from rcp_agentic.pipeline.confidence import GRAPH, GRAPH_FEATURES, GRAPH_MODES, MODES, Calibrator
+from rcp_agentic.pipeline.confidence_features import POOL_FEATURES
 
 QUESTION = "In which city was the group behind the single Midnight Harbor founded?"
 BRIDGE = "wiki/velvet-lanterns.md"
@@ -176,7 +176,7 @@ ASKS = {  # query → the documents that answer it (doc ids are the example path
 
 
 def test_calibrate_refits_the_graph_models_and_keeps_the_rest(wiki: Engine) -> None:
-    from rcp_agentic.pipeline.calibration_fit import calibrate_engine, collect_graph_samples
+    from rcp_agentic.pipeline.calibration_engine import calibrate_engine, collect_graph_samples
 
     shipped = wiki.calibrator
     assert shipped is not None
@@ -214,7 +214,7 @@ def test_calibrate_refits_the_graph_models_and_keeps_the_rest(wiki: Engine) -> N
 
 
 def test_calibrate_without_graph_keeps_the_shipped_graph_models(wiki: Engine) -> None:
-    from rcp_agentic.pipeline.calibration_fit import calibrate_engine
+    from rcp_agentic.pipeline.calibration_engine import calibrate_engine
 
     shipped = wiki.calibrator
     assert shipped is not None
