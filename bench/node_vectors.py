@@ -40,7 +40,7 @@ from bench.embedcache import EmbeddingCache  # noqa: E402
 from bench.graph import SETS, engine_chunks, engine_for, load_set  # noqa: E402
 from rcp_agentic.graph import BuiltinExtractor, GraphCache, build_graph  # noqa: E402
 from rcp_agentic.graph.extract import title_entries  # noqa: E402
-from rcp_agentic.graph.index import canonical, node_uid  # noqa: E402
+from rcp_agentic.graph.stored import canonical, node_uid  # noqa: E402
 from rcp_agentic.graph.resolve import entity_key  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results" / "node_vectors.json"

@@ -9,7 +9,8 @@ with their reports (:mod:`.communities.index`, :mod:`.reports`). The engine core
 depend on it.
 """
 
-from .build import BuildStats, GraphCache, GraphConfig, build_graph, update_graph
+from .build import build_graph, update_graph
+from .build_state import BuildStats, GraphCache, GraphConfig
 from .communities.build import (Community, CommunityHierarchy, CommunityUpdate,
                                 build_communities, community_id, entity_edges, modularity,
                                 update_communities)

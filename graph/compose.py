@@ -26,8 +26,8 @@ import numpy as np
 
 from ..models.tokenizer import count_tokens
 from ..store.reads import RowsOnce, lowest_trust
-from .index import node_uid, object_first
-from .index import triplet_uids as stored_triplet_uids
+from .stored import node_uid, object_first
+from .stored import triplet_uids as stored_triplet_uids
 from .model import Entity, GraphData, Relation
 from .ppr import GraphView
 
@@ -175,7 +175,7 @@ _triplet_cache: OrderedDict[int, tuple[GraphData, list[str]]] = OrderedDict()
 
 def triplet_uids(graph: GraphData) -> list[str]:
     """The stored ``triplet`` unit id of each relation of ``graph``, in order (the rule of
-    :func:`.index.graph_units`: a repeated (subject, relation, object) is told apart by its
+    :func:`.stored.graph_units`: a repeated (subject, relation, object) is told apart by its
     evidence and sources). Cached for the last few graphs."""
     with _scoped_lock:
         got = _triplet_cache.get(id(graph))

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..store.docstore import Docstore
-from .index import KINDS, NODE, _loads, entity_of, node_uid, relation_of
+from .stored import KINDS, NODE, entity_of, loads_json, node_uid, relation_of
 from .model import Entity, GraphData, Relation, Synonym
 
 # A delta touching more rows than this share of the graph's is loaded whole. The crossover
@@ -159,7 +159,7 @@ class _Patch:
         for rowid in left:
             self._leave(rowid)
         for rowid, uid, unit, text, meta in entered:
-            self._enter(rowid, uid, unit, text, _loads(meta))
+            self._enter(rowid, uid, unit, text, loads_json(meta))
         order, relations = self._settle_relations()
         pair_keys, synonyms = self._settle_synonyms()
         chunk_docs = dict(self.old.data.chunk_docs)

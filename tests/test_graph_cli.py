@@ -37,7 +37,7 @@ def graph_dir(tmp_path_factory: pytest.TempPathFactory, folder: Path) -> Path:
 
 def test_graph_show_prints_the_neighbourhood(graph_dir: Path) -> None:
     from rcp_agentic import Engine
-    from rcp_agentic.graph.index import node_uid
+    from rcp_agentic.graph.stored import node_uid
 
     res = run("graph", "show", "Jeff", "Porcaro", "--engine", str(graph_dir))
     assert res.returncode == 0, res.stderr

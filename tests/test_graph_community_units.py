@@ -17,7 +17,7 @@ import pytest
 from rcp_agentic import Engine, units
 from rcp_agentic.errors import OptionUnsupported
 from rcp_agentic.graph.communities.index import UNIT, load_communities
-from rcp_agentic.graph.index import load_graph, node_uid
+from rcp_agentic.graph.stored import load_graph, node_uid
 
 # These tests read the communities each write builds as the write returns.
 pytestmark = pytest.mark.inline_derived

@@ -17,7 +17,7 @@ import pytest
 from rcp_agentic import Engine
 from rcp_agentic.control import RequestControl
 from rcp_agentic.errors import Cancelled
-from rcp_agentic.graph.index import node_uid
+from rcp_agentic.graph.stored import node_uid
 from rcp_agentic.graph.resolve import entity_key
 from rcp_agentic.protocol.dispatcher import Dispatcher
 

@@ -9,7 +9,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rcp_agentic.graph import BuiltinExtractor, ChunkText, GraphConfig, build_graph, entity_key
-from rcp_agentic.graph.build import GraphCache, resolved_mentions
+from rcp_agentic.graph.build import resolved_mentions
+from rcp_agentic.graph.build_state import GraphCache
 from rcp_agentic.graph.extract import STOPWORDS, fold, sentence_spans
 from rcp_agentic.graph.extract_rules import structural_spans
 

@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from rcp_agentic.graph import follow, view_patch
 from rcp_agentic.graph.extract import Lexicon
-from rcp_agentic.graph.index import load_graph
+from rcp_agentic.graph.stored import load_graph
 from rcp_agentic.graph.ppr import GraphView
 
 from rcp_agentic import Engine

@@ -18,10 +18,12 @@ from langchain_core.language_models.fake_chat_models import FakeListChatModel
 
 from rcp_agentic import Engine, units
 from rcp_agentic.errors import OptionUnsupported
-from rcp_agentic.graph.build import GraphCache, build_graph
+from rcp_agentic.graph.build import build_graph
+from rcp_agentic.graph.build_state import GraphCache
 from rcp_agentic.graph.extract_rules import BuiltinExtractor
-from rcp_agentic.graph.index import (KINDS, GraphIndex, canonical, live_chunks, load_graph,
-                                     node_uid, triplet_uid)
+from rcp_agentic.graph.index import GraphIndex
+from rcp_agentic.graph.stored import (KINDS, canonical, live_chunks, load_graph, node_uid,
+                                      triplet_uid)
 from rcp_agentic.graph.model import GraphData
 from rcp_agentic.store.writes import UnitRecord
 

@@ -18,7 +18,7 @@ from test_graph_recall import BRIDGE, QUESTION, corpus
 
 from rcp_agentic import Engine
 from rcp_agentic.errors import CapabilityMissing, InvalidParams, NotFound, OptionUnsupported
-from rcp_agentic.graph.index import node_uid
+from rcp_agentic.graph.stored import node_uid
 from rcp_agentic.graph.memory import SessionMemory
 from rcp_agentic.graph.ops import MAX_HOPS, MAX_SEEDS, GraphOps
 

@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rcp_agentic import Engine
-from rcp_agentic.graph.index import KINDS, node_uid
+from rcp_agentic.graph.stored import KINDS, node_uid
 from rcp_agentic.graph.resolve import entity_key
 
 from conftest import backend_overrides

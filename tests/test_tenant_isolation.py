@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rcp_agentic import Engine
-from rcp_agentic.graph.index import node_uid
+from rcp_agentic.graph.stored import node_uid
 from rcp_agentic.graph.resolve import entity_key
 from rcp_agentic.protocol.dispatcher import Dispatcher
 

@@ -31,7 +31,7 @@ from ...read_first import checkpoint
 from ...store.docstore import Docstore
 from ...store.writes import UnitRecord
 from ...trust import screen_derived
-from ..index import live_chunks, load_graph, node_uid, triplet_uids
+from ..stored import live_chunks, load_graph, node_uid, triplet_uids
 from ..model import ChunkText, GraphData
 from ..reports.extractive import ExtractiveReporter
 from ..reports.llm import LLMReporter

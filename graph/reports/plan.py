@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...errors import InvalidParams
-from ..index import object_first, triplet_header
+from ..stored import object_first, triplet_header
 from ..model import GraphData, Relation
 from .model import ReportInput
 
