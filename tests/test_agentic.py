@@ -216,7 +216,7 @@ def _tree(node: str, level: int, leaves: list[str], docs: list[str], **extra: ob
 
 
 def test_containment_follows_the_unit_registry() -> None:
-    from rcp_agentic.agentic.loop import _contains
+    from rcp_agentic.agentic.trajectory import _contains
 
     c0, c1, b0 = _chunk("a", 0, page=1), _chunk("a", 1, page=2), _chunk("b", 0)
     top = _tree("top", 2, ["doc:a#c0", "doc:a#c1", "doc:b#c0"], ["a", "b"])
@@ -263,7 +263,7 @@ class _TreeEngine:
 
 def test_loop_escalates_to_tree_nodes_which_replace_their_leaves() -> None:
     from rcp_agentic.agentic import ConfidenceEvaluator, CorrectiveRetriever
-    from rcp_agentic.agentic.loop import _contains
+    from rcp_agentic.agentic.trajectory import _contains
 
     chunks = [{**_chunk("a", 0), "confidence": 0.3}, {**_chunk("a", 1), "confidence": 0.3},
               {**_chunk("c", 0), "confidence": 0.3}]

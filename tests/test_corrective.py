@@ -354,7 +354,7 @@ def test_llm_requery_keeps_graph_recall_on(multihop: Engine) -> None:
 
 
 def test_graph_units_never_stand_in_for_their_chunks(multihop: Engine) -> None:
-    from rcp_agentic.agentic.loop import _contains
+    from rcp_agentic.agentic.trajectory import _contains
 
     question = "Velvet Lanterns Bergen"
     chunks = multihop.retrieve(question, k=3).to_wire()["hits"]
