@@ -21,17 +21,17 @@ import re
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from . import plugins, units
 from .analyzer import analyze
+from .build_failures import BuildFailures
 from .config import EngineConfig
 from .errors import BackendUnavailable
 from .options import TREE_SEARCHES
+from .snapshot import Kinds, Snapshot
 from .store.docstore import Docstore
 from .store.filters import check_filter_size, compile_filter
 from .store.kind_counts import KindCounts
@@ -42,7 +42,6 @@ from .store.unit_merge import merged_arrays
 if TYPE_CHECKING:
     from .plugins import CommunityStore, GraphData, GraphState, GraphView
 
-Kinds = list[tuple[str, int]]
 log = logging.getLogger(__name__)
 
 # Scoring indexes kept in memory: the current version of a few unit kinds, plus pinned ones.
@@ -57,79 +56,6 @@ HOT_POOLS = 4
 GRAPH_CACHE = 2
 # An index version token as this engine hands it out: "v" and the version, no leading zero.
 _VERSION_TOKEN = re.compile(r"v(0|[1-9][0-9]{0,17})")
-
-
-class BuildFailures:
-    """The last failure of each derived builder still failing, by the kinds it writes: the
-    background worker records them, the catalog reports them (``derived_status``, lag notes)."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._by_unit: dict[str, tuple[tuple[str, ...], BaseException]] = {}
-
-    def record(self, unit: str, kinds: tuple[str, ...], exc: BaseException) -> None:
-        with self._lock:
-            self._by_unit[unit] = (kinds, exc)
-
-    def clear(self, unit: str) -> None:
-        with self._lock:
-            self._by_unit.pop(unit, None)
-
-    def of_builder(self, unit: str) -> BaseException | None:
-        """The last failure of the builder of ``unit`` (None: it has none)."""
-        with self._lock:
-            got = self._by_unit.get(unit)
-        return None if got is None else got[1]
-
-    def of_kind(self, kind: str) -> str:
-        """The last failure of the builder that writes ``kind``, as text ("" when none)."""
-        with self._lock:
-            found = [exc for kinds, exc in self._by_unit.values() if kind in kinds]
-        return (str(found[0]) or type(found[0]).__name__) if found else ""
-
-
-@dataclass(frozen=True)
-class Snapshot:
-    """One served index version and what it holds; everything is loaded on first use and
-    cached by the catalog per version."""
-
-    version: int
-    catalog: Catalog = field(repr=False)
-
-    @property
-    def token(self) -> str:
-        """The opaque ``indexVersion`` of this snapshot."""
-        return f"v{self.version}"
-
-    @cached_property
-    def fields(self) -> dict[str, str]:
-        """Every filterable field and its type (built-ins, declared and inferred fields)."""
-        return self.catalog.filter_fields()
-
-    def index(self, kinds: Kinds) -> UnitIndex:
-        """The scoring index of a pool of (unit, level) kinds at this version."""
-        return self.catalog.index(kinds, self.version)
-
-    def lag(self, kinds: Kinds) -> str | None:
-        """A usage note when a derived kind in ``kinds`` lags this version's documents."""
-        return self.catalog.derived_lag(kinds, self.version)
-
-    def graph_view(self) -> GraphView | None:
-        """The PageRank view of this version's graph (None: it holds none)."""
-        return self.catalog.graph_view(self.version)
-
-    def communities(self) -> CommunityStore | None:
-        """This version's communities (None: it holds none)."""
-        return self.catalog.communities(self.version)
-
-    def passing_rowids(self, filter_: Mapping[str, Any], kinds: Kinds) -> np.ndarray:
-        """Rowids of the units of ``kinds`` here that pass ``filter_`` (see
-        :meth:`Catalog.passing_rowids`)."""
-        return self.catalog.passing_rowids(filter_, kinds, self.version, self.fields)
-
-    def chunk_scope(self, filter_: Mapping[str, Any] | None) -> frozenset[str] | None:
-        """The chunk keys here that pass ``filter_`` (see :meth:`Catalog.chunk_scope`)."""
-        return self.catalog.chunk_scope(filter_, self.version, self.fields)
 
 
 # The configuration switches of the knowledge graph's kinds (units.UnitKind.enabled_by).

@@ -23,7 +23,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .catalog import BuildFailures
+from .build_failures import BuildFailures
 from .derived import DerivedReport
 
 if TYPE_CHECKING:

@@ -14,7 +14,7 @@ from dataclasses import KW_ONLY, dataclass, field
 from pathlib import Path
 
 from .builder_set import BuilderSet
-from .catalog import BuildFailures
+from .build_failures import BuildFailures
 from .catchup import GRACE_SECONDS, CatchUp, directory_lock
 from .derived import DerivedReport
 
