@@ -317,3 +317,57 @@ def test_the_embedder_says_which_path_its_queries_take(monkeypatch: pytest.Monke
     assert float(np.abs(vec - ref).max()) <= MAX_DELTA
     with pytest.raises(ValueError, match="query_backend"):
         SentenceTransformerEmbedder(query_backend="gpu")
+
+
+_TOKEN_TEXT = st.text(st.characters(blacklist_categories=("Cs",)), max_size=600)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(texts=st.lists(_TOKEN_TEXT | st.sampled_from(["", " ", "word " * 400]), min_size=1,
+                      max_size=6), max_length=st.sampled_from([8, 128, 256, 512]))
+def test_the_light_tokenizer_gives_the_transformers_ids(texts: list[str],
+                                                        max_length: int) -> None:
+    # The reuse path reads tokenizer.json with `tokenizers` alone; an export (and the check
+    # against torch) uses transformers' tokenizer: both must give the model the same input.
+    from transformers import AutoTokenizer
+
+    from rcp_agentic.models.onnx_query import FastTokenizer
+
+    path = Path(SentenceTransformerEmbedder(query_backend="torch").model_path)
+    light, full = _tokenizers(path, FastTokenizer, AutoTokenizer)
+    ours = light(texts, padding=True, truncation=True, max_length=max_length)
+    theirs = full(texts, padding=True, truncation=True, max_length=max_length,
+                  return_tensors="np")
+    for name in ("input_ids", "attention_mask", "token_type_ids"):
+        assert np.array_equal(ours[name], theirs[name]), name
+
+
+_TOKENIZERS: dict[Path, Any] = {}
+
+
+def _tokenizers(path: Path, light: Any, full: Any) -> Any:
+    if path not in _TOKENIZERS:
+        _TOKENIZERS[path] = (light(path), full.from_pretrained(str(path), local_files_only=True))
+    return _TOKENIZERS[path]
+
+
+def test_a_query_on_a_kept_export_never_imports_torch(tmp_path: Path, cache: Path) -> None:
+    # A CLI query or a server's first read waits for no torch import (seconds) once the
+    # export is kept: the engine opens, embeds the query on onnxruntime and answers.
+    import subprocess
+    import sys
+
+    from rcp_agentic import Engine
+
+    _kept_copy(cache, tmp_path / "cache")
+    env = {**os.environ, "RCP_AGENTIC_CACHE": str(tmp_path / "cache")}
+    with Engine(tmp_path / "engine") as engine:
+        engine.add_documents([{"id": "a", "text": "Vitamin D and the risk of sclerosis."}])
+    script = ("import sys\nfrom rcp_agentic import Engine\n"
+              f"engine = Engine({str(tmp_path / 'engine')!r})\n"
+              "hits = engine.retrieve('vitamin D', k=1).hits\n"
+              "print(hits[0].id, 'torch' in sys.modules, 'transformers' in sys.modules)")
+    res = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         env=env, timeout=600)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.split() == ["doc:a#c0", "False", "False"]

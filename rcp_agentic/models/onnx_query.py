@@ -158,6 +158,40 @@ class OnnxQueryEncoder:
         return np.ascontiguousarray(out / norms)
 
 
+class FastTokenizer:
+    """The model's ``tokenizer.json`` through the ``tokenizers`` library, called like a
+    transformers tokenizer for :meth:`OnnxQueryEncoder.encode`: the same ids, without
+    importing transformers (whose import loads torch, seconds a query need not wait)."""
+
+    def __init__(self, model_path: Path) -> None:
+        from tokenizers import Tokenizer
+
+        self.tokenizer = Tokenizer.from_file(str(model_path / "tokenizer.json"))
+        special = _load_json(model_path / "special_tokens_map.json", MAX_CHECK_BYTES)
+        pad = special.get("pad_token", "[PAD]")
+        self.pad_token = pad["content"] if isinstance(pad, dict) else str(pad)
+        self.pad_id = self.tokenizer.token_to_id(self.pad_token)
+        if self.pad_id is None:
+            raise OnnxUnavailable(f"the tokenizer has no id for its pad token {self.pad_token!r}")
+        self._lock = threading.Lock()  # padding and truncation are settings of the tokenizer
+
+    def __call__(self, texts: list[str], *, padding: bool, truncation: bool, max_length: int,
+                 return_tensors: str = "np") -> dict[str, np.ndarray]:
+        with self._lock:
+            if truncation:
+                self.tokenizer.enable_truncation(max_length=max_length)
+            else:
+                self.tokenizer.no_truncation()
+            if padding:
+                self.tokenizer.enable_padding(pad_id=self.pad_id, pad_token=self.pad_token)
+            else:
+                self.tokenizer.no_padding()
+            rows = self.tokenizer.encode_batch(texts)
+        return {"input_ids": np.array([r.ids for r in rows], dtype=np.int64),
+                "attention_mask": np.array([r.attention_mask for r in rows], dtype=np.int64),
+                "token_type_ids": np.array([r.type_ids for r in rows], dtype=np.int64)}
+
+
 _export_lock = threading.Lock()
 
 
@@ -166,18 +200,20 @@ def load_or_export(model_path: str, torch_model: Any, *, threads: int = 1,
     """The encoder for the sentence-transformers model at ``model_path`` (loaded as
     ``torch_model()`` only when an export must be made and checked); OnnxUnavailable when it
     cannot be (no ``onnx`` package, an exporter error, a check that failed)."""
-    from transformers import AutoConfig, AutoTokenizer
-
     base = (root or cache_root()) / "onnx"
     weights = weights_digest(model_path, base / DIGESTS_FILE)
     folder = base / f"{weights[:16]}-{EXPORT_FORMAT}"
     try:
-        tokenizer = AutoTokenizer.from_pretrained(model_path, local_files_only=True)
-        dim = int(AutoConfig.from_pretrained(model_path, local_files_only=True).hidden_size)
+        tokenizer = FastTokenizer(Path(model_path))
+        config = _load_json(Path(model_path) / "config.json", MAX_CHECK_BYTES)
+        dim = int(config["hidden_size"])
         with _export_lock:
             encoder = _reuse(folder, weights, dim, tokenizer, threads)
             if encoder is not None:
                 return encoder
+            from transformers import AutoTokenizer  # an export needs torch anyway
+
+            tokenizer = AutoTokenizer.from_pretrained(model_path, local_files_only=True)
             _export(torch_model(), tokenizer, folder, weights)
             try:
                 return _open_kept(folder, weights, dim, tokenizer, threads)
