@@ -1,55 +1,34 @@
-"""The ``graph`` method (RCP §7.9) and ``memory/build`` / ``memory/recall`` (§7.17) over the
-engine's knowledge graph.
-
-:class:`GraphOps` serves an engine's ``graph``, ``memory_build`` and ``memory_recall``
-methods over the parts it is handed (:class:`.context.GraphContext`), never the engine.
-
-* ``graph(op="local")`` — the query's entities, PageRank-expanded: chunk hits ranked by
-  graph-aware recall (the PageRank list fused with dense and sparse, as retrieve does with
-  ``x-rcp-agentic-graphRecall``; the fused list, not PageRank alone, because a passage the
-  query names directly should not lose to one only the graph reaches). Each hit's
-  ``provenance.nodes`` are the entities it mentions that carry the query's PageRank,
-  most relevant first. Sessions, citations, trust and confidence as for retrieve.
-* ``graph(op="neighbors")`` — from ``seedIds`` (node unit ids), the entities within
-  ``hops`` over relation and synonym edges, scored by PageRank from the seeds, with the
-  weighted edges among them. Bounded: seeds, hops, nodes and edges.
-* ``global``, ``drift`` and ``communities`` run over the stored community units
-  (:mod:`.communities.ops`), offered only while the served version holds them;
-  OptionUnsupported otherwise.
-* ``memory_build`` — the graph is the memory: with no documents it brings the graph up
-  to date with the live index; inline documents are added through the engine's normal
-  add path (the graph is updated by that write). The id is ``graph@v<version>``: stable
-  for a corpus version, and a pinned snapshot for recall. ``scope="session"`` instead
-  keeps the entities the given texts name under the session (:mod:`.memory`); nothing
-  is added to the corpus.
-* ``memory_recall`` — clues: the query's entities, then bridging facts (an entity the
-  query's PageRank reaches, joined to a query entity by an attested relation) as
-  surrogate queries with their seed node ids and weights; optional draft hits (``local``).
-
-Every op takes a ``filter`` (RCP §8) and sees only the graph restricted to the chunks that
-pass it (:func:`.compose.scoped_view`): its entities, relations and PageRank. A node id
-outside that scope is answered exactly as one that does not exist, so ids are no oracle
-of names the caller cannot see. Each text an op returns (node names, clue queries) carries
-the trust of the chunks it comes from (:class:`.sources.SourceTrust`). Every op runs under
-the request's :class:`~rcp_agentic.control.RequestControl`: its deadline and cancellation
-are checked between stages, and the retrieves it makes share them.
+"""The ``graph`` method (RCP §7.9) and ``memory/build`` / ``memory/recall`` (§7.17) over an
+engine's knowledge graph: :class:`GraphOps`, handed the engine's parts
+(:class:`.context.GraphContext`), never the engine, runs each call from its checked params
+(:mod:`rcp_agentic.pipeline.method_params`). ``local`` and ``neighbors`` run here, ``global``,
+``drift`` and ``communities`` over the stored communities (:mod:`.communities.ops`; offered
+only while the served version holds them). Every op sees only the graph restricted to the
+chunks its ``filter`` passes (:func:`.compose.scoped_view`): a node id outside it is answered
+as one that does not exist, so ids are no oracle of names the caller cannot see. Each text an
+op returns carries the trust of the chunks it comes from (:class:`.sources.SourceTrust`), and
+every op runs under the request's deadline and cancellation, checked between stages.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..control import RequestControl, checked
 from ..errors import (BackendUnavailable, CapabilityMissing, InvalidParams, NotFound,
                       OptionUnsupported)
+from ..pipeline.method_params import MAX_HOPS as MAX_HOPS  # re-exported: the tests' bounds
+from ..pipeline.method_params import MAX_SEEDS as MAX_SEEDS
+from ..pipeline.method_params import (MAX_NODES, GraphParams, MemoryBuildParams,
+                                      MemoryRecallParams, session_id)
 from ..pipeline.params import query_text
 from ..vocabulary import COMMUNITY_OPS, ENTITY_OPS
 from ..wire import (GraphEdge, GraphNode, GraphResult, Hit, MemoryBuildResult, MemoryClue,
                     MemoryRecallResult, Usage)
-from .communities.ops import MAX_SUMMARY_TOKENS, CommunityOps
-from .communities.reads import MAX_PAGE, count_param, filter_param, version_of
+from .communities.ops import CommunityOps
+from .communities.reads import version_of
 from .compose import reading_order, relevance, request_view
 from .context import GraphContext
 from .index import node_uid
@@ -58,33 +37,13 @@ from .ppr import GraphView, Subgraph
 from .sources import SourceTrust
 from .warm import warm_view
 
-if TYPE_CHECKING:
-    from ..config import EngineConfig
-
-MAX_COMMUNITIES = MAX_PAGE  # a communities page / the communities global ranks
-MAX_TOKEN_BUDGET = MAX_SUMMARY_TOKENS  # tokens of a global summary
-MAX_SEEDS = 64
-MAX_HOPS = 3
-MAX_NODES = 500
-MAX_EDGES = 2000
-MAX_CLUES = 50
-MAX_MEMORY_DOCS = 256
+MAX_EDGES = 2000  # edges a neighbors or local answer draws
 # A session's remembered entities seed recall at this share of the query's own.
 SESSION_SHARE = 0.3
 NO_GRAPH = ("this engine has no knowledge graph (open it with build_graph=True, or "
             "`rcp-agentic index --graph`)")
 _MEMORY_ID = re.compile(r"graph@v(0|[1-9][0-9]{0,17})")
-
-
-def _session(value: Any, config: EngineConfig) -> str | None:
-    if value is None:
-        return None
-    if not isinstance(value, str) or not value:
-        raise InvalidParams("sessionId must be a non-empty string", field="sessionId")
-    if len(value) > config.max_session_id_chars:
-        raise InvalidParams(f"sessionId has more than {config.max_session_id_chars} "
-                            "characters", field="sessionId")
-    return value
+MethodParams = GraphParams | MemoryBuildParams | MemoryRecallParams
 
 
 def _untrusted(_doc: Any) -> bool:
@@ -145,71 +104,53 @@ class GraphOps:
 
     # --- graph (§7.9) -----------------------------------------------------------------------
 
-    def graph(self, op: str, *, query: Any = None, k: int | None = None,
-              seed_ids: Sequence[str] | None = None, hops: int | None = None,
-              level: int | None = None, session_id: str | None = None,
-              cursor: str | None = None, token_budget: int | None = None,
-              filter: Mapping[str, Any] | None = None,
-              control: RequestControl | None = None) -> GraphResult:
-        """Run one ``graph`` op; see the module doc. Bad input is InvalidParams (``field``);
-        an op this engine does not offer is OptionUnsupported (``option: "op"``).
+    def run(self, params: MethodParams, control: RequestControl | None = None) -> Any:
+        """The ``graph``, ``memory/build`` or ``memory/recall`` call ``params`` make."""
+        if isinstance(params, MemoryBuildParams):
+            return self._memory_build(params, control)
+        if isinstance(params, MemoryRecallParams):
+            return self._memory_recall(params, control)
+        return self._graph(params, control)
 
-        ``level`` (a community level), ``cursor`` (``communities``) and ``token_budget``
-        (``global``: tokens of the summary) belong to the community ops; ``filter`` scopes
-        every op; ``control`` bounds it (deadline, cancellation)."""
-        if not isinstance(op, str):
-            raise InvalidParams("op must be a string", field="op")
-        if op not in ENTITY_OPS + COMMUNITY_OPS:
-            raise InvalidParams(f"op must be one of {', '.join(ENTITY_OPS + COMMUNITY_OPS)}",
-                                field="op")
-        session = _session(session_id, self.ctx.config)
-        takes = {"communities": ("cursor",), "global": ("tokenBudget",)}.get(op, ())
-        for name, value in (("cursor", cursor), ("tokenBudget", token_budget)):
-            if value is not None and name not in takes:
-                raise OptionUnsupported(f"{name} does not apply to op {op!r}", option=name)
-        filter_ = filter_param(filter)
-        ctl = checked(control)
-        ctl.check()
-        if op == "communities":
-            return self.community.communities(level=level, k=k, cursor=cursor, filter=filter_,
-                                              control=ctl)
-        if op == "global":
-            return self.community.global_search(query, level=level, k=k,
-                                                token_budget=token_budget, filter=filter_,
-                                                control=ctl)
-        if op == "drift":
-            return self.community.drift(query, k=k, level=level, session_id=session,
-                                        filter=filter_, control=ctl)
-        if level not in (None, 0):
-            raise OptionUnsupported(f"op {op!r} works on the entity graph: level 0 only",
-                                    option="level")
-        if op == "local":
-            if query is None:
-                raise InvalidParams("op 'local' needs a query", field="query")
-            return self.local(query, k=count_param(k, "k", 10, 1, self.ctx.config.max_k),
-                              session_id=session, filter=filter_, control=ctl)
-        if seed_ids is None:
-            raise InvalidParams("op 'neighbors' needs seedIds", field="seedIds")
-        return self.neighbors(seed_ids, hops=count_param(hops, "hops", 1, 1, MAX_HOPS),
-                              k=count_param(k, "k", 10, 1, MAX_NODES), filter=filter_,
-                              control=ctl)
+    def graph(self, op: str, *, control: RequestControl | None = None,
+              **params: Any) -> GraphResult:
+        """Run one ``graph`` op; ``params`` are :class:`GraphParams`' (snake_case)."""
+        return self._graph(GraphParams.of(self.ctx.config, op=op, **params), control)
 
     def graph_params(self, raw: Mapping[str, Any]) -> GraphResult:
-        """``graph`` from wire params (camelCase, §7.9)."""
-        if not isinstance(raw, Mapping):
-            raise InvalidParams("params must be an object", field="params")
-        if "op" not in raw:
-            raise InvalidParams("op is required", field="op")
-        return self.graph(raw["op"], query=raw.get("query"), k=raw.get("k"),
-                          seed_ids=raw.get("seedIds"), hops=raw.get("hops"),
-                          level=raw.get("level"), session_id=raw.get("sessionId"),
-                          cursor=raw.get("cursor"), token_budget=raw.get("tokenBudget"),
-                          filter=raw.get("filter"))
+        """``graph`` from wire params (camelCase, §7.9), under the engine's own limits."""
+        return self._graph(GraphParams.wire(raw, config=self.ctx.config), None)
+
+    def _graph(self, p: GraphParams, control: RequestControl | None) -> GraphResult:
+        ctl = checked(control)
+        ctl.check()
+        if p.op == "communities":
+            return self.community.communities(level=p.level, k=p.k, cursor=p.cursor,
+                                              filter=p.filter, control=ctl)
+        if p.op == "global":
+            return self.community.global_search(p.query, level=p.level, k=p.k,
+                                                token_budget=p.token_budget, filter=p.filter,
+                                                control=ctl)
+        if p.op == "drift":
+            return self.community.drift(p.query, k=p.k, level=p.level, session_id=p.session_id,
+                                        filter=p.filter, control=ctl)
+        if p.level not in (None, 0):
+            raise OptionUnsupported(f"op {p.op!r} works on the entity graph: level 0 only",
+                                    option="level")
+        if p.op == "local":
+            return self.local(p.query, k=p.k or 10, session_id=p.session_id, filter=p.filter,
+                              control=ctl)
+        return self.neighbors(p.seed_ids or [], hops=p.hops or 1, k=p.k or 10,
+                              filter=p.filter, control=ctl)
 
     def local(self, query: Any, *, k: int = 10, session_id: str | None = None,
               filter: Mapping[str, Any] | None = None,
               control: RequestControl | None = None) -> GraphResult:
-        """Entity-anchored, PageRank-expanded chunk hits (``op: "local"``), within ``filter``."""
+        """Entity-anchored, PageRank-expanded chunk hits (``op: "local"``) within ``filter``:
+        ranked by graph-aware recall (PageRank fused with dense and sparse, as retrieve with
+        ``x-rcp-agentic-graphRecall``: a passage the query names should not lose to one only
+        the graph reaches); each hit's ``provenance.nodes`` are the entities it mentions that
+        carry the query's PageRank, most relevant first."""
         ctl = checked(control)
         self._view()  # no graph: CapabilityMissing before any work
         raw: dict[str, Any] = {"query": query, "k": k, "unit": "chunk",
@@ -268,12 +209,6 @@ class GraphOps:
         """Nodes within ``hops`` of the seeds (at most ``max(k, seeds)``), scored by PageRank
         from the seeds, and the weighted edges among them (strongest first, bounded); all
         within the graph ``filter`` allows (a seed outside it is not a node of this graph)."""
-        if isinstance(seed_ids, (str, bytes)) or not isinstance(seed_ids, Sequence):
-            raise InvalidParams("seedIds must be an array of node ids", field="seedIds")
-        if not seed_ids:
-            raise InvalidParams("seedIds must not be empty", field="seedIds")
-        if len(seed_ids) > MAX_SEEDS:
-            raise InvalidParams(f"seedIds holds more than {MAX_SEEDS} ids", field="seedIds")
         ctl = checked(control)
         view, version = self.scope(filter)
         ctl.check()
@@ -329,31 +264,32 @@ class GraphOps:
     # --- memory (§7.17) ---------------------------------------------------------------------
 
     def memory_build(self, documents: Sequence[Mapping[str, Any]] | None = None, *,
-                     memory_id: str | None = None, scope: str = "global",
-                     session_id: str | None = None, filter: Mapping[str, Any] | None = None,
-                     control: RequestControl | None = None) -> MemoryBuildResult:
-        """Build or refresh the memory (the graph); see the module doc. ``tokens``: the size
-        of the memory (node and triplet texts, or the session's entity names). ``filter``
-        scopes the entities a session memory links (a corpus write is not filtered:
-        OptionUnsupported with ``scope="global"``)."""
-        if scope not in ("global", "session"):
-            raise InvalidParams("scope must be 'global' or 'session'", field="scope")
+                     control: RequestControl | None = None, **params: Any) -> MemoryBuildResult:
+        """``memory/build``; ``params`` are :class:`MemoryBuildParams`' (snake_case)."""
+        return self._memory_build(MemoryBuildParams.of(self.ctx.config, documents=documents,
+                                                       **params), control)
+
+    def _memory_build(self, p: MemoryBuildParams,
+                      control: RequestControl | None) -> MemoryBuildResult:
+        """Build or refresh the memory: the graph is the memory. Global: inline documents are
+        added through the engine's normal add path, the graph brought up to date with it, and
+        the id ``graph@v<version>`` is stable for a corpus version and pins that snapshot for
+        recall. Session: the entities the documents name (within ``filter``) are kept under
+        the session; nothing is added to the corpus. ``tokens``: the memory's size (node and
+        triplet texts, or the session's entity names)."""
         if "node" not in self.ctx.builders.builders:
             raise CapabilityMissing("memory is the knowledge graph, which this engine does not "
                                     "build (open it with build_graph=True)")
-        filter_ = filter_param(filter)
-        if filter_ is not None and scope != "session":
+        if p.filter is not None and p.scope != "session":
             raise OptionUnsupported("filter scopes a session memory; the global memory is the "
                                     "corpus's graph, built from every document", option="filter")
         ctl = checked(control)
-        if memory_id is not None:
-            self._memory_version(memory_id)
-        docs = self._documents(documents)
-        if scope == "session":
-            session = _session(session_id, self.ctx.config)
-            if session is None:
-                raise InvalidParams("scope 'session' needs a sessionId", field="sessionId")
-            view, _v = self.scope(filter_)
+        if p.memory_id is not None:
+            self._memory_version(p.memory_id)
+        docs = p.documents or []
+        if p.scope == "session" and p.session_id is not None:
+            session = p.session_id
+            view, _v = self.scope(p.filter)
             found: dict[str, float] = {}
             for doc in docs:
                 ctl.check()
@@ -378,30 +314,10 @@ class GraphOps:
             tokens += int(self.ctx.catalog.index([(kind, 0)], version).tokens.sum())
         return MemoryBuildResult(memory_id=f"graph@v{version}", tokens=tokens)
 
-    def _documents(self, documents: Any) -> list[dict[str, Any]]:
-        if documents is None:
-            return []
-        if not isinstance(documents, Sequence) or isinstance(documents, (str, bytes)):
-            raise InvalidParams("documents must be an array", field="documents")
-        if len(documents) > MAX_MEMORY_DOCS:
-            raise InvalidParams(f"documents holds more than {MAX_MEMORY_DOCS} items",
-                                field="documents")
-        out = []
-        for i, doc in enumerate(documents):
-            if not isinstance(doc, Mapping) or not isinstance(doc.get("text"), str):
-                raise InvalidParams("each document needs a string text",
-                                    field=f"documents[{i}].text")
-            if doc.get("id") is not None and not isinstance(doc["id"], str):
-                raise InvalidParams("a document id must be a string", field=f"documents[{i}].id")
-            out.append({k: v for k, v in doc.items() if k in ("id", "text", "title", "meta")})
-        return out
-
-    def _memory_version(self, memory_id: Any) -> int | None:
+    def _memory_version(self, memory_id: str) -> int | None:
         """The snapshot a ``graph@v<N>`` memory id pins (None for a session memory id). An id
         this engine never gave is NotFound (-32015); a snapshot since collected is
         BackendUnavailable (-32010, not retryable), as a pinned ``indexVersion`` is."""
-        if not isinstance(memory_id, str):
-            raise InvalidParams("memoryId must be a string", field="memoryId")
         if memory_id.startswith("session:"):
             return None
         shown = memory_id if len(memory_id) <= 40 else memory_id[:40] + "…"
@@ -418,26 +334,28 @@ class GraphOps:
                                      f"keeps: {exc.message}", field="memoryId",
                                      retryable=False) from None
 
-    def memory_recall(self, query: Any, *, memory_id: str | None = None,
-                      session_id: str | None = None, n: int = 5, hits: bool = True,
-                      filter: Mapping[str, Any] | None = None,
-                      control: RequestControl | None = None) -> MemoryRecallResult:
-        """Clues for ``query``: the query's entities (``seedIds``, weight 1), then up to ``n - 1``
+    def memory_recall(self, query: Any, *, control: RequestControl | None = None,
+                      **params: Any) -> MemoryRecallResult:
+        """``memory/recall``; ``params`` are :class:`MemoryRecallParams`' (snake_case)."""
+        return self._memory_recall(MemoryRecallParams.of(self.ctx.config, query=query,
+                                                         **params), control)
+
+    def _memory_recall(self, p: MemoryRecallParams,
+                       control: RequestControl | None) -> MemoryRecallResult:
+        """Clues for the query: its entities (``seedIds``, weight 1), then up to ``n - 1``
         bridging facts — an entity the query's PageRank reaches (relevance = mass x
         specificity), joined to a query entity by an attested relation — as a surrogate query
         ``"<A> <relation words> <B>"`` with both seed ids, weighted by relevance relative to
-        the best. A session's remembered entities also seed PageRank (``SESSION_SHARE``), and
-        the entities of this recall are remembered. ``hits``: draft hits (``local``, k=n).
+        the best; and draft hits (``local``, k=n). A session's remembered entities also seed
+        PageRank (``SESSION_SHARE``), and the entities of this recall are remembered.
         Everything comes from the graph ``filter`` allows; a ``memoryId`` of a session that
         holds no memory is NotFound."""
-        n = count_param(n, "n", 5, 1, MAX_CLUES)
-        session = _session(session_id, self.ctx.config)
-        text = query_text(query, max_chars=self.ctx.config.max_query_chars)
-        filter_ = filter_param(filter)
+        n, session, filter_, memory_id = p.n, p.session_id, p.filter, p.memory_id
+        text = query_text(p.query, max_chars=self.ctx.config.max_query_chars)
         ctl = checked(control)
         version = self._memory_version(memory_id) if memory_id is not None else None
         if memory_id is not None and memory_id.startswith("session:"):
-            named = _session(memory_id[len("session:"):], self.ctx.config)
+            named = session_id(memory_id[len("session:"):], self.ctx.config.max_session_id_chars)
             if named is None or named not in self.memory:
                 raise NotFound("memoryId names no session memory of this engine (build it with "
                                "memory/build scope 'session'; it expires unused)",
@@ -480,7 +398,7 @@ class GraphOps:
                                           **{k: 0.5 for c in clues[1:] for k in
                                              self._keys_from(view, c.seed_ids or [])}})
         draft = None
-        if hits and clues and version == self.ctx.store.index_version():
+        if clues and version == self.ctx.store.index_version():
             draft = self.local(text, k=n, session_id=None, filter=filter_, control=ctl).hits
         return MemoryRecallResult(clues=clues[:n], hits=draft, usage=Usage(notes=notes or None))
 

@@ -9,6 +9,7 @@ from typing import Any
 
 from ..config import EngineConfig
 from ..derived import BuildContext, DerivedBuilder
+from ..pipeline.method_params import GRAPH_LIMITS
 from ..store.docstore import Docstore
 from . import bridge
 from . import ops as graph_ops
@@ -21,13 +22,9 @@ from .ppr import GraphView
 from .recall import GraphSource, chunk_prior, graph_scope
 from .view_patch import patched_view
 
-# x-rcp-agentic.limits: the bounds of the graph and memory ops RCP has no key for (§6.2).
-LIMITS: dict[str, int] = {
-    "maxGraphHops": graph_ops.MAX_HOPS, "maxGraphNodes": graph_ops.MAX_NODES,
-    "maxSeedIds": graph_ops.MAX_SEEDS, "maxClues": graph_ops.MAX_CLUES,
-    "maxMemoryDocuments": graph_ops.MAX_MEMORY_DOCS,
-    "maxCommunities": graph_ops.MAX_COMMUNITIES, "maxSummaryTokens": graph_ops.MAX_TOKEN_BUDGET,
-}
+# x-rcp-agentic.limits: the bounds of the graph and memory ops RCP has no key for (§6.2), which
+# their params models check (rcp_agentic/pipeline/method_params.py).
+LIMITS: Mapping[str, int] = GRAPH_LIMITS
 
 
 class _GraphPlugin:

@@ -18,7 +18,6 @@ if TYPE_CHECKING:
     from .control import RequestControl
     from .derived import BuildContext, DerivedBuilder
     from .store.docstore import Docstore
-    from .wire import GraphResult, MemoryBuildResult, MemoryRecallResult
 
 GRAPH_PLUGIN = "rcp_agentic.graph.plugin"
 TREE_PLUGIN = "rcp_agentic.raptor.plugin"
@@ -63,21 +62,10 @@ class GraphOps(Protocol):
 
     def ops(self) -> list[str]: ...
 
-    def graph(self, op: str, *, query: Any = None, k: int | None = None,
-              seed_ids: Any = None, hops: int | None = None, level: int | None = None,
-              session_id: str | None = None, cursor: str | None = None,
-              token_budget: int | None = None, filter: Mapping[str, Any] | None = None,
-              control: RequestControl | None = None) -> GraphResult: ...
-
-    def memory_build(self, documents: Any = None, *, memory_id: str | None = None,
-                     scope: str = "global", session_id: str | None = None,
-                     filter: Mapping[str, Any] | None = None,
-                     control: RequestControl | None = None) -> MemoryBuildResult: ...
-
-    def memory_recall(self, query: Any, *, memory_id: str | None = None,
-                      session_id: str | None = None, n: int = 5, hits: bool = True,
-                      filter: Mapping[str, Any] | None = None,
-                      control: RequestControl | None = None) -> MemoryRecallResult: ...
+    def run(self, params: Any, control: RequestControl | None = None) -> Any:
+        """The ``graph``, ``memory/build`` or ``memory/recall`` call ``params`` (their model,
+        ``pipeline.method_params``) make."""
+        ...
 
 
 class TreePlugin(Protocol):

@@ -48,7 +48,7 @@ def test_the_users_read_the_vocabulary() -> None:
     from rcp_agentic.corpus import documents
     from rcp_agentic.federation import fanout, graphcalls
     from rcp_agentic.pipeline import confidence, params
-    from rcp_agentic.protocol import graphwire
+    from rcp_agentic.pipeline import method_params as graphwire  # the graph params' reader
 
     assert params.MODES is confidence.MODES is v.MODES
     assert params.FUSIONS is fanout.FUSIONS is v.FUSIONS

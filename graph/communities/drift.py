@@ -31,7 +31,7 @@ from ...trust import derived_trust, strip_markup
 from ...wire import GraphResult, Hit, Trust, Usage
 from ..compose import community_masses, reading_order, request_view
 from ..sources import SourceTrust
-from .reads import CommunityReader, count_param, filter_key, filter_param, version_of
+from .reads import CommunityReader, filter_key, version_of
 
 if TYPE_CHECKING:
     from ..context import GraphContext
@@ -170,8 +170,8 @@ class DriftSearch:
         self.node_keys = node_keys
         self.frontiers = frontiers
 
-    def run(self, query: Any, *, k: Any = None, level: Any = None,
-              session_id: str | None = None, filter: Any = None,
+    def run(self, query: Any, *, k: int | None = None, level: int | None = None,
+              session_id: str | None = None, filter: Mapping[str, Any] | None = None,
               control: RequestControl | None = None) -> GraphResult:
         """Primer, follow-ups and local search (see the module doc); with ``session_id`` a
         call with the same question continues the session's frontier. Primer, follow-ups
@@ -181,8 +181,8 @@ class DriftSearch:
         t0 = time.perf_counter()
         ctl = checked(control)
         text, store, lvl = self.reader.searched(query, "drift", level)
-        k = count_param(k, "k", 10, 1, self.ctx.config.max_k)
-        filter_ = filter_param(filter)
+        k = 10 if k is None else k
+        filter_ = filter
         made_under = filter_key(filter_)
         state = self.frontiers.get(session_id) if session_id else None
         continued = (state is not None and state.query == text and state.level == lvl

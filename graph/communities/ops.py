@@ -33,13 +33,13 @@ from ...models.llm import as_chat, json_object
 from ...models.llm_guard import DATA_RULE, data_block
 from ...models.tokenizer import count_tokens
 from ...pipeline import cursor as cursors
+from ...pipeline.method_params import MAX_SUMMARY_TOKENS
 from ...text import cut_to_tokens, split_sentences
 from ...trust import derived_trust, strip_markup
 from ...wire import CommunityEntry, GraphResult, Hit, Usage
 from ..reports.model import KEY_RELATIONS
 from .drift import DriftSearch, Frontiers
-from .reads import (MAX_PAGE, CommunityReader, count_param, default_level, filter_key,
-                    filter_param, level_param, version_of)
+from .reads import CommunityReader, default_level, existing_level, filter_key, version_of
 
 if TYPE_CHECKING:
     from ..context import GraphContext
@@ -49,10 +49,8 @@ if TYPE_CHECKING:
 DEFAULT_PAGE = 20
 DEFAULT_GLOBAL_K = 10
 DEFAULT_SUMMARY_TOKENS = 500
-MAX_SUMMARY_TOKENS = 8192
 MAX_POINTS = 16  # points taken from one report
 EMBED_SLICE = 16  # report points embedded between two deadline checks (≈0.1 s each here)
-MAX_CURSOR_CHARS = 4096
 DUPLICATE_COSINE = 0.92  # two points this close say the same thing
 POINT_CACHE = 4096  # report points whose vectors are kept
 
@@ -144,20 +142,18 @@ class CommunityOps:
 
     # --- communities ------------------------------------------------------------------------
 
-    def communities(self, *, level: Any = None, k: Any = None, cursor: Any = None,
-                    filter: Mapping[str, Any] | None = None,
+    def communities(self, *, level: int | None = None, k: int | None = None,
+                    cursor: str | None = None, filter: Mapping[str, Any] | None = None,
                     control: RequestControl | None = None) -> GraphResult:
         """One page of the partition at ``level``, largest first; ``nextCursor`` while more.
         With ``filter`` only the communities all of whose chunks pass it are listed (and a
         cursor pages the listing of its own filter only)."""
-        k = count_param(k, "k", DEFAULT_PAGE, 1, MAX_PAGE)
+        k = DEFAULT_PAGE if k is None else k
         ctl = checked(control)
         qhash = cursors.query_hash({"op": "communities", "level": level,
                                     "filter": filter_key(filter)})
         start, version = 0, None
         if cursor is not None:
-            if not isinstance(cursor, str) or not cursor or len(cursor) > MAX_CURSOR_CHARS:
-                raise InvalidParams("cursor is not one this engine returned", field="cursor")
             state = cursors.decode(cursor, self.ctx.secret, qhash)
             try:
                 version = self.ctx.catalog.served_version(f"v{state.version}")
@@ -167,7 +163,7 @@ class CommunityOps:
             start = state.start
         version = version if version is not None else self.ctx.catalog.served_version(None)
         store = self.reader.require("communities", version)
-        level_ = level_param(level, store)
+        level_ = existing_level(level, store)
         lvl = store.top_level if level_ is None else level_
         part = store.level(lvl)
         if filter is not None:
@@ -191,8 +187,8 @@ class CommunityOps:
                            usage=Usage(candidates=len(part), notes=notes or None))
     # --- global -----------------------------------------------------------------------------
 
-    def global_search(self, query: Any, *, level: Any = None, k: Any = None,
-                      token_budget: Any = None, filter: Any = None,
+    def global_search(self, query: Any, *, level: int | None = None, k: int | None = None,
+                      token_budget: int | None = None, filter: Mapping[str, Any] | None = None,
                       control: RequestControl | None = None) -> GraphResult:
         """The level's communities ranked for ``query`` and a ``summary`` of the best of their
         reports within ``token_budget`` (see the module doc). The summary carries the lowest
@@ -200,10 +196,9 @@ class CommunityOps:
         t0 = time.perf_counter()
         ctl = checked(control)
         text, store, lvl = self.reader.searched(query, "global", level)
-        k = count_param(k, "k", DEFAULT_GLOBAL_K, 1, MAX_PAGE)
-        budget = count_param(token_budget, "tokenBudget", DEFAULT_SUMMARY_TOKENS, 1,
-                             MAX_SUMMARY_TOKENS)
-        ranked, store, version = self.reader.ranked(text, lvl, k, filter_param(filter), ctl)
+        k = DEFAULT_GLOBAL_K if k is None else k
+        budget = DEFAULT_SUMMARY_TOKENS if token_budget is None else token_budget
+        ranked, store, version = self.reader.ranked(text, lvl, k, filter, ctl)
         notes = [f"level {lvl} of 0..{store.top_level}", *self.reader.lag(version_of(version),
                                                                    ("community",))]
         if not ranked:
@@ -332,8 +327,8 @@ class CommunityOps:
 
     # --- drift ------------------------------------------------------------------------------
 
-    def drift(self, query: Any, *, k: Any = None, level: Any = None,
-              session_id: str | None = None, filter: Any = None,
+    def drift(self, query: Any, *, k: int | None = None, level: int | None = None,
+              session_id: str | None = None, filter: Mapping[str, Any] | None = None,
               control: RequestControl | None = None) -> GraphResult:
         """DRIFT search (:meth:`.drift.DriftSearch.run`)."""
         return self.drift_search.run(query, k=k, level=level, session_id=session_id,

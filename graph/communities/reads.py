@@ -1,7 +1,8 @@
-"""Reading the stored communities for the community ops (:mod:`.ops`,
-:mod:`.drift`): their parameters checked, the store of a version, the level's communities
-ranked for a query by retrieve, the communities a filter passes, their trust, and the
-derived-lag note. One reader serves ``communities``, ``global`` and ``drift`` alike.
+"""Reading the stored communities for the community ops (:mod:`.ops`, :mod:`.drift`): the
+store of a version, a level checked against its levels, the level's communities ranked for a
+query by retrieve, the communities a filter passes, their trust, and the derived-lag note. One
+reader serves ``communities``, ``global`` and ``drift`` alike; their params come checked
+(:class:`~rcp_agentic.pipeline.method_params.GraphParams`).
 
 The default level of ``global``/``drift`` (:func:`default_level`) is the level whose
 partition is closest, on a log scale, to ``GLOBAL_TARGET`` communities (ties: the coarser).
@@ -20,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from ...control import RequestControl
 from ...errors import InvalidParams, OptionUnsupported
+from ...pipeline.method_params import MAX_COMMUNITIES
 from ...pipeline.params import query_text
 from ...wire import Hit, Trust
 
@@ -27,37 +29,19 @@ if TYPE_CHECKING:
     from ..context import GraphContext
     from .index import CommunityStore, StoredCommunity
 
-MAX_PAGE = 100  # communities per page / ranked communities of ``global``
+MAX_PAGE = MAX_COMMUNITIES  # communities per page / ranked communities of ``global``
 GLOBAL_TARGET = 50  # communities in the partition global/drift default to
 
 
-# --- parameters -------------------------------------------------------------------------------
+# --- levels ---------------------------------------------------------------------------------
 
-def count_param(value: Any, name: str, default: int, low: int, high: int) -> int:
-    """An integer parameter in ``low..high`` (``default`` when absent); InvalidParams naming
-    ``name`` otherwise (a bool, a float, NaN, a string: not an integer)."""
-    if value is None:
-        return default
-    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
-        value = int(value)  # 5.0 is the integer 5 in JSON
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise InvalidParams(f"{name} must be an integer", field=name)
-    if not low <= value <= high:
-        raise InvalidParams(f"{name} must be between {low} and {high}", field=name)
-    return value
-
-
-def level_param(value: Any, store: CommunityStore) -> int | None:
-    """``level`` checked against the stored levels (None when absent)."""
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise InvalidParams("level must be an integer", field="level")
-    if not 0 <= value <= store.top_level:
-        shown = value if -10**6 < value < 10**6 else "given"
+def existing_level(level: int | None, store: CommunityStore) -> int | None:
+    """``level`` (None when absent) if ``store`` holds it; InvalidParams naming the levels."""
+    if level is not None and not 0 <= level <= store.top_level:
+        shown = level if -10**6 < level < 10**6 else "given"
         raise InvalidParams(f"level {shown} does not exist: the community levels are "
                             f"0..{store.top_level}", field="level")
-    return value
+    return level
 
 
 def default_level(store: CommunityStore) -> int:
@@ -67,16 +51,6 @@ def default_level(store: CommunityStore) -> int:
         n = max(1, len(store.level(level)))
         return abs(math.log(n / GLOBAL_TARGET)), -level
     return min(range(store.top_level + 1), key=distance)
-
-
-def filter_param(value: Any) -> Mapping[str, Any] | None:
-    """A ``filter`` param: None or an object (its tree is checked where it is compiled)."""
-    if value is None:
-        return None
-    if not isinstance(value, Mapping):
-        raise InvalidParams("filter must be an object", field="filter")
-    return value
-
 
 
 def filter_key(filter_: Mapping[str, Any] | None) -> str:
@@ -123,12 +97,12 @@ class CommunityReader:
                                     "graph_communities=True)", option="op")
         return store
 
-    def searched(self, query: Any, op: str, level: Any) -> tuple[str, CommunityStore, int]:
+    def searched(self, query: Any, op: str, level: int | None) -> tuple[str, CommunityStore, int]:
         """What a search op (``global``, ``drift``) runs on: the query's text, the served
         community store and the level (:func:`default_level` when ``level`` is absent)."""
         text = self.query(query, op)
         store = self.require(op)
-        lvl = level_param(level, store)
+        lvl = existing_level(level, store)
         return text, store, default_level(store) if lvl is None else lvl
 
     def lag(self, version: int | None, kinds: Sequence[str]) -> list[str]:

@@ -9,8 +9,8 @@ An unknown param is ignored (§4.6) but never silently: :func:`unknown_params` n
 ``usage.notes``, with the known param it most likely misspells. A client that sets
 ``"strict": true`` explicitly asks for the opposite, and gets -32602 naming it (a
 misspelled ``filter`` must not widen a tenant's results); another vendor's ``x-…`` param
-is only noted, even then. ``retrieve`` and the graph and memory methods
-(:mod:`..protocol.graphwire`) all use it.
+is only noted, even then. ``retrieve`` and the methods of :mod:`.method_params` (``graph``,
+``memory/*``, ``query/transform``) all use it.
 """
 
 from __future__ import annotations

@@ -5,18 +5,11 @@ Five methods, one short prompt each: ``rewrite`` (one clearer search query), ``h
 passage that would answer the question, HyDE), ``multi-query`` (``n`` differently worded
 queries), ``decompose`` (at most ``n`` simpler sub-questions) and ``step-back`` (one more
 general background question). The question travels as a delimited data block, never as
-instructions (:mod:`..models.llm_guard`).
-
-Models decorate their lists however they are asked, so each reply is parsed leniently:
-bullets, numbering, quotes and labels (``Query:``, ``Sub-question 2:``) are stripped, a
-preamble line ending in a colon is dropped, duplicates go, and each query is cut to the
-engine's query length. A reply with nothing usable gives the question back unchanged (never
-an empty list) and is counted as a fallback of the ``transform`` stage.
-
-Every result carries ``trust`` (:func:`screened`): the level of the question (``community``),
-``injectionSuspected`` when the question or a text the model wrote screens as an injection or
-carries active markup (``<img …>``, ``<script>``, ``javascript:``), which is taken out
-(``sanitized``).
+instructions (:mod:`..models.llm_guard`). Replies are parsed leniently (bullets, numbering,
+quotes, labels and a preamble line go; duplicates go; each query is cut to the engine's query
+length); a reply with nothing usable gives the question back (``fallback``). Every result
+carries ``trust`` (:func:`screened`): the question's level, ``injectionSuspected`` when it or
+a text the model wrote screens as an injection or carries active markup (taken out).
 """
 
 from __future__ import annotations
@@ -26,21 +19,24 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ..control import RequestControl
-from ..errors import InvalidParams
 from ..models.llm import ChatLLM
 from ..models.llm_guard import DATA_RULE, data_block
 from ..trust import InjectionScreen, derived_trust, strip_markup
 from ..vocabulary import MULTI_QUERY_METHODS, TRANSFORM_METHODS, TrustLevel
 from ..wire import TransformResult, Trust
+from .method_params import MAX_TRANSFORM_QUERIES, TransformParams
 from .params import DEFAULT_CONFIG, query_text
 
-__all__ = ["MAX_QUERIES", "METHODS", "Transformed", "parse_lines", "screened", "transform"]
+__all__ = ["FALLBACK_NOTE", "MAX_QUERIES", "METHODS", "Transformed", "parse_lines", "screened",
+           "transform", "transformed"]
 
 METHODS: tuple[str, ...] = TRANSFORM_METHODS
 # The most queries one call returns: its ``n`` is clamped to it (§15.5 asks for a bounded
 # fan-out), advertised as x-rcp-agentic.limits.maxTransformQueries.
-MAX_QUERIES = 10
+MAX_QUERIES = MAX_TRANSFORM_QUERIES
 STAGE = "transform"
+# What a result that gave the question back says (in ``_meta.notes`` on the wire).
+FALLBACK_NOTE = "the LLM's reply was not usable: the query is returned unchanged"
 # The trust level of a transformed query's one source, the caller's question: no document an
 # operator vetted ("trusted"), and not known to be hostile ("untrusted").
 QUESTION_LEVEL: TrustLevel = "community"
@@ -167,37 +163,23 @@ def _passage(reply: str, max_chars: int) -> str:
     return text[:max_chars].strip()
 
 
-def check_n(n: object) -> int:
-    """``n`` as a count of queries: an integer >= 1 (InvalidParams on ``n``), clamped to
-    :data:`MAX_QUERIES`."""
-    if isinstance(n, float) and n.is_integer():
-        n = int(n)  # 3.0 is the integer 3 in JSON
-    if isinstance(n, bool) or not isinstance(n, int):
-        raise InvalidParams("n must be an integer", field="n")
-    if n < 1:
-        raise InvalidParams("n must be at least 1", field="n")
-    return min(n, MAX_QUERIES)
-
-
-def check_method(method: object) -> str:
-    """``method`` if RCP defines it (InvalidParams on ``method`` otherwise)."""
-    if not isinstance(method, str) or method not in METHODS:
-        raise InvalidParams(f"method must be one of {', '.join(METHODS)}", field="method")
-    return method
-
-
 def transform(chat: ChatLLM, query: str, method: str, n: int = 3, *,
               max_chars: int = DEFAULT_CONFIG.max_query_chars,
               control: RequestControl | None = None) -> Transformed:
-    """Transform ``query`` by ``method`` with ``chat`` (module doc). ``n`` bounds the queries of
-    ``multi-query`` and ``decompose`` (clamped to :data:`MAX_QUERIES`); each query is cut to
-    ``max_chars``. A bad ``query``, ``method`` or ``n`` is InvalidParams naming it; an LLM that
-    cannot answer raises BackendUnavailable."""
-    method = check_method(method)
-    n = check_n(n)
-    if not isinstance(query, str):
-        raise InvalidParams("query must be a string", field="query")
-    query = query_text(query, max_chars=max_chars)
+    """Transform ``query`` by ``method`` with ``chat`` (module doc): :func:`transformed` of
+    their :class:`~.method_params.TransformParams` (a bad one is InvalidParams naming it)."""
+    return transformed(chat, TransformParams.of(query=query, method=method, n=n),
+                       max_chars=max_chars, control=control)
+
+
+def transformed(chat: ChatLLM, params: TransformParams, *,
+                max_chars: int = DEFAULT_CONFIG.max_query_chars,
+                control: RequestControl | None = None) -> Transformed:
+    """The transformation ``params`` ask for (``n`` bounds the queries of ``multi-query`` and
+    ``decompose``); each query is cut to ``max_chars``, a longer question is InvalidParams.
+    An LLM that cannot answer raises BackendUnavailable."""
+    method, n = params.method, params.n
+    query = query_text(params.query, max_chars=max_chars)
     system = PROMPTS[method].format(n=n) + " " + DATA_RULE
     reply = chat.ask(system, f"Question:\n{data_block(query)}\n{_ASK[method]}", stage=STAGE,
                      control=control)

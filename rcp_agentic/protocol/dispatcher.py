@@ -1,24 +1,17 @@
 """Transport-agnostic RCP/1 JSON-RPC handling for one connection (§4, §7, §9, §11–§13).
 
-A transport (stdio, HTTP) hands each parsed frame to :meth:`Dispatcher.handle`,
-possibly from several threads at once, and writes back whatever it returns
-(``None`` means nothing: notifications are never answered). Progress
-notifications (§9) for a request carrying ``_meta.progressToken`` go to the
-``send`` callable the transport passes along. Every request runs under a
-:class:`~rcp_agentic.control.RequestControl`: ``notifications/cancel`` and the
-deadline (the server's, shortened by ``_meta.deadlineMs``) stop it between
-stages, and it is still answered exactly once (-32006 / -32014 when stopped).
-Errors are RCP error objects; unexpected failures become -32603 without leaking
-internals, and nothing a client sends can crash the dispatcher. Each request comes from a
-:class:`~.caller.Caller`, who is offered what it may call and whose session ids are bound
-to it (:mod:`.caller`).
+A transport (stdio, HTTP) hands each parsed frame to :meth:`Dispatcher.handle`, possibly from
+several threads at once, and writes back what it returns (``None``: nothing, notifications are
+never answered); progress notifications (§9) go to the ``send`` callable it passes. Every
+request runs under a :class:`~rcp_agentic.control.RequestControl` (``notifications/cancel``,
+the server's deadline shortened by ``_meta.deadlineMs``) and is answered exactly once (-32006 /
+-32014 when stopped). Errors are RCP error objects; an unexpected failure is -32603 without
+internals. Each request comes from a :class:`~.caller.Caller`, offered what it may call.
 
 A dispatcher is one session (§13): its capabilities are fixed once computed (§13.2), while
-``initialize``/``info`` read the derived units' state and the index version live. A
-transport that issues session tokens (HTTP, §5.2) passes ``open_session``: a successful
-``initialize`` then opens a new session (:meth:`Dispatcher.fork`) and answers its token in
-``_meta.session``. ``_meta.conformance`` is the level the transport's mode certifies (None:
-none, stated nowhere).
+``initialize``/``info`` read the derived state and index version live. A transport issuing
+session tokens (HTTP, §5.2) passes ``open_session``: a successful ``initialize`` opens a new
+session (:meth:`Dispatcher.fork`) and answers its token in ``_meta.session``.
 """
 
 from __future__ import annotations
@@ -46,7 +39,10 @@ from ..errors import (
     UnknownMethod,
     VersionMismatch,
 )
+from ..pipeline.method_params import (GraphParams, MemoryBuildParams, MemoryRecallParams,
+                                      MethodParams, TransformParams)
 from ..pipeline.params import lone_surrogate_at
+from ..pipeline.transform import FALLBACK_NOTE
 from ..text import is_unicode
 from .. import jsonio
 from ..options import VENDOR
@@ -60,9 +56,7 @@ from .caller import (
     unbind_result,
     without_spend,
 )
-from .graphwire import graph_call, memory_build_call, memory_recall_call
 from .methods import PROTOCOL_VERSION, RCP_METHODS
-from .transformwire import FALLBACK_NOTE, transform_call, with_meta_notes
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +67,8 @@ SUPPORTED_VERSIONS = tuple(range(1, PROTOCOL_VERSION + 1))
 CONFORMANCE_LEVEL = "L2"
 
 Send = Callable[[dict[str, Any]], None]
+# A method's handler: its params, the request's control and the session's capabilities in.
+Handler = Callable[[dict[str, Any], RequestControl, dict[str, Any]], Any]
 # Given the dispatcher a successful initialize ran on: opens a session, returns its token.
 OpenSession = Callable[["Dispatcher"], str]
 # Why a session of a transport issuing tokens is not initialized: it names none it holds.
@@ -127,6 +123,7 @@ class Dispatcher:
                  conformance: str | None = CONFORMANCE_LEVEL,
                  open_session: OpenSession | None = None) -> None:
         self.engine = engine
+        # The level the transport's mode certifies, as _meta.conformance (None: stated nowhere).
         self.conformance = conformance
         self.open_session = open_session
         self.max_body_bytes = max_body_bytes
@@ -145,14 +142,15 @@ class Dispatcher:
         # stateless HTTP scope may see the same id from two clients at once.
         self._inflight: dict[tuple[Hashable, tuple[str, Any]], list[RequestControl]] = {}
         self._inflight_lock = threading.Lock()
-        self._handlers: dict[str, Callable[[dict[str, Any], RequestControl, dict[str, Any]],
-                                           Any]] = {
+        self._handlers: dict[str, Handler] = {
             "initialize": self._initialize, "info": self._info, "ping": self._ping,
             "shutdown": self._shutdown, "retrieve": self._retrieve, "rerank": self._rerank,
             "index/add": self._index_add, "index/delete": self._index_delete,
-            "embed": self._embed, "feedback": self._feedback, "graph": self._graph,
-            "memory/build": self._memory_build, "memory/recall": self._memory_recall,
-            "query/transform": self._transform,
+            "embed": self._embed, "feedback": self._feedback,
+            "graph": self._params_call(GraphParams),
+            "memory/build": self._params_call(MemoryBuildParams),
+            "memory/recall": self._params_call(MemoryRecallParams),
+            "query/transform": self._params_call(TransformParams),
         }
 
     def fork(self, *, session: str | None, initialized: bool) -> Dispatcher:
@@ -458,31 +456,20 @@ class Dispatcher:
                                     field=f"ids[{i}]")
         return {"deleted": self.engine.delete_documents(ids, missing_ok=True)}
 
-    def _graph(self, params: dict[str, Any], control: RequestControl,
-               caps: dict[str, Any]) -> dict[str, Any]:
-        call = graph_call(params, caps)
-        return with_notes(self.engine.graph(**call.kwargs, control=control).to_wire(),
-                          call.notes)
-
-    def _memory_build(self, params: dict[str, Any], control: RequestControl,
-                      caps: dict[str, Any]) -> dict[str, Any]:
-        call = memory_build_call(params, caps)
-        return with_notes(self.engine.memory_build(**call.kwargs, control=control).to_wire(),
-                          call.notes)
-
-    def _memory_recall(self, params: dict[str, Any], control: RequestControl,
-                       caps: dict[str, Any]) -> dict[str, Any]:
-        call = memory_recall_call(params, caps)
-        return with_notes(self.engine.memory_recall(**call.kwargs, control=control).to_wire(),
-                          call.notes)
-
-    def _transform(self, params: dict[str, Any], control: RequestControl,
+    def _params_call(self, model: type[MethodParams]) -> Handler:
+        """The handler of a method with a params model: its params parsed under the session's
+        capabilities (§12: clamped to what they advertise), run by the engine, and the
+        unknown params (and a transformation's fallback) named in the result's notes."""
+        def handle(params: dict[str, Any], control: RequestControl,
                    caps: dict[str, Any]) -> dict[str, Any]:
-        call = transform_call(params, caps)
-        done = self.engine.transform(**call.kwargs, control=control)
-        control.check()
-        return with_meta_notes(done.to_wire(),
-                               call.notes + ([FALLBACK_NOTE] if done.fallback else []))
+            call = model.wire(params, caps, self.engine.config)
+            done = self.engine.run(call, control)
+            notes = call.notes
+            if isinstance(call, TransformParams):
+                control.check()
+                notes = notes + ([FALLBACK_NOTE] if done.fallback else [])
+            return with_notes(done.to_wire(), notes, call.NOTES_IN)
+        return handle
 
     def _feedback(self, params: dict[str, Any], control: RequestControl,
              caps: dict[str, Any]) -> dict[str, Any]:
@@ -507,13 +494,14 @@ def with_llm_spent(result: Any, control: RequestControl) -> Any:
     return {**result, key: {**(result.get(key) or {}), "llm": spent.wire()}}
 
 
-def with_notes(result: dict[str, Any], notes: list[str]) -> dict[str, Any]:
-    """``result`` with ``notes`` appended to its ``usage.notes`` (a usage added if needed)."""
+def with_notes(result: dict[str, Any], notes: list[str], key: str = "usage") -> dict[str, Any]:
+    """``result`` with ``notes`` appended to its ``usage.notes`` (``key``: ``_meta.notes``, for
+    a result without a usage), the object added if needed."""
     if not notes:
         return result
-    usage = dict(result.get("usage") or {})
-    usage["notes"] = [*(usage.get("notes") or []), *notes]
-    return {**result, "usage": usage}
+    holder = dict(result.get(key) or {})
+    holder["notes"] = [*(holder.get("notes") or []), *notes]
+    return {**result, key: holder}
 
 
 def dumps(response: dict[str, Any] | list[dict[str, Any]]) -> str:
