@@ -25,7 +25,7 @@ def add_command(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     """Fit, save and print the fit's error (ECE) and ranking (AUROC) per model."""
     from ..engine import CALIBRATION_FILE
-    from ..pipeline.calibration_fit import calibrate_engine
+    from ..pipeline.calibration_engine import calibrate_engine
 
     engine = open_engine(args, create=False)
     queries, qrels = read_beir(args.queries, args.qrels)

@@ -378,11 +378,3 @@ def evaluate(samples: Sequence[Sample], probs: np.ndarray) -> dict[str, dict[str
     out["all"] = _summary(probs[ok], y[ok])
     return out
 
-
-def __getattr__(name: str) -> Any:
-    # cli/calibrate.py imports calibrate_engine from here; it lives in calibration_engine,
-    # which imports this module.
-    if name == "calibrate_engine":
-        from .calibration_engine import calibrate_engine
-        return calibrate_engine
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
