@@ -213,8 +213,8 @@ def load_or_export(model_path: str, torch_model: Any, *, threads: int = 1,
                 return encoder
             from transformers import AutoTokenizer  # an export needs torch anyway
 
-            tokenizer = AutoTokenizer.from_pretrained(model_path, local_files_only=True)
-            _export(torch_model(), tokenizer, folder, weights)
+            full: Any = AutoTokenizer.from_pretrained(model_path, local_files_only=True)
+            _export(torch_model(), full, folder, weights)
             try:
                 return _open_kept(folder, weights, dim, tokenizer, threads)
             except _NotKept as exc:
