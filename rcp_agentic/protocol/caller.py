@@ -1,24 +1,12 @@
 """Who sends a request, as its transport knows it: what that caller is offered (§13.2,
 §15.6) and the session ids bound to it.
 
-Capabilities say what the caller may call: a caller that may not write (anonymous over
-HTTP, no token configured, anonymous writes not allowed) is offered neither ``index`` nor
-``feedback``, and ``memory`` for its own session only (``scope: "session"`` changes only
-that caller's session state; ``scope: "global"`` is a corpus write). The trusted callers —
-in process and the process that spawned a stdio server (§15.6) — may write.
-
-Session ids are capabilities: whoever names one reads and steers that session's dedup,
-memory and DRIFT frontier. So a session id a caller sends (``sessionId`` of ``retrieve``,
-``graph``, ``memory/build`` and ``memory/recall``; the ``<id>`` of a ``memoryId``
-``session:<id>``) is replaced, before the engine sees it, by a key derived from the caller's
-principal and the id (:func:`session_key`): two callers naming the same id have different
-sessions, and no caller can name another's. The key goes back to its id in results (the
-``memoryId`` of ``memory/build``). ``feedback`` keeps its ``sessionId`` as given: it is a
-label in the operator's log (``engine.feedback.signals(session_id=...)``), never read as
-session state. A caller without a principal (in process) uses ids as given. A caller known
-only by its transport connection (anonymous HTTP outside a session the server issued) keeps
-a session id for that connection only; its results say so in ``usage.notes``
-(:data:`UNBOUND_NOTE`).
+A caller that may not write (anonymous over HTTP without allowed anonymous writes) is
+offered neither ``index`` nor ``feedback``, and ``memory`` for its own session only; the
+trusted callers (in process, the process that spawned a stdio server) may write. Session
+ids are capabilities, so a session id a caller sends is replaced by a key derived from the
+caller's principal and the id (:func:`session_key`): no caller can name another's session.
+The rules in full: docs/internals.md, "The HTTP server".
 """
 
 from __future__ import annotations

@@ -1,26 +1,12 @@
 """Who may call the HTTP server: Host, Origin and bearer-token checks, and their JSON refusals.
 
-A web page the user visits can make the browser ``POST`` to a loopback server, and a
-DNS-rebinding page can even read the answers. So, before anything else:
-
-- the ``Host`` header must name the bound address, a loopback name (``localhost``,
-  ``127.0.0.1``, ``[::1]``) or an ``--allowed-host`` (any port): 421 otherwise;
-- an ``Origin`` header, when present, must be the server's own origin or a configured
-  CORS origin: 403 otherwise (requests without one, from non-browser clients, pass);
-- with a token configured, every request needs ``Authorization: Bearer <token>`` (the
-  scheme name in any case, RFC 7235): 401 otherwise (authorisation before capability
-  gating, §15.6);
-- without one, an anonymous caller may not write unless anonymous writes were allowed
-  (:attr:`Gate.writes_open`): it is offered no write and the dispatcher answers one as the
-  capabilities say (:func:`.caller.refuse_write`), a well-formed JSON-RPC error at 200.
-
-Every 401 carries ``WWW-Authenticate: Bearer``. A refusal is JSON in the shape of the
-route: an RCP error object on ``/rcp``, ``{"detail": ...}`` on the hosted REST API. The
-RCP error echoes the request's id when it can be read: from the parsed body, or, for a
-refusal decided before the body is read, from a small bounded prefix of it
-(:func:`.body.peek_id`); a batch is refused as a whole, with ``id: null`` (JSON-RPC 2.0
-answers a request it cannot process as a single response object). The
-``Content-Type`` check belongs to reading the body (:mod:`.body`).
+A web page can make the browser ``POST`` to a loopback server (and a DNS-rebinding page
+read the answer), so before anything else: a foreign ``Host`` is 421, a foreign ``Origin``
+403, a missing or wrong bearer token (when one is configured) 401 with
+``WWW-Authenticate: Bearer``; without a token an anonymous caller is offered no write
+unless anonymous writes were allowed. A refusal is JSON in the shape of the route and
+echoes the request's id when it can be read. The rules in full: docs/internals.md,
+"The HTTP server".
 """
 
 from __future__ import annotations

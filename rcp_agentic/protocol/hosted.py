@@ -1,32 +1,13 @@
 """Hosted retrieval REST API: ``POST /api/v1/retrieval/retrieve`` served by one or more engines.
 
 The request and response follow the hosted (LlamaCloud-style) retrieval reference: a
-snake_case JSON body whose ``index_id`` picks an engine; ``custom_filters`` and
-``static_filters`` become one RCP §8 filter (AND of all); the pipeline weights pick
-dense, sparse or weighted hybrid retrieval. Where the reference is silent:
-
-- weights: a missing weight is ``1 - other`` (both missing: 0.5 each). Hybrid is the
-  engine's ``weighted`` fusion, ``score = w_ft·norm(bm25) + w_vec·norm(cosine)``
-  (min-max over the candidates); a weight of 0 switches that pipeline off, and
-  ``score`` is then the raw cosine (vector only) or BM25 score (full text only);
-- ``top_k`` caps the results (default 10, clamped to the engine's maxK);
-  ``num_candidates`` is the recall depth of each pipeline, must be >= ``top_k`` and is
-  clamped to the engine's ``max_candidate_k``;
-- rerank (on by default) reorders the best fused candidates (``max(2·n, 20)``, within
-  the candidate depth and the reranker's limit) with the engine's reranker and keeps
-  ``n = min(top_k, rerank.top_n)``. ``score`` stays the hybrid score, ``rerank_score``
-  is the reranker's. An engine without a reranker does not pretend: ``rerank_score`` is
-  null, ``top_n`` still caps the count, and the ``x-rerank-status`` header says
-  ``unavailable`` (``applied`` / ``disabled`` otherwise), as the body has no notes field;
-- ``score_threshold`` applies to ``score`` (the hybrid score), never to ``rerank_score``;
-- static filters: ``parsed_directory_file_id`` (our document id), ``page_range_start``,
-  ``page_range_end`` and ``chunk_index``; ``static_fields.attachments`` is always empty.
-
-Errors: 422 ``{"detail": [{"loc": ["body", ...], "msg", "type"}]}`` for bad requests
-(including filters on fields the engine does not know), 404 for an unknown
-``index_id``, 415 for a body not sent as ``application/json``, 413 for a body over the
-limit, 408 for one that does not arrive in time, 503 when a backend is down, 500
-otherwise (generic message; the traceback goes to the log only).
+snake_case body whose ``index_id`` picks an engine; ``custom_filters`` and
+``static_filters`` become one RCP §8 filter; the pipeline weights pick dense, sparse or
+weighted hybrid retrieval; rerank (on by default) reorders the best fused candidates and
+``rerank_score`` is null where the engine has no reranker (the ``x-rerank-status`` header
+says so). Errors are 422 ``{"detail": [...]}`` for bad requests, 404 for an unknown
+``index_id``, 413/415/408 for the body, 503 when a backend is down. What this server
+decides where the reference is silent: docs/internals.md, "The hosted retrieval API".
 """
 
 from __future__ import annotations

@@ -1,36 +1,14 @@
 """RCP/1 over HTTP (§5.2) on Starlette: ``POST /rcp/<method>`` (``POST /rcp`` for batches).
 
-Sessions (§5.2, §13). By default a request without an ``RCP-Session`` header is served
-statelessly: implicitly initialized, ``initialize`` answered every time (§5.2). Each
-successful ``initialize`` also opens a session and answers its token, unguessable, in
-``result._meta.session``; a request naming it in ``RCP-Session`` is in that session, where
-the lifecycle of §13 applies (it was initialized by that ``initialize``, so another one is
--32600). A header naming no session the server issued (never issued, or forgotten: the
-least recently used of ``max_sessions`` goes) names a session with no successful
-``initialize``: -32001 but for ``initialize`` (which opens a new session), ``info``, ``ping``
-and ``shutdown``. The stateless answers fail three lifecycle MUSTs of §13 the official
-harness checks, so this mode states no ``_meta.conformance``. With ``stateful=True`` the
-lifecycle applies to every request: a session is named by the client's ``RCP-Session``
-header (echoed in ``initialize.result._meta.session``); requests without the header share
-one default session, as a stdio connection would; the server states L2. Session ids are
-bound to the caller (:func:`principal`).
-
-A well-formed JSON-RPC answer, error or not, is HTTP 200; a body that is not JSON (or
-nested too deep) is 400 (-32700), not a request 400 (-32600); a notification 204. Before
-that, in order: a foreign ``Host`` is 421 and a foreign ``Origin`` 403 (:mod:`.guard`); a missing or
-wrong bearer token (when one is configured) 401 with -32012; a body that is not
-``application/json`` 415, over the limit 413 (-32013), too slow 408 (:mod:`.body`);
-an anonymous write when no token is configured 401 (unless anonymous writes are
-allowed). Every refusal echoes the request's id when it can be read (:mod:`.guard`).
-Every answer is JSON, an unexpected failure included (500, -32603). The
-engine's work runs in a thread pool so requests overlap.
-
-With ``Accept: text/event-stream`` a single request is answered as server-sent
-events: its ``notifications/progress`` frames (when it carries
-``_meta.progressToken``), then the response, each as one ``data:`` line. A client
-that disconnects cancels its request; ``POST /rcp/notifications/cancel`` cancels by
-id among the requests made with the same credentials and ``RCP-Session`` header. CORS
-headers are sent only for the origins configured.
+Without an ``RCP-Session`` header a request is served statelessly (implicitly initialized);
+each successful ``initialize`` opens a session whose token, bound to the caller
+(:func:`principal`), a later request names to have §13's lifecycle; ``stateful=True``
+applies the lifecycle to every request. Before the engine sees a request: Host and Origin
+(:mod:`.guard`), the bearer token, the body's type, size and pace (:mod:`.body`). Every
+answer is JSON (a JSON-RPC answer is HTTP 200, a notification 204); with
+``Accept: text/event-stream`` a request's progress and its response stream as server-sent
+events, and a disconnect cancels it. The engine's work runs in a thread pool. The status
+codes, session rules and order of the checks: docs/internals.md, "The HTTP server".
 """
 
 from __future__ import annotations
