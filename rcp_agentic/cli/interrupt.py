@@ -33,9 +33,13 @@ _deadline: list[threading.Timer] = []   # the pending quick exit, while one is p
 def checkpoint() -> None:
     """Raise ``KeyboardInterrupt`` if Ctrl-C was pressed: call where unwinding is safe."""
     if _requested.is_set():
-        while _deadline:
-            _deadline.pop().cancel()  # unwinding now: no quick exit behind its back
+        _cancel_quick_exit()
         raise KeyboardInterrupt
+
+
+def _cancel_quick_exit() -> None:
+    while _deadline:
+        _deadline.pop().cancel()  # unwinding now: no quick exit behind its back
 
 
 def _exit_now() -> None:
@@ -73,6 +77,7 @@ def guarded() -> Iterator[None]:
         yield
         checkpoint()  # pressed while an extension ran to the end
     finally:
+        _cancel_quick_exit()  # the command is leaving, by an error or by the interrupt
         # A second Ctrl-C while the command unwinds (closing the engine) ends it at once.
         signal.signal(signal.SIGINT, signal.SIG_DFL if _requested.is_set() else previous)
         sys.stderr.flush()
