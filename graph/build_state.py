@@ -7,11 +7,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import lru_cache
+from typing import Any
 
 import numpy as np
 
-from .extract import ChunkExtraction, RawMention
-from .model import ChunkText
 
 Embed = Callable[[list[str]], np.ndarray]
 NO_SYNONYM_KINDS = frozenset({"date", "number"})
@@ -32,7 +31,7 @@ class GraphConfig:
 
     @property
     def identity(self) -> str:
-        return (f"graph/2;desc={self.description_tokens};win={self.pair_window};"
+        return (f"graph/3;desc={self.description_tokens};win={self.pair_window};"
                 f"rel={self.max_relations_per_entity};npmi={self.min_npmi};"
                 f"syn={self.synonym_threshold}/{self.synonym_top_k}/{self.synonym_min_chunks};"
                 f"sent={self.max_sentence_entities}")
@@ -57,20 +56,20 @@ class BuildStats:
 
 @dataclass
 class GraphCache:
-    """Per-chunk results kept between builds (in memory; ``ChunkExtraction.to_json`` persists).
+    """What a build keeps for the next one: the :class:`~.live.LiveGraph` of the chunks it
+    read (None before the first build), made again when the extractor or a setting
+    changes."""
 
-    ``identity`` is the extractor's: a different extractor invalidates the cache.
-    """
-
-    identity: str = ""
-    chunks: dict[str, ChunkText] = field(default_factory=dict)
-    extractions: dict[str, ChunkExtraction] = field(default_factory=dict)
-    title_hits: dict[str, tuple[RawMention, ...]] = field(default_factory=dict)
-    lexicon: frozenset[str] = frozenset()           # the titles the hits were scanned for
-    name_vectors: dict[str, np.ndarray] = field(default_factory=dict)
-    # Token counts of the sentences descriptions are made of, kept to the current ones.
-    sentence_tokens: dict[str, int] = field(default_factory=dict)
+    live: Any = None
     stats: BuildStats = field(default_factory=BuildStats)
+
+    @property
+    def identity(self) -> str:
+        return self.live.identity if self.live is not None else ""
+
+    @property
+    def name_vectors(self) -> dict[str, np.ndarray]:
+        return self.live.name_vectors if self.live is not None else {}
 
 
 @lru_cache(maxsize=1 << 20)

@@ -28,11 +28,13 @@ from ..derived import BuildContext, DerivedBuilder, DerivedReport, Diff, EmbedTi
 from ..errors import InvalidParams
 from ..store.docstore import Docstore
 from ..store.writes import UnitRecord
-from .build import build_graph
+from .build import apply_chunks, build_graph
 from .build_state import GraphCache, GraphConfig
+from .delta_units import CommittedTriplets, delta_units
 from .extract import ChunkExtraction, Extractor
 from .extract_rules import BuiltinExtractor
 from .model import ChunkText, GraphData
+from .live import GraphDelta
 from .stored import (KINDS, NODE, TRIPLET, StoredUnit, canonical, chunk_row, embedded_text,
                      find_entity, graph_units, live_chunks, loads_json, node_uid)
 
@@ -72,7 +74,12 @@ class GraphIndex(DerivedBuilder[GraphSection]):
         super().__init__(ctx, settings)
         self._extractor: Extractor | None = None
         self._made = False
-        self._cache: GraphCache | None = None  # per-chunk results of this process's last build
+        self._cache: GraphCache | None = None  # the live graph of this process's last build
+        # The index version the live graph reflects once its units were committed (None: the
+        # next run reads every chunk), the triplet ids committed, what awaits a commit.
+        self._version: int | None = None
+        self._committed = CommittedTriplets()
+        self._pending = GraphDelta()
         self._names: dict[str, np.ndarray] = {}  # names embedded for node vectors, not by the resolver
 
     @property
@@ -129,30 +136,90 @@ class GraphIndex(DerivedBuilder[GraphSection]):
                 seconds=run.seconds(), reason="up to date")
         reason = ("requested" if full else "no graph yet" if not has_graph else
                   "the extractor or graph settings changed" if not same else "")
-        chunks = live_chunks(store)
         timer = EmbedTimer(self.ctx)
         assert self.extractor is not None
         # An extraction is a function of the chunk's text and the extractor alone: even a full
         # build reads it from the leaf cache (entries of another extractor are never read).
         extractor = _StoredExtractions(self.extractor, store)
+        info = {f"{_KEY}.identity": identity, f"{_KEY}.version": str(run.base + 1),
+                f"derived.{TRIPLET}.version": str(run.base + 1)}
+        if reason or not self._follows(run):
+            return self._whole(run, reason, extractor, timer, info,
+                               comparable=same or not has_graph)
+        return self._delta(run, extractor, timer, info)
+
+    def _follows(self, run: Run) -> bool:
+        """Whether the live graph can be brought to ``run.base`` by the chunks in between."""
+        cache = self._cache
+        return (cache is not None and cache.live is not None and self._version is not None
+                and self._version >= self.store.oldest_retained()
+                and cache.identity == self.extractor.identity  # type: ignore[union-attr]
+                and cache.live.config == self.graph_config)
+
+    def _whole(self, run: Run, reason: str, extractor: _StoredExtractions, timer: EmbedTimer,
+               info: dict[str, str], *, comparable: bool) -> DerivedReport | None:
+        """Every chunk read, the graph brought to them, every unit diffed with the store."""
+        store = self.store
+        self._version = None
+        chunks = live_chunks(store)
         graph = canonical(self._build(chunks, extractor, timer, fresh=bool(reason)))
         stored = store.live_derived(NODE) + store.live_derived(TRIPLET)
-        diff = self._diff(stored, graph_units(graph, chunks), same or not has_graph,
+        units = graph_units(graph, chunks)
+        diff = self._diff(stored, units, comparable,
                           tolerance=0.0 if reason else self.settings.weight_tolerance)
         records = self._records(diff, timer)
-        info = {f"{_KEY}.identity": identity, f"{_KEY}.version": str(run.base + 1),
-                f"derived.{TRIPLET}.version": str(run.base + 1),
-                f"{_KEY}.chunks": str(len(chunks))}
+        info[f"{_KEY}.chunks"] = str(len(chunks))
         version = store.write_derived(KINDS, records, diff.retire, base_version=run.base,
                                       info=info)
         if version is None:
             return None
-        counts = {"nodes": len(graph.entities), "triplets": len(graph.relations),
-                  "synonyms": len(graph.synonyms), "chunks": len(chunks),
+        self._version, self._pending = run.base, GraphDelta()
+        self._committed = CommittedTriplets.of(units)
+        return self._report(run, "full" if reason else "incremental", reason, records,
+                            diff.retire, len(stored), extractor, timer, version)
+
+    def _delta(self, run: Run, extractor: _StoredExtractions, timer: EmbedTimer,
+               info: dict[str, str]) -> DerivedReport | None:
+        """The chunks that entered and left since the live graph's version, applied to it;
+        only the units they changed diffed with their stored rows."""
+        store, cache = self.store, self._cache
+        assert cache is not None and self._version is not None
+        entered, left = store.leaf_delta(self._version, run.base)
+        new = [ChunkText(f"r{r}", uid, doc_id, title, text, int(start or 0))
+               for r, uid, doc_id, start, text, title in store.leaves_of(r for r, _d in entered)]
+        self._pending.merge(apply_chunks(cache, extractor, added=new,
+                                         removed=[f"r{r}" for r in left], embed=timer.embed,
+                                         config=self.graph_config))
+        self._version = run.base
+        made = delta_units(cache.live, self._pending)
+        units = [u for group in made.values() for u in group]
+        wanted = ({u.uid for u in units} | {k for k in made if k.startswith("node:")}
+                  | self._committed.held(made))
+        stored = store.live_derived(NODE, wanted) + store.live_derived(TRIPLET, wanted)
+        diff = self._diff(stored, units, True, tolerance=self.settings.weight_tolerance)
+        records = self._records(diff, timer)
+        info[f"{_KEY}.chunks"] = str(len(cache.live.chunks))
+        version = store.write_derived(KINDS, records, diff.retire, base_version=run.base,
+                                      info=info)
+        if version is None:
+            return None
+        self._committed.commit(made)
+        self._pending = GraphDelta()
+        return self._report(run, "incremental", "", records, diff.retire, None, extractor,
+                            timer, version)
+
+    def _report(self, run: Run, mode: str, reason: str, records: list[UnitRecord],
+                retired: list[str], stored: int | None, extractor: _StoredExtractions,
+                timer: EmbedTimer, version: int) -> DerivedReport:
+        live = self._cache.live if self._cache is not None else None
+        assert live is not None
+        counts = {"nodes": len(live.entities), "triplets": live.relation_count,
+                  "synonyms": live.synonym_count(), "chunks": len(live.chunks),
                   "extracted": extractor.extracted, "embedded": timer.texts}
+        if stored is None:   # kept: every live unit but the ones retired
+            stored = sum(n for u, _lv, n in self.store.unit_kinds(run.base) if u in KINDS)
         return DerivedReport(
-            NODE, "full" if reason else "incremental", added=len(records),
-            retired=len(diff.retire), kept=len(stored) - len(diff.retire),
+            NODE, mode, added=len(records), retired=len(retired), kept=stored - len(retired),
             seconds=run.seconds(), seconds_embedding=timer.embedding,
             seconds_extracting=extractor.seconds, version=version, reason=reason,
             counts=counts)

@@ -64,26 +64,36 @@ def canonical(graph: GraphData) -> GraphData:
     for key in sorted(graph.entities):
         checkpoint()
         e = graph.entities[key]
-        if not e.mentions and not e.about:
-            continue
-        entities[key] = Entity(
-            key=key, name=_flat(e.name) or key, kind=e.kind,
-            aliases=tuple(_flat(a) for a in e.aliases if _flat(a)),
-            description=e.description.strip(), spans=tuple(e.spans),
-            mentions={k: float(w) for k, w in sorted(e.mentions.items(), key=lambda x: chunk_row(x[0]))},
-            about=tuple(sorted(set(e.about), key=chunk_row)))
-    relations = sorted(
-        (Relation(r.subject, r.object, _flat(r.relation), r.evidence.strip(), r.span,
-                  tuple(sorted(set(r.chunks), key=chunk_row)), float(r.weight), bool(r.typed))
-         for r in graph.relations
-         if r.subject in entities and r.object in entities and r.chunks and checkpoint_true()),
-        key=lambda r: (r.subject, r.object, r.relation, r.evidence))
+        if e.mentions or e.about:
+            entities[key] = canonical_entity(e)
+    relations = canonical_relations(graph.relations, entities)
     synonyms = sorted((Synonym(min(y.a, y.b), max(y.a, y.b), float(y.similarity))
                        for y in graph.synonyms
                        if y.a in entities and y.b in entities and y.a != y.b),
                       key=lambda y: (y.a, y.b))
     return GraphData(entities, relations, synonyms,
                      dict(sorted(graph.chunk_docs.items(), key=lambda x: chunk_row(x[0]))))
+
+
+def canonical_entity(e: Entity) -> Entity:
+    """One entity as the store keeps it (see :func:`canonical`)."""
+    return Entity(
+        key=e.key, name=_flat(e.name) or e.key, kind=e.kind,
+        aliases=tuple(_flat(a) for a in e.aliases if _flat(a)),
+        description=e.description.strip(), spans=tuple(e.spans),
+        mentions={k: float(w) for k, w in sorted(e.mentions.items(), key=lambda x: chunk_row(x[0]))},
+        about=tuple(sorted(set(e.about), key=chunk_row)))
+
+
+def canonical_relations(relations: Sequence[Relation], entities: Mapping[str, Entity]
+                        ) -> list[Relation]:
+    """Relations as the store keeps them, between ``entities`` only, in their fixed order."""
+    return sorted(
+        (Relation(r.subject, r.object, _flat(r.relation), r.evidence.strip(), r.span,
+                  tuple(sorted(set(r.chunks), key=chunk_row)), float(r.weight), bool(r.typed))
+         for r in relations
+         if r.subject in entities and r.object in entities and r.chunks and checkpoint_true()),
+        key=lambda r: (r.subject, r.object, r.relation, r.evidence))
 
 
 @dataclass
@@ -100,7 +110,6 @@ class StoredUnit:
 def graph_units(graph: GraphData, chunks: Sequence[ChunkText] = ()) -> list[StoredUnit]:
     """The node and triplet units of a canonical graph (``chunks``: the chunks read, to
     place each description sentence in the unit's text as ``spans[i].at``)."""
-    units: list[StoredUnit] = []
     texts: dict[str, list[ChunkText]] = {}
     for chunk in chunks:
         texts.setdefault(chunk.doc_id, []).append(chunk)
@@ -108,20 +117,37 @@ def graph_units(graph: GraphData, chunks: Sequence[ChunkText] = ()) -> list[Stor
     for y in graph.synonyms:
         synonyms.setdefault(y.a, []).append([node_uid(y.b), y.similarity])
         synonyms.setdefault(y.b, []).append([node_uid(y.a), y.similarity])
+    units = []
     for key, e in graph.entities.items():
         checkpoint()
-        header = node_header(e.name, e.aliases)
-        text = header + ("\n" + e.description if e.description else "")
-        covers = sorted({chunk_row(k) for k in e.mentions} | {chunk_row(k) for k in e.about})
-        meta: dict[str, Any] = {"key": key, "name": e.name, "kind": e.kind, "aliases": list(e.aliases),
-                "mentions": {str(chunk_row(k)): w for k, w in e.mentions.items()},
-                "about": [chunk_row(k) for k in e.about],
-                "synonyms": sorted(synonyms.get(key, [])),
-                "spans": _spans(e.spans, text, len(header) + 1, texts)}
-        units.append(StoredUnit(node_uid(key), NODE, text, meta, covers))
-    for uid, r in zip(triplet_uids(graph), graph.relations):
+        units.append(node_unit(e, synonyms.get(key, []), texts))
+    return units + triplet_units(graph.relations, graph.entities, texts)
+
+
+def node_unit(e: Entity, synonyms: list[list[Any]],
+              texts: Mapping[str, Sequence[ChunkText]]) -> StoredUnit:
+    """The unit of one canonical entity (``synonyms``: [partner node uid, similarity];
+    ``texts``: chunks by document, to place its description's sentences)."""
+    header = node_header(e.name, e.aliases)
+    text = header + ("\n" + e.description if e.description else "")
+    covers = sorted({chunk_row(k) for k in e.mentions} | {chunk_row(k) for k in e.about})
+    meta: dict[str, Any] = {"key": e.key, "name": e.name, "kind": e.kind,
+                            "aliases": list(e.aliases),
+                            "mentions": {str(chunk_row(k)): w for k, w in e.mentions.items()},
+                            "about": [chunk_row(k) for k in e.about],
+                            "synonyms": sorted(synonyms),
+                            "spans": _spans(e.spans, text, len(header) + 1, texts)}
+    return StoredUnit(node_uid(e.key), NODE, text, meta, covers)
+
+
+def triplet_units(relations: Sequence[Relation], entities: Mapping[str, Entity],
+                  texts: Mapping[str, Sequence[ChunkText]]) -> list[StoredUnit]:
+    """The units of canonical relations (all of a (subject, object) pair, in their order:
+    their ids tell apart the same words joining one pair twice)."""
+    units = []
+    for uid, r in zip(relation_uids(relations), relations):
         checkpoint()
-        subject, obj = graph.entities[r.subject], graph.entities[r.object]
+        subject, obj = entities[r.subject], entities[r.object]
         # An offline relation is the words between two mentions: shown in reading order.
         swap = object_first(subject, obj, r)
         header = triplet_header(*((obj.name, r.relation, subject.name) if swap
@@ -139,12 +165,17 @@ def graph_units(graph: GraphData, chunks: Sequence[ChunkText] = ()) -> list[Stor
 
 
 def triplet_uids(graph: GraphData) -> list[str]:
-    """The stored ``triplet`` unit id of each relation of ``graph``, in order: a hash of
-    (subject, relation, object); the same words joining the same pair twice are told apart
-    by their evidence and sources."""
+    """The stored ``triplet`` unit id of each relation of ``graph``, in order."""
+    return relation_uids(graph.relations)
+
+
+def relation_uids(relations: Sequence[Relation]) -> list[str]:
+    """The stored ``triplet`` unit id of each relation, in order: a hash of (subject,
+    relation, object); the same words joining the same pair twice are told apart by their
+    evidence and sources (so the ids of one pair's relations depend on that pair alone)."""
     taken: set[str] = set()
     out = []
-    for r in graph.relations:
+    for r in relations:
         uid = triplet_uid(r.subject, r.relation, r.object)
         if uid in taken:
             uid = triplet_uid(r.subject, "\x1f".join((r.relation, r.evidence, *r.chunks)),
@@ -179,7 +210,7 @@ def first_at(entity: Entity, text: str) -> int:
 
 
 def _spans(spans: Sequence[Span], text: str, start: int,
-           by_doc: Mapping[str, list[ChunkText]]) -> list[dict[str, Any]]:
+           by_doc: Mapping[str, Sequence[ChunkText]]) -> list[dict[str, Any]]:
     """Source spans as stored: ``doc_id, start, end``, plus ``at`` (offsets in the unit's
     text) when the sentence is found there."""
     out, at = [], start

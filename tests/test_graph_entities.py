@@ -228,4 +228,4 @@ def test_a_place_title_is_also_written_by_its_head() -> None:
 def test_identities_changed_with_the_rules() -> None:
     # Cached graphs and extractions made by the old rules must rebuild.
     assert BuiltinExtractor().identity.startswith("builtin/2;")
-    assert GraphConfig().identity.startswith("graph/2;")
+    assert GraphConfig().identity.startswith("graph/3;")  # 3: the PMI reads a stepped corpus size

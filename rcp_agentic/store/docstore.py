@@ -75,7 +75,9 @@ class Docstore:
         self.parents = reader.parents
         self.live_leaves = reader.live_leaves
         self.live_titles = reader.live_titles
+        self.leaves_of = reader.leaves_of
         self.live_derived = reader.live_derived
+        self.leaf_texts = reader.leaf_texts
         self.derived_rows = reader.derived_rows
         self.leaf_docs = reader.leaf_docs
         self.derived_delta = reader.derived_delta

@@ -362,8 +362,25 @@ class Reader:
         """(id, title) of every live document."""
         return self._conn.query("SELECT id, title FROM documents WHERE v_to IS NULL ORDER BY id")
 
-    def live_derived(self, unit: str) -> list[dict[str, Any]]:
-        """Every live row of a derived kind with its umeta and the leaf rowids it covers."""
+    def leaves_of(self, rowids: Iterable[int]) -> list[tuple[Any, ...]]:
+        """The rows ``rowids`` of a per-document kind, with their documents' titles as they
+        were written: (rowid, uid, doc_id, start, text, title), in rowid order."""
+        wanted = sorted(set(rowids))
+        out: list[tuple[Any, ...]] = []
+        for i in range(0, len(wanted), 900):
+            part = wanted[i:i + 900]
+            out += self._conn.query(
+                "SELECT u.rowid, u.uid, u.doc_id, u.start, u.text, d.title FROM units u"
+                " LEFT JOIN documents d ON d.drow = u.doc_row"
+                f" WHERE u.rowid IN ({','.join('?' * len(part))}) ORDER BY u.rowid", part)
+        return out
+
+    def live_derived(self, unit: str, uids: Iterable[str] | None = None
+                     ) -> list[dict[str, Any]]:
+        """Every live row of a derived kind (``uids``: only those of these ids) with its umeta
+        and the leaf rowids it covers."""
+        if uids is not None:
+            return self._live_derived_of(unit, list(dict.fromkeys(uids)))
         rows = self._conn.query("SELECT rowid, uid, level, tokens, text, umeta FROM units WHERE"
                                 " unit = ? AND v_to IS NULL ORDER BY level, rowid", (unit,))
         covers: dict[int, list[int]] = {}
@@ -371,13 +388,41 @@ class Reader:
                 "SELECT c.urow, c.leaf FROM covers c JOIN units u ON u.rowid = c.urow"
                 " WHERE u.unit = ? AND u.v_to IS NULL ORDER BY c.urow, c.leaf", (unit,)):
             covers.setdefault(urow, []).append(leaf)
-        out = []
-        for r, uid, lv, tk, text, m in rows:
-            checkpoint()
-            out.append({"rowid": r, "uid": uid, "level": lv, "tokens": tk, "text": text,
-                        "umeta": load_json(m) if m else {}, "covers": covers.get(r, [])})
-        return out
+        return _derived_rows(rows, covers)
 
+    def _live_derived_of(self, unit: str, uids: list[str]) -> list[dict[str, Any]]:
+        """:meth:`live_derived` of the given ids only (by the ``units_live`` index)."""
+        rows: list[tuple[Any, ...]] = []
+        covers: dict[int, list[int]] = {}
+        for i in range(0, len(uids), 900):
+            part = uids[i:i + 900]
+            marks = ",".join("?" * len(part))
+            got = self._conn.query("SELECT rowid, uid, level, tokens, text, umeta FROM units"
+                                   f" WHERE uid IN ({marks}) AND v_to IS NULL AND unit = ?",
+                                   (*part, unit))
+            rows += got
+            rowids = [r[0] for r in got]
+            if rowids:
+                for urow, leaf in self._conn.query(
+                        "SELECT urow, leaf FROM covers WHERE urow IN"
+                        f" ({','.join('?' * len(rowids))}) ORDER BY urow, leaf", rowids):
+                    covers.setdefault(urow, []).append(leaf)
+        rows.sort(key=lambda r: (r[2], r[0]))
+        return _derived_rows(rows, covers)
+
+    def leaf_texts(self, rowids: Iterable[int]) -> dict[int, tuple[str, str, int, str, str | None]]:
+        """(uid, doc_id, start, text, document title) of per-document units by rowid (missing
+        ones absent): the chunks a builder reads, without their vectors or postings."""
+        wanted = list(dict.fromkeys(int(r) for r in rowids))
+        out: dict[int, tuple[str, str, int, str, str | None]] = {}
+        for i in range(0, len(wanted), 900):
+            part = wanted[i:i + 900]
+            marks = ",".join("?" * len(part))
+            for r, uid, doc_id, start, text, title in self._conn.query(
+                    "SELECT u.rowid, u.uid, u.doc_id, u.start, u.text, d.title FROM units u"
+                    f" JOIN documents d ON d.drow = u.doc_row WHERE u.rowid IN ({marks})", part):
+                out[int(r)] = (uid, doc_id, int(start or 0), text, title)
+        return out
     def derived_rows(self, kinds: Sequence[str], version: int) -> list[tuple[str, str, str, str]]:
         """(uid, unit, text, umeta JSON) of every unit of the derived ``kinds`` valid at
         ``version`` (visible, and every leaf it covers visible), in rowid order."""
@@ -465,6 +510,18 @@ class Reader:
     def document_ids(self) -> list[str]:
         return [r for (r,) in self._conn.query(
             "SELECT id FROM documents WHERE v_to IS NULL ORDER BY id")]
+
+
+def _derived_rows(rows: Iterable[tuple[Any, ...]], covers: dict[int, list[int]]
+                  ) -> list[dict[str, Any]]:
+    """Derived unit rows (rowid, uid, level, tokens, text, umeta JSON) as dicts, with the
+    leaf rowids each covers."""
+    out = []
+    for r, uid, lv, tk, text, m in rows:
+        checkpoint()
+        out.append({"rowid": r, "uid": uid, "level": lv, "tokens": tk, "text": text,
+                    "umeta": load_json(m) if m else {}, "covers": covers.get(r, [])})
+    return out
 
 
 R = TypeVar("R")
