@@ -25,8 +25,7 @@ import numpy as np
 
 from ..models.tokenizer import count_tokens
 from ..read_first import checkpoint
-from ..text import cut_to_tokens
-from .aggregate import _between, _describe, _display, _kind
+from .aggregate import cap_tokens, describe, display_name, entity_kind, joining_words
 from .aggregate_mentions import Sentence
 from .build_state import NO_SYNONYM_KINDS, BuildStats, Embed, GraphConfig, rowid_order
 from .extract import ChunkExtraction, Lexicon, RawMention, title_entries, title_key, tokens
@@ -376,21 +375,20 @@ class LiveGraph:
         surfaces = Counter({s: n for s, (n, _c) in self._surfaces.get(k, {}).items()})
         is_title = k in self.res.about
         titles = {k: self.res.title_entry(k)} if is_title else {}
-        name = _display(k, surfaces, titles)
+        name = display_name(k, surfaces, titles)
         mentions = {ck: round(1.0 + math.log(n), 6) if n > 0 else 1.0
                     for ck, n in sorted(self.counts[k].items(), key=lambda kv: rowid_order(kv[0]))}
-        e = Entity(key=k, name=name, kind=_kind(self._kinds.get(k, Counter()), is_title),
+        e = Entity(key=k, name=name, kind=entity_kind(self._kinds.get(k, Counter()), is_title),
                    aliases=tuple(sorted(s for s in surfaces if s != name)), mentions=mentions,
                    about=tuple(self.res.about.get(k, ())))
         descs = self._llm_descriptions(k)
         if descs:
-            e.description = cut_to_tokens(" ".join(descs), self.config.description_tokens,
-                                          count_tokens)
+            e.description = cap_tokens(" ".join(descs), self.config.description_tokens)
         else:
             sids = self._of_entity.get(k, [])
             sents = [self._sentences[sid] for sid in sids]
-            e.description, e.spans = _describe(e, list(range(len(sents))), sents, self.res,
-                                               self.config, _KNOWN)  # type: ignore[arg-type]
+            e.description, e.spans = describe(e, list(range(len(sents))), sents, self.res,
+                                              self.config, _KNOWN)  # type: ignore[arg-type]
         return e
 
     def _llm_descriptions(self, k: str) -> list[str]:
@@ -465,7 +463,7 @@ class LiveGraph:
         for sid in where:
             s = self._sentences[sid]
             c = self.res.chunks[s.chunk]
-            between = _between(c.text, s, pair)
+            between = joining_words(c.text, s, pair)
             if between is not None:
                 break
         else:

@@ -1,14 +1,14 @@
 """Mention resolution kept current under writes: each chunk's keyed mentions, redone only
 where a corpus-wide fact it read changed.
 
-:func:`.aggregate_mentions.resolve_mentions` keys a chunk's mentions from the chunk and
+The rules of :mod:`.aggregate_mentions` key a chunk's mentions from the chunk and
 four corpus-wide facts: the *common* words (written lowercase more often than they start a
 name), the one-word names that *stand alone* in two chunks or more, the names written
 mid-sentence in two chunks or more (*named*) and the *title* entities. :class:`Resolution`
 keeps each chunk's contribution to those counts, so a write updates them by what it added
 and removed; only chunks that read a fact whose value flipped (found through word and key
 indexes) are resolved again. Each step calls the same per-chunk functions as the whole
-pass, so the result equals ``resolve_mentions`` over the same chunks.
+pass would, so the result equals resolving every chunk afresh.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from .aggregate_mentions import (_LOWER_WORD, ALONE_CHUNKS, HAS_LETTER, NAME_KINDS,
-                                 _name_parts, _nested, _sentence_initial, _truecase)
+from .aggregate_mentions import (ALONE_CHUNKS, HAS_LETTER, LOWER_WORD, NAME_KINDS, name_parts,
+                                 nested_parts, sentence_initial, truecase)
 from .build_state import NO_SYNONYM_KINDS, rowid_order
 from .extract import ChunkExtraction, RawMention, choose_mentions, fold, title_entries, title_name
 from .model import ChunkText
@@ -53,11 +53,11 @@ def _word_facts(c: ChunkText, x: ChunkExtraction, chosen: list[RawMention]) -> _
         folded = [fold(w) for w in ws]
         words.update(folded)
         if (len(ws) > 1 and m.surface.isupper()) or m.kind == "initial" \
-                or _sentence_initial(c.text, x, m):
+                or sentence_initial(c.text, x, m):
             cands.update(folded)
         else:
             mid[folded[0]] += 1
-    lower = Counter(_LOWER_WORD.findall(c.text))
+    lower = Counter(LOWER_WORD.findall(c.text))
     eks = tuple(dict.fromkeys(ek for e in title_entries(c.title) if (ek := entity_key(e)))) \
         if c.title else ()
     return _ChunkFacts(chosen, cands, mid, lower, frozenset(words), title_eks=eks)
@@ -204,13 +204,13 @@ class Resolution:
 
     def _keyed(self, key: str, f: _ChunkFacts) -> Keyed:
         """The chunk's chosen mentions, truecased against the common words, with their keys
-        (``resolve_mentions`` step 2)."""
+        (the first step)."""
         text, x = self.chunks[key].text, self.extractions[key]
         keyed: Keyed = []
         for raw in f.chosen:
             m: RawMention | None = raw
             if self._common and raw.kind in NAME_KINDS:
-                m = _truecase(text, x, raw, self._common)  # type: ignore[arg-type]
+                m = truecase(text, x, raw, self._common)  # type: ignore[arg-type]
                 if m is None:
                     continue
             k = entity_key(m.surface)
@@ -219,22 +219,12 @@ class Resolution:
         return keyed
 
     def _resolve(self, key: str, common: frozenset[str]) -> Keyed:
-        """``resolve_mentions`` steps 3 and 4 for one chunk."""
+        """The chunk's keyed mentions re-keyed and filtered by the corpus facts, nested parts added."""
         c, f = self.chunks[key], self._facts[key]
         own = entity_key(title_name(c.title)) if c.title else ""
-        keyed = _name_parts(f.keyed, own, self.about, self._alone, _AtLeast(self._named),
+        keyed = name_parts(f.keyed, own, self.about, self._alone, _AtLeast(self._named),
                             set(f.title_eks), common)
-        return keyed + _nested_of(self.extractions[key], key, f.keyed)
-
-
-def _nested_of(x: ChunkExtraction, key: str, keyed: Keyed) -> Keyed:
-    """``_nested`` of one chunk (it reads ``cache.extractions[key]`` only)."""
-    return _nested(_Extractions({key: x}), key, keyed)  # type: ignore[arg-type]
-
-
-@dataclass
-class _Extractions:
-    extractions: dict[str, ChunkExtraction]
+        return keyed + nested_parts(self.extractions[key], f.keyed)
 
 
 class _AtLeast:
