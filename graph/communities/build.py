@@ -18,7 +18,7 @@ import hashlib
 import math
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -31,8 +31,8 @@ from .entity_graph import LOW_KINDS, EdgeArrays, Edges, EntityGraph, edge_arrays
 from .split import CommunityStats, groups, leiden, split
 
 __all__ = ["Budget", "Community", "CommunityBudgetExceeded", "CommunityHierarchy", "CommunityStats",
-           "CommunityUpdate", "LOW_KINDS", "build_communities", "community_id", "entity_edges",
-           "modularity", "update_communities"]
+           "CommunityUpdate", "LOW_KINDS", "build_communities", "community_id", "drifted",
+           "entity_edges", "modularity", "recluster", "update_communities"]
 
 FORMAT = "rcp-agentic/communities/1"
 
@@ -90,6 +90,8 @@ class CommunityHierarchy:
     identity: str = CommunityConfig().identity
     # How it was built (not part of its value: a read-back hierarchy has default stats).
     stats: CommunityStats = field(default_factory=CommunityStats, compare=False, repr=False)
+    # Entity key -> its leaf community, once asked for (an update hands it on, patched).
+    _leaf_of: dict[str, str] | None = field(default=None, compare=False, repr=False)
 
     @property
     def top_level(self) -> int:
@@ -98,11 +100,28 @@ class CommunityHierarchy:
     def roots(self) -> list[Community]:
         return [c for c in self.communities.values() if c.parent is None]
 
-    def levels(self, cid: str) -> range:
-        """The levels community ``cid`` appears at (lowest .. highest)."""
+    def levels(self, cid: str, top_level: int | None = None) -> range:
+        """The levels community ``cid`` appears at (lowest .. highest); ``top_level``: the
+        hierarchy's, when the caller has it (it is computed over every root)."""
         c = self.communities[cid]
-        high = self.top_level if c.parent is None else self.communities[c.parent].height - 1
+        top = self.top_level if top_level is None and c.parent is None else top_level
+        high = top if c.parent is None else self.communities[c.parent].height - 1
+        assert high is not None
         return range(c.height, high + 1)
+
+    def leaf_of(self) -> dict[str, str]:
+        """Entity key -> the id of its leaf community (do not change it)."""
+        if self._leaf_of is None:
+            self._leaf_of = {m: c.id for c in self.communities.values() if not c.children
+                             for m in c.members}
+        return self._leaf_of
+
+    def lineage(self, cid: str) -> list[str]:
+        """``cid`` and its ancestors, up to its root."""
+        out = [cid]
+        while (p := self.communities[out[-1]].parent) is not None:
+            out.append(p)
+        return out
 
     def level(self, level: int) -> list[Community]:
         """The partition at ``level`` (0 = finest), largest communities first."""
@@ -168,6 +187,10 @@ class CommunityUpdate:
     untouched: int = 0                # old communities with no touched member (kept ids' bound)
     seconds: float = 0.0
     reason: str = ""
+    # An incremental update: the ids of the old subtrees it clustered again, and of the
+    # communities it placed instead (the rest of the hierarchy is the old one's).
+    replaced: set[str] = field(default_factory=set, repr=False)
+    placed: set[str] = field(default_factory=set, repr=False)
 
 
 # --- the old hierarchy an update follows ----------------------------------------------------------
@@ -181,10 +204,14 @@ class _Guide:
     path: dict[str, list[str]]        # entity -> its old communities, root first
 
     @classmethod
-    def of(cls, old: CommunityHierarchy, touched: set[str]) -> _Guide:
-        path = {m: lineage for c in old.communities.values() if not c.children
-                for lineage in [_lineage(old, c.id)] for m in c.members}
-        clean = {c.id for c in old.communities.values() if touched.isdisjoint(c.members)}
+    def of(cls, old: CommunityHierarchy, touched: set[str],
+           region: Iterable[Community]) -> _Guide:
+        """The guide through ``region``: the old subtrees clustered again (the entities
+        clustered are theirs and new ones, so no other old community is looked up)."""
+        region = list(region)
+        path = {m: lineage for c in region if not c.children
+                for lineage in [old.lineage(c.id)[::-1]] for m in c.members}
+        clean = {c.id for c in region if touched.isdisjoint(c.members)}
         return cls(old, clean, path)
 
     def units(self, nodes: Sequence[str]) -> tuple[list[list[int]], list[int]]:
@@ -217,13 +244,6 @@ class _Guide:
             key = label_of[group[0]] if len(first) == 1 else unit_of[group[0]]
             initial.append(labels.setdefault(key, len(labels)))
         return units, initial
-
-
-def _lineage(old: CommunityHierarchy, cid: str) -> list[str]:
-    out = [cid]
-    while (p := old.communities[out[-1]].parent) is not None:
-        out.append(p)
-    return out[::-1]
 
 
 def _guided(g: Any, names: list[str], guide: _Guide, config: CommunityConfig,
@@ -295,7 +315,8 @@ class _Forest:
     def roots(self, start: np.ndarray) -> list[_Node]:
         """Depth 0: a component that fits is one root; a larger one is split into roots."""
         whole = self.eg.graph
-        top = whole if len(start) == whole.vcount() else whole.induced_subgraph(start.tolist())
+        top = (self.eg.as_induced() if len(start) == whole.vcount()
+               else whole.induced_subgraph(start.tolist()))
         out: list[_Node] = []
         for comp in groups(top.connected_components().membership):
             if len(comp) <= self.config.max_community_size:
@@ -418,34 +439,82 @@ def update_communities(old: CommunityHierarchy, old_graph: GraphData, new_graph:
     old_edges = entity_edges(old_graph, config) if old_edges is None else old_edges
     old_keys, new_keys = set(old_graph.entities), set(new_graph.entities)
     touched = (old_keys ^ new_keys)
-    for pair in old_edges.keys() | new_edges.keys():
-        a, b = old_edges.get(pair, 0.0), new_edges.get(pair, 0.0)
-        if abs(a - b) > config.drift_tolerance * max(a, b):
-            touched.update(pair)
+    touched.update(drifted(old_edges, new_edges, old_edges.keys() | new_edges.keys(), config))
     report.entities_touched = len(touched)
     report.entities_added, report.entities_removed = (len(new_keys - old_keys),
                                                       len(old_keys - new_keys))
-
-    out: dict[str, Community] = {}
-    kept_members: set[str] = set()
-    for root in old.roots():
-        if touched.isdisjoint(root.members):
-            _copy_subtree(old, root.id, out)
-            kept_members.update(root.members)
-            report.roots_kept += 1
-    rest = sorted(new_keys - kept_members)
-    report.entities_reclustered = len(rest)
-    guide = _Guide.of(old, touched)
-    report.untouched = len(guide.clean)
-    eg = EntityGraph.of(sorted(new_keys), new_edges)
-    index = {k: i for i, k in enumerate(eg.keys)}
-    stats = CommunityStats()
-    _cluster(eg, np.asarray([index[k] for k in rest], dtype=np.int64), config, out, budget,
-             stats, guide)
-    hier = CommunityHierarchy(communities=out, identity=config.identity, stats=stats)
-    report = _diff(old, hier, report)
+    hier = recluster(old, touched, new_graph.entities, lambda keys: _among(new_edges, keys),
+                     config, budget=budget, report=report)
     report.seconds = time.perf_counter() - t0
     return hier, report
+
+
+def drifted(old_edges: Mapping[tuple[str, str], float], new_edges: Mapping[tuple[str, str], float],
+            pairs: Iterable[tuple[str, str]], config: CommunityConfig) -> set[str]:
+    """The ends of those ``pairs`` whose weight moved by more than the drift tolerance."""
+    out: set[str] = set()
+    for pair in pairs:
+        a, b = old_edges.get(pair, 0.0), new_edges.get(pair, 0.0)
+        if abs(a - b) > config.drift_tolerance * max(a, b):
+            out.update(pair)
+    return out
+
+
+def recluster(old: CommunityHierarchy, touched: set[str], present: Collection[str],
+              among: Callable[[list[str]], EdgeArrays], config: CommunityConfig, *,
+              budget: Budget | None = None, report: CommunityUpdate) -> CommunityHierarchy:
+    """The hierarchy after a change that ``touched`` these entities (added, removed, or with
+    an incident edge drifted): the old roots holding none of them stay with their subtrees;
+    the members of the others still ``present`` (the new graph's entities) and the new
+    entities are clustered again, guided by the old hierarchy. ``among(keys)``: the edges
+    among the sorted ``keys``. Its cost follows the roots touched, not the hierarchy;
+    ``report`` is filled in (``replaced``, ``placed``: the ids it changed)."""
+    leaf_of = old.leaf_of()
+    roots: dict[str, Community] = {}
+    for k in touched:
+        leaf = leaf_of.get(k)
+        if leaf is not None:
+            root = old.communities[old.lineage(leaf)[-1]]
+            roots[root.id] = root
+    replaced: dict[str, Community] = {}
+    for rid in roots:
+        _copy_subtree(old, rid, replaced)
+    rest = sorted({m for r in roots.values() for m in r.members if m in present}
+                  | {k for k in touched if k in present and k not in leaf_of})
+    report.roots_kept = sum(1 for c in old.communities.values() if c.parent is None) - len(roots)
+    report.entities_reclustered = len(rest)
+    guide = _Guide.of(old, touched, replaced.values())
+    report.untouched = len(old.communities) - len(replaced) + len(guide.clean)
+    eg = EntityGraph(among(rest), total=len(present))
+    stats = CommunityStats()
+    placed: dict[str, Community] = {}
+    _cluster(eg, np.arange(len(rest), dtype=np.int64), config, placed, budget, stats, guide)
+    communities = dict(old.communities)
+    for cid in replaced:
+        del communities[cid]
+    communities.update(placed)
+    new_leaf_of = dict(leaf_of)
+    for c in replaced.values():
+        if not c.children:
+            for m in c.members:
+                del new_leaf_of[m]
+    for c in placed.values():
+        if not c.children:
+            new_leaf_of.update(dict.fromkeys(c.members, c.id))
+    retired = replaced.keys() - placed.keys()
+    report.kept, report.added, report.retired = (len(old.communities) - len(retired),
+                                                 len(placed.keys() - replaced.keys()),
+                                                 len(retired))
+    report.replaced, report.placed = set(replaced), set(placed)
+    return CommunityHierarchy(communities=communities, identity=config.identity, stats=stats,
+                              _leaf_of=new_leaf_of)
+
+
+def _among(edges: Edges, keys: list[str]) -> EdgeArrays:
+    """The edges among ``keys`` (sorted) as arrays."""
+    inside = set(keys)
+    return EdgeArrays.of(keys, {p: w for p, w in edges.items()
+                                if p[0] in inside and p[1] in inside})
 
 
 def _copy_subtree(old: CommunityHierarchy, cid: str, out: dict[str, Community]) -> None:

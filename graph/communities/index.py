@@ -3,14 +3,14 @@
 :class:`CommunityIndex` is the engine's :class:`~rcp_agentic.derived.DerivedBuilder` for
 ``community`` units; it runs after the graph builder and reads the graph visible at the
 current version. It builds the hierarchy afresh (:func:`.build.build_communities`) when none
-is stored, a setting, the reporter or the clustering identity changed, ``full=True``, or the
-old graph is no longer retained; otherwise it re-clusters the part that changed
-(:func:`.build.update_communities`). A community's report (:mod:`..reports`) is remade only
-when its ``report_key`` changed, children before parents; the clustering runs under
-``community_build_seconds``. A community is stored once, at its lowest level, with
-``umeta.levels = [lo, hi]``. :func:`load_communities` reads the hierarchy back at any
-retained version. The budget, the storage and trust rules: ``docs/internals.md``, "The
-community builder".
+is stored, a setting, the reporter or the clustering identity changed, or ``full=True``;
+otherwise it re-clusters the part that changed: from its last run kept in memory
+(:mod:`.tracking`), reading only the rows a write changed and reporting and diffing only the
+communities it reached, else from the graph and communities read whole. A report
+(:mod:`..reports`) is remade only when its ``report_key`` changed, children before parents;
+the clustering runs under ``community_build_seconds``. A community is stored once, at its
+lowest level, with ``umeta.levels = [lo, hi]``. :func:`load_communities` reads the hierarchy
+back at any retained version. The rules: ``docs/internals.md``, "The community builder".
 """
 
 from __future__ import annotations
@@ -31,15 +31,19 @@ from ...read_first import checkpoint
 from ...store.docstore import Docstore
 from ...store.writes import UnitRecord
 from ...trust import screen_derived
-from ..stored import live_chunks, load_graph, node_uid, triplet_uids
+from ..follow import GraphState, advance
 from ..model import ChunkText, GraphData
 from ..reports.extractive import ExtractiveReporter
 from ..reports.llm import LLMReporter
-from ..reports.model import CommunityReport, Finding, ReportInput
+from ..reports.model import CommunityReport, Finding, PlanIndex, ReportInput
 from ..reports.plan import report_key
-from .build import (Budget, Community, CommunityBudgetExceeded, CommunityHierarchy, Edges,
-                    build_communities, entity_edges, update_communities)
+from ..stored import load_graph, node_uid
+from .build import (Budget, Community, CommunityBudgetExceeded, CommunityHierarchy,
+                    CommunityUpdate, Edges, build_communities, entity_edges, recluster,
+                    update_communities)
 from .config import CommunityConfig
+from .entity_graph import edge_arrays
+from .tracking import ChunkTexts, EntityEdges, Tracked, dirty, relation_uid, report_lookups
 
 UNIT = "community"
 _KEY = f"derived.{UNIT}"
@@ -142,14 +146,18 @@ def hierarchy_of(rows: Sequence[Mapping[str, Any]], identity: str) -> CommunityH
 
 @dataclass
 class _Clustering:
-    """The hierarchy one run clustered: how (``mode``), why, and what it counted."""
+    """The hierarchy one run clustered: how (``mode``), why, and what it counted; with the
+    communities whose rows may change (``dirty``; None: every one) and the old ones that may
+    leave (``gone``; every old one not in the hierarchy when ``dirty`` is None)."""
 
     hierarchy: CommunityHierarchy
-    edges: Edges
+    edges: EntityEdges
     mode: str
     reason: str
     counts: dict[str, int]
     seconds: float
+    dirty: set[str] | None = None
+    gone: set[str] = field(default_factory=set)
 
 
 class CommunityIndex(DerivedBuilder[CommunitySection]):
@@ -168,8 +176,8 @@ class CommunityIndex(DerivedBuilder[CommunitySection]):
             LLMReporter(ctx.llm, count_tokens, screen=screen,
                         context_tokens=settings.report_context_tokens) if ctx.llm is not None
             else ExtractiveReporter(count_tokens, screen=screen))
-        # The graph and edges of this process's last run: the next update diffs against them.
-        self._last: tuple[int, GraphData, Edges] | None = None
+        # This process's last committed run: the next one follows the graph from it.
+        self._tracked: Tracked | None = None
 
     def _suspected(self, text: str) -> bool:
         """Whether a report piece screens positive (injection or active markup): a flagged
@@ -184,27 +192,60 @@ class CommunityIndex(DerivedBuilder[CommunitySection]):
 
     def build(self, run: Run, full: bool) -> DerivedReport | None:
         """One attempt: the hierarchy (built, or updated where the graph changed), the reports
-        that changed, their units, one commit."""
+        that changed, their units, one commit. With this process's last run still what is
+        stored, only the rows a write changed are read, and only the communities it reached
+        are reported and diffed; otherwise the graph and the communities are read whole."""
         store = self.store
         graph_version = store.info("derived.node.version") or "0"
-        stored = store.live_derived(UNIT)
         same_reports = store.info(f"{_KEY}.identity") == self.identity
         same = same_reports and store.info(f"{_KEY}.clusters") == self.config.identity
         built_on = store.info(f"{_KEY}.graph")
-        if not full and same and stored and built_on == graph_version:
-            self.mark_current(run, UNIT)
-            return DerivedReport(UNIT, "none", kept=len(stored), levels=max(
-                (r["umeta"]["levels"][1] for r in stored), default=0),
-                seconds=run.seconds(), reason="up to date")
-        graph = load_graph(store, run.base)
-        if graph is None:
-            return self._no_graph(run, stored)
-        clustering = self._cluster(run, graph, stored, built_on, full=full, same=same,
-                                   same_reports=same_reports)
-        if isinstance(clustering, DerivedReport):
-            return clustering
-        return self._write(run, graph, stored, clustering, graph_version,
+        tracked = self._tracked
+        if tracked is not None and (tracked.graph_version != built_on
+                                    or store.info(f"{_KEY}.written") != tracked.written):
+            tracked = None  # another process wrote the communities since
+        if not full and same and built_on == graph_version:
+            current = self._up_to_date(run, tracked)
+            if current is not None:
+                return current
+        self._tracked = None  # advancing hands the tracked graph's rows on to the new state
+        state = advance(tracked.graph if tracked is not None else None, store, run.base)
+        if state.graph is None:
+            return self._no_graph(run, store.live_derived(UNIT))
+        if (tracked is not None and tracked.hierarchy.communities and not full and same
+                and state.change is not None and state.base == tracked.graph.version
+                and store.info(f"{_KEY}.complete") != "0"):
+            clustering = self._follow(run, tracked, state)
+            total = len(tracked.hierarchy.communities)
+            if isinstance(clustering, DerivedReport):
+                return clustering
+            assert clustering.dirty is not None
+            wanted = clustering.dirty | clustering.gone | {
+                x for cid in clustering.dirty for x in clustering.hierarchy.communities[cid].children}
+            stored = store.live_derived(UNIT, sorted(wanted))
+        else:
+            stored = store.live_derived(UNIT)
+            total = len(stored)
+            clustering = self._cluster(run, state.data, stored, built_on, tracked, full=full,
+                                       same=same, same_reports=same_reports)
+            if isinstance(clustering, DerivedReport):
+                return clustering
+        return self._write(run, state, stored, total, clustering, graph_version,
                            rewrite=not same_reports)
+
+    def _up_to_date(self, run: Run, tracked: Tracked | None) -> DerivedReport | None:
+        """The report of a run with nothing to do (None: no communities are stored)."""
+        if tracked is not None:
+            count, levels = len(tracked.hierarchy.communities), tracked.hierarchy.top_level
+        else:
+            stored = self.store.live_derived(UNIT)
+            count = len(stored)
+            levels = max((r["umeta"]["levels"][1] for r in stored), default=0)
+        if not count:
+            return None
+        self.mark_current(run, UNIT)
+        return DerivedReport(UNIT, "none", kept=count, levels=levels, seconds=run.seconds(),
+                             reason="up to date")
 
     def _no_graph(self, run: Run, stored: list[dict[str, Any]]) -> DerivedReport | None:
         """Without a graph: nothing to build, or every stored community retires."""
@@ -218,18 +259,53 @@ class CommunityIndex(DerivedBuilder[CommunitySection]):
         return DerivedReport(UNIT, "full", retired=len(stored), version=version,
                              seconds=run.seconds(), reason="the graph is empty")
 
+    def _stopped(self, run: Run, exc: CommunityBudgetExceeded, kept: int,
+                 started: float) -> DerivedReport:
+        """The report of a run the time budget stopped before its top level."""
+        return DerivedReport(
+            UNIT, "none", kept=kept, seconds=run.seconds(),
+            seconds_clustering=time.perf_counter() - started,
+            reason=f"{exc} (community_build_seconds={self.settings.build_seconds:g}): nothing "
+            "was committed and the communities still lag; raise it (None: no limit) and run "
+            "`rcp-agentic graph rebuild`")
+
+    def _follow(self, run: Run, tracked: Tracked, state: GraphState
+                ) -> _Clustering | DerivedReport:
+        """The tracked hierarchy updated by what changed from the tracked graph to
+        ``state``'s: its edges patched, the roots the change touched clustered again."""
+        started = time.perf_counter()
+        edges, moved = tracked.edges.patched(state, self.config)
+        change = state.change
+        assert change is not None
+        ents, old = state.data.entities, tracked.hierarchy
+        upd = CommunityUpdate(
+            mode="incremental", entities_touched=len(moved.touched),
+            entities_added=sum(1 for k in change.entities_added if k not in tracked.edges.adjacency),
+            entities_removed=sum(1 for k in change.entities_removed if k not in ents))
+        try:
+            hier = recluster(old, moved.touched, ents, edges.among, self.config,
+                             budget=Budget(self.settings.build_seconds), report=upd)
+        except CommunityBudgetExceeded as exc:
+            return self._stopped(run, exc, len(old.communities), started)
+        counts = {"ids_kept": upd.kept, "entities_reclustered": upd.entities_reclustered,
+                  "entities_touched": upd.entities_touched}
+        return _Clustering(hier, edges, "incremental", *_stats(hier, "", counts),
+                           time.perf_counter() - started,
+                           dirty=dirty(old, hier, upd, moved.moved),
+                           gone=upd.replaced - hier.communities.keys())
+
     def _cluster(self, run: Run, graph: GraphData, stored: list[dict[str, Any]],
-                 built_on: str | None, *, full: bool, same: bool,
+                 built_on: str | None, tracked: Tracked | None, *, full: bool, same: bool,
                  same_reports: bool) -> _Clustering | DerivedReport:
         """The hierarchy of ``graph``, built afresh or updated from the stored one, under the
         time budget; a report of nothing committed when the budget stopped it before its
         top level."""
         store = self.store
         started = time.perf_counter()
-        seconds = self.settings.build_seconds
-        budget = Budget(seconds)
-        edges = entity_edges(graph, self.config)
-        old = self._old_graph(store, built_on)
+        budget = Budget(self.settings.build_seconds)
+        arrays = edge_arrays(graph, self.config)
+        edges = arrays.as_dict()
+        old = self._old_graph(store, built_on, tracked)
         reason = ("requested" if full else "no communities yet" if not stored else
                   "the community reporter changed" if not same_reports else
                   "the community settings or algorithm changed" if not same else
@@ -250,47 +326,48 @@ class CommunityIndex(DerivedBuilder[CommunitySection]):
                 counts.update(ids_kept=upd.kept, entities_reclustered=upd.entities_reclustered,
                               entities_touched=upd.entities_touched)
         except CommunityBudgetExceeded as exc:
-            return DerivedReport(
-                UNIT, "none", kept=len(stored), seconds=run.seconds(),
-                seconds_clustering=time.perf_counter() - started,
-                reason=f"{exc} (community_build_seconds={seconds:g}): nothing was committed "
-                "and the communities still lag; raise it (None: no limit) and run "
-                "`rcp-agentic graph rebuild`")
-        stats = hier.stats
-        if not stats.complete:
-            reason = f"{reason}; {stats.reason}" if reason else stats.reason
-        counts.update(depths=stats.depths, leiden_calls=stats.leiden_calls,
-                      leiden_nodes=stats.leiden_nodes, budget_stopped=int(not stats.complete))
-        return _Clustering(hier, edges, mode, reason, counts, time.perf_counter() - started)
+            return self._stopped(run, exc, len(stored), started)
+        return _Clustering(hier, EntityEdges.of(graph, arrays), mode,
+                           *_stats(hier, reason, counts), time.perf_counter() - started)
 
-    def _write(self, run: Run, graph: GraphData, stored: list[dict[str, Any]],
+    def _write(self, run: Run, state: GraphState, stored: list[dict[str, Any]], total: int,
                clustering: _Clustering, graph_version: str, *,
                rewrite: bool) -> DerivedReport | None:
-        """The reports, units and vectors of ``clustering``, committed on ``run.base``."""
-        store, hier, edges = self.store, clustering.hierarchy, clustering.edges
-        chunks = {c.key: c for c in live_chunks(store)}
+        """The reports, units and vectors of ``clustering``, committed on ``run.base``:
+        ``stored`` holds the live rows of the communities it may change and of their
+        children (all of them when ``clustering.dirty`` is None); ``total`` live rows."""
+        store, hier = self.store, clustering.hierarchy
+        graph = state.data
+        rows = {r["uid"]: r for r in stored}
+        ids = set(hier.communities) if clustering.dirty is None else clustering.dirty
         t_report = time.perf_counter()
-        reports, remade = self._reports(hier, graph, chunks, edges, stored, rewrite=rewrite)
+        reports, remade = self._reports(
+            hier, graph, ChunkTexts(store, graph.chunk_docs),
+            report_lookups(state, clustering.edges), ids, rows, rewrite=rewrite)
         seconds_summarising = time.perf_counter() - t_report
-        diff = diff_units(stored, self._units(hier, graph, reports), uid=lambda u: u["uid"],
+        live = stored if clustering.dirty is None else [
+            rows[u] for u in sorted(ids | clustering.gone) if u in rows]
+        diff = diff_units(live, self._units(hier, graph, reports, ids), uid=lambda u: u["uid"],
                           text=lambda u: u["text"], same=_unchanged)
         t_embed = time.perf_counter()
         records = self._records(diff, graph)
         seconds_embedding = time.perf_counter() - t_embed
+        written = str(run.base + 1)
         info = {f"{_KEY}.identity": self.identity, f"{_KEY}.clusters": self.config.identity,
-                f"{_KEY}.version": str(run.base + 1), f"{_KEY}.graph": graph_version,
-                f"{_KEY}.complete": "1" if hier.stats.complete else "0"}
+                f"{_KEY}.version": written, f"{_KEY}.graph": graph_version,
+                f"{_KEY}.complete": "1" if hier.stats.complete else "0",
+                f"{_KEY}.written": written}
         version = store.write_derived(UNIT, records, diff.retire, base_version=run.base,
                                       info=info)
         if version is None:
             return None
-        self._last = (int(graph_version), graph, edges)
+        self._tracked = Tracked(state, clustering.edges, hier, graph_version, written)
         counts = {**clustering.counts, "communities": len(hier.communities),
                   "entities": len(graph.entities), "reports_written": remade,
                   "fallbacks": int(getattr(self.reporter, "fallbacks", 0))}
         return DerivedReport(
             UNIT, clustering.mode, added=len(records), retired=len(diff.retire),
-            kept=len(stored) - len(diff.retire), levels=hier.top_level,
+            kept=total - len(diff.retire), levels=hier.top_level,
             seconds=run.seconds(), seconds_clustering=clustering.seconds,
             seconds_summarising=seconds_summarising, seconds_embedding=seconds_embedding,
             version=version, reason=clustering.reason, counts=counts)
@@ -309,49 +386,52 @@ class CommunityIndex(DerivedBuilder[CommunitySection]):
                                        meta=u["meta"], covers=u["covers"]))
         return records
 
-    def _old_graph(self, store: Docstore, built_on: str | None
+    def _old_graph(self, store: Docstore, built_on: str | None, tracked: Tracked | None
                    ) -> tuple[GraphData, Edges] | None:
         """The graph the stored communities were built on, with its edges: this process's
         last run, else the retained snapshot of the graph version they record."""
         if built_on is None:
             return None
-        if self._last is not None and str(self._last[0]) == built_on:
-            return self._last[1], self._last[2]
+        if tracked is not None:
+            return tracked.graph.data, tracked.edges.as_dict()
         version = int(built_on)
         if version < store.oldest_retained():
             return None
         graph = load_graph(store, version)
         return None if graph is None else (graph, entity_edges(graph, self.config))
 
-    def _reports(self, hier: CommunityHierarchy, graph: GraphData, chunks: Mapping[str, ChunkText],
-                 edges: Edges, stored: list[dict[str, Any]], *, rewrite: bool
+    def _reports(self, hier: CommunityHierarchy, graph: GraphData,
+                 chunks: Mapping[str, ChunkText], lookups: PlanIndex, ids: set[str],
+                 rows: Mapping[str, Mapping[str, Any]], *, rewrite: bool
                  ) -> tuple[dict[str, dict[str, Any]], int]:
-        """The report fields of every community (text, title, summary, findings, rating,
-        entities, relations, spans, sanitized, report), children first. A stored report is
-        kept while its key and the reporter are unchanged (``rewrite``: none is kept)."""
+        """The report fields of the communities ``ids`` (text, title, summary, findings,
+        rating, entities, relations, spans, sanitized, report), children first. A stored
+        report (``rows``, by id; they hold every child of ``ids`` not among them) is kept
+        while its key and the reporter are unchanged (``rewrite``: none is kept)."""
         budget = self.settings.report_tokens
         identity = self.reporter.identity
-        tuids = triplet_uids(graph)
-        old = {} if rewrite else {r["uid"]: r for r in stored}
         out: dict[str, dict[str, Any]] = {}
         made_reports: dict[str, CommunityReport] = {}
         remade = 0
-        for height in range(hier.top_level + 1):
+        by_height: dict[int, list[str]] = {}
+        for cid in sorted(ids):
+            by_height.setdefault(hier.communities[cid].height, []).append(cid)
+        for height in sorted(by_height):
             todo: list[tuple[str, ReportInput, str]] = []
-            for c in hier.communities.values():
-                if c.height != height:
-                    continue
+            for cid in by_height[height]:
                 checkpoint()
-                inp = ReportInput(community=c, graph=graph, chunks=chunks, edges=edges,
-                                  children=tuple(made_reports[x] if x in made_reports
-                                                 else _kept_report(out[x], identity)
-                                                 for x in c.children if x in out))
+                c = hier.communities[cid]
+                inp = ReportInput(community=c, graph=graph, chunks=chunks, edges={},
+                                  children=tuple(_child_report(x, made_reports, out, rows,
+                                                               identity)
+                                                 for x in c.children
+                                                 if x in out or x in rows),
+                                  index=lookups)
                 key = report_key(inp, budget)
-                row = old.get(c.id)
+                row = None if rewrite else rows.get(c.id)
                 if row is not None and row["umeta"].get("report") == {"identity": identity,
                                                                        "key": key}:
-                    out[c.id] = {"text": row["text"], **{
-                        f: row["umeta"].get(f) for f in _REPORT_FIELDS}}
+                    out[c.id] = _stored_report(row)
                 else:
                     todo.append((c.id, inp, key))
             reports = self.reporter.report_many([inp for _c, inp, _k in todo], budget)
@@ -365,19 +445,23 @@ class CommunityIndex(DerivedBuilder[CommunitySection]):
                     "rating": rep.rating,
                     "entities": [node_uid(k) for k in rep.entities[:MAX_ENTITIES]],
                     "central": list(rep.entities[:_SOURCE_ENTITIES]),
-                    "relations": [tuids[i] for i in rep.relations if 0 <= i < len(tuids)],
+                    "relations": [relation_uid(graph, i) for i in rep.relations
+                                  if 0 <= i < len(graph.relations)],
                     "spans": rep.spans, "sanitized": rep.sanitized,
                     "report": {"identity": identity, "key": key}}
         return out, remade
 
     def _units(self, hier: CommunityHierarchy, graph: GraphData,
-               reports: Mapping[str, Mapping[str, Any]]) -> list[dict[str, Any]]:
-        """The unit of every community: uid, level, text, umeta, covers (chunk rowids)."""
+               reports: Mapping[str, Mapping[str, Any]], ids: set[str]
+               ) -> list[dict[str, Any]]:
+        """The unit of each community of ``ids``: uid, level, text, umeta, covers (chunk
+        rowids)."""
         out = []
-        for c in sorted(hier.communities.values(), key=lambda c: (c.height, c.id)):
+        top = hier.top_level
+        for c in sorted((hier.communities[i] for i in ids), key=lambda c: (c.height, c.id)):
             checkpoint()
             rep = reports[c.id]
-            levels = hier.levels(c.id)
+            levels = hier.levels(c.id, top)
             covers = sorted({int(k[1:]) for m in c.members for k in graph.entities[m].mentions}
                             | {int(k[1:]) for m in c.members for k in graph.entities[m].about})
             meta = {"levels": [levels.start, levels.stop - 1], "members": list(c.members),
@@ -414,6 +498,31 @@ class CommunityIndex(DerivedBuilder[CommunitySection]):
         made = np.asarray(self.ctx.embedder.embed_documents(texts), dtype=np.float32)
         by_text = dict(zip(texts, made))
         return {u["uid"]: by_text[u["text"]] for u in todo}
+
+
+def _stats(hier: CommunityHierarchy, reason: str, counts: dict[str, int]
+           ) -> tuple[str, dict[str, int]]:
+    """The run's reason and counts with what the clustering itself counted."""
+    stats = hier.stats
+    if not stats.complete:
+        reason = f"{reason}; {stats.reason}" if reason else stats.reason
+    return reason, {**counts, "depths": stats.depths, "leiden_calls": stats.leiden_calls,
+                    "leiden_nodes": stats.leiden_nodes,
+                    "budget_stopped": int(not stats.complete)}
+
+
+def _stored_report(row: Mapping[str, Any]) -> dict[str, Any]:
+    """The report fields a live community row holds."""
+    return {"text": row["text"], **{f: row["umeta"].get(f) for f in _REPORT_FIELDS}}
+
+
+def _child_report(cid: str, made: Mapping[str, CommunityReport],
+                  out: Mapping[str, Mapping[str, Any]], rows: Mapping[str, Mapping[str, Any]],
+                  identity: str) -> CommunityReport:
+    """A child's report as its parent's report reads it: made in this run, else kept."""
+    if cid in made:
+        return made[cid]
+    return _kept_report(out[cid] if cid in out else _stored_report(rows[cid]), identity)
 
 
 def _kept_report(fields: Mapping[str, Any], identity: str) -> CommunityReport:

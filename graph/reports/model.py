@@ -46,11 +46,24 @@ class CommunityReport:
 
 
 @dataclass(frozen=True)
+class PlanIndex:
+    """The lookups a report's plan reads, shared by every community of one build: each
+    entity's weighted neighbours in key order, and the indexes into ``graph.relations`` of
+    its relations, ascending (what :func:`.plan.plan_index` makes from a graph and its
+    edges; a builder that follows the graph may serve them another way)."""
+
+    adjacency: Mapping[str, Mapping[str, float]]
+    relations_of: Mapping[str, Sequence[int]]
+
+
+@dataclass(frozen=True)
 class ReportInput:
-    """Everything one report is made from."""
+    """Everything one report is made from (``index``: the plan's lookups when the caller
+    has them; else they are made from ``graph`` and ``edges``)."""
 
     community: Community
     graph: GraphData
     chunks: Mapping[str, ChunkText]             # chunk key "r<rowid>" -> its text
     edges: Mapping[tuple[str, str], float]      # entity_edges(graph), keyed (a, b) with a < b
     children: Sequence[CommunityReport] = ()    # the child communities' reports
+    index: PlanIndex | None = None

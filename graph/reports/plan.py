@@ -28,27 +28,20 @@ from typing import Any
 from ...errors import InvalidParams
 from ..stored import object_first, triplet_header
 from ..model import GraphData, Relation
-from .model import ReportInput
+from .model import PlanIndex, ReportInput
 
 TOP_MEMBERS = 24          # members whose chunks are read for evidence
 MAX_CHUNKS = 24           # chunks read per community
 RANKED_RELATIONS = 200    # relations kept in the plan (what any reporter may show)
 
 
-@dataclass
-class _Indexes:
-    """Per-graph lookups shared by every community of one build."""
-
-    adjacency: dict[str, dict[str, float]]
-    relations_of: dict[str, list[int]]          # entity key -> indexes of its relations
-
-
 _CACHE_LOCK = threading.Lock()
-_CACHE: list[tuple[Any, Any, _Indexes]] = []    # (graph, edges, indexes); one slot
+_CACHE: list[tuple[Any, Any, PlanIndex]] = []   # (graph, edges, index); one slot
 
 
-def _indexes(graph: GraphData, edges: Mapping[tuple[str, str], float]) -> _Indexes:
-    """The lookups of ``graph`` and ``edges``, built once for a run over many communities."""
+def plan_index(graph: GraphData, edges: Mapping[tuple[str, str], float]) -> PlanIndex:
+    """The lookups of ``graph`` and ``edges`` (sorted by key, as :func:`entity_edges`
+    gives them), built once for a run over many communities."""
     with _CACHE_LOCK:
         if _CACHE and _CACHE[0][0] is graph and _CACHE[0][1] is edges:
             return _CACHE[0][2]
@@ -61,7 +54,7 @@ def _indexes(graph: GraphData, edges: Mapping[tuple[str, str], float]) -> _Index
         relations_of[r.subject].append(i)
         if r.object != r.subject:
             relations_of[r.object].append(i)
-    out = _Indexes(dict(adjacency), dict(relations_of))
+    out = PlanIndex(dict(adjacency), dict(relations_of))
     with _CACHE_LOCK:
         _CACHE[:] = [(graph, edges, out)]
     return out
@@ -85,7 +78,7 @@ def make_plan(inp: ReportInput) -> Plan:
     """The plan of ``inp``'s report (module doc)."""
     graph, members = inp.graph, inp.community.members
     ents = graph.entities
-    idx = _indexes(graph, inp.edges)
+    idx = inp.index if inp.index is not None else plan_index(graph, inp.edges)
     inside = set(members)
     # Centrality: the weight of a member's edges inside the community times the share of its
     # edges that lie inside. A corpus-wide hub ("CI", "OBJECTIVE") has much weight inside
