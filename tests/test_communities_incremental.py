@@ -8,19 +8,26 @@ generates write sequences over a small corpus.
 
 from __future__ import annotations
 
+import json
 import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from conftest import REPO
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from rcp_agentic.graph import follow
+from rcp_agentic.graph.communities.config import CommunityConfig
+from rcp_agentic.graph.communities.entity_graph import EdgeArrays, EntityGraph, edge_arrays
 from rcp_agentic.graph.communities.index import UNIT, CommunityIndex
-from rcp_agentic.graph.stored import node_uid
+from rcp_agentic.graph.communities.tracking import EntityEdges
+from rcp_agentic.graph.model import Entity, GraphData, Relation, Synonym
+from rcp_agentic.graph.stored import canonical, graph_units, node_uid
 
 from rcp_agentic import Engine
 
@@ -142,6 +149,11 @@ def test_write_sequences_equal_the_whole_path(built: Path,
             eng.update_derived(only=UNIT)
             got = rows(eng)
             assert got == want
+            tracked = builder(eng)._tracked
+            assert tracked is not None
+            whole = EntityEdges.of(tracked.graph.data,
+                                   edge_arrays(tracked.graph.data, builder(eng).config))
+            assert tracked.edges == whole  # the patched edges are the whole computation's
             graph = eng.graph_data()
             alive = set(graph.entities) if graph is not None else set()
             texts = " ".join(t for (t,) in eng.store.query(
@@ -182,3 +194,106 @@ def test_a_failed_commit_reads_whole_next_time(built: Path, tmp_path: Path,
         eng.update_derived(only=UNIT)
         assert len(calls) == 2 and index._tracked is not None
         assert rows(eng) == want
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_a_part_of_the_graph_is_cut_as_igraph_cuts_it(seed: int) -> None:
+    """The igraph of some entities alone equals (edge order included) what igraph's
+    ``induced_subgraph`` cuts from the graph of all: an update clusters the same graph."""
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(4, 200))
+    keys = [f"e{i:03d}" for i in range(n)]
+    edges = {(keys[a], keys[b]): round(float(rng.random()), 9)
+             for a, b in rng.integers(0, n, size=(3 * n, 2)).tolist() if a < b}
+    part = sorted(str(k) for k in rng.choice(keys, int(rng.integers(1, n + 1)), replace=False))
+    inside = set(part)
+    whole = EntityGraph.of(keys, edges).graph.induced_subgraph([keys.index(k) for k in part])
+    cut = EntityGraph(EdgeArrays.of(part, {p: w for p, w in edges.items()
+                                           if p[0] in inside and p[1] in inside}),
+                      total=n).as_induced()
+    assert cut.get_edgelist() == whole.get_edgelist()
+    assert cut.es["weight"] == whole.es["weight"]
+
+
+def random_graph(rng: np.random.Generator, keys: list[str], chunks: int) -> GraphData:
+    """A canonical graph over some of ``keys``: mentions, titles, relations, synonyms."""
+    entities = {}
+    for k in keys:
+        if rng.random() < 0.2:
+            continue
+        mentions = {f"r{c}": float(rng.choice([0.5, 1.0, 2.0]))
+                    for c in rng.choice(chunks, int(rng.integers(1, 4)), replace=False) + 1}
+        about = tuple(f"r{c}" for c in [int(rng.integers(1, chunks + 1))] if rng.random() < 0.2)
+        entities[k] = Entity(k, k.title(), str(rng.choice(["name", "date", "title"])),
+                             mentions=mentions, about=about)
+    present = sorted(entities)
+    relations = [Relation(str(a), str(b), "rel", f"{a} and {b}.", None, ("r1",),
+                          float(rng.choice([0.3, 0.7])))
+                 for a, b in rng.choice(present, size=(len(present) // 2, 2)).tolist() if a != b]
+    synonyms = [Synonym(str(a), str(b), 0.9)
+                for a, b in rng.choice(present, size=(len(present) // 4, 2)).tolist() if a != b]
+    return canonical(GraphData(entities, relations, synonyms,
+                               {f"r{c}": f"d{c}" for c in range(1, chunks + 1)}))
+
+
+def changed(rng: np.random.Generator, graph: GraphData, keys: list[str], chunks: int
+            ) -> GraphData:
+    """``graph`` with a few entities changed (a mention more or less, another kind), added
+    or removed, and a relation and a synonym more or less."""
+    entities = dict(graph.entities)
+    for k in rng.choice(keys, int(rng.integers(1, 4)), replace=False).tolist():
+        e = entities.get(k)
+        if e is None:
+            entities[k] = Entity(k, k.title(), "name", mentions={"r1": 1.0})
+        elif rng.random() < 0.2:
+            del entities[k]
+        else:
+            mentions = dict(e.mentions)
+            c = f"r{int(rng.integers(1, chunks + 1))}"
+            if c in mentions and len(mentions) > 1:
+                del mentions[c]
+            else:
+                mentions[c] = 1.0
+            kind = str(rng.choice(["name", "date"])) if rng.random() < 0.3 else e.kind
+            entities[k] = replace(e, mentions=mentions, kind=kind)
+    relations, synonyms = list(graph.relations[1:]), list(graph.synonyms[1:])
+    present = sorted(entities)
+    if len(present) > 1:
+        a, b = rng.choice(present, 2, replace=False).tolist()
+        relations.append(Relation(a, b, "new", f"{a} met {b}.", None, ("r2",), 0.5))
+        synonyms.append(Synonym(a, b, 0.8))
+    return canonical(GraphData(entities, relations, synonyms, dict(graph.chunk_docs)))
+
+
+def rows_of(graph: GraphData, first: int) -> list[tuple[int, str, str, str, str]]:
+    """The graph's units as ``Docstore.derived_delta`` reads them, rowids from ``first``."""
+    return [(first + i, u.uid, u.unit, u.text, json.dumps(u.meta))
+            for i, u in enumerate(graph_units(graph))]
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_patched_edges_equal_the_whole_computation(seed: int) -> None:
+    """Edges patched for a random change of entities, mentions, kinds, relations and
+    synonyms equal, weight for weight, the edges computed over the whole new graph."""
+    rng = np.random.default_rng(seed)
+    keys = [f"k{i:02d}" for i in range(int(rng.integers(3, 30)))]
+    config = CommunityConfig()
+    old_graph = random_graph(rng, keys, 12)
+    new_graph = changed(rng, old_graph, keys, 12) if seed % 4 else random_graph(rng, keys, 12)
+    docs = [(int(c[1:]), d) for c, d in old_graph.chunk_docs.items()]
+    empty = follow.GraphState(0, GraphData(), None, [], [])
+    before = follow._Patch(empty, follow.GraphRows()).apply(1, rows_of(old_graph, 1000), [],
+                                                           docs, [])
+    # A unit whose text and umeta did not change keeps its row; every other row is replaced.
+    old_rows = {row[1:]: row[0] for row in rows_of(old_graph, 1000)}
+    new_rows = rows_of(new_graph, 5000)
+    kept = {row[1:] for row in new_rows} & old_rows.keys()
+    entered = [row for row in new_rows if row[1:] not in kept]
+    left = [rowid for unit, rowid in old_rows.items() if unit not in kept]
+    assert before.rows is not None
+    after = follow._Patch(before, before.rows).apply(2, entered, left, [], [])
+    assert after.data.entities == new_graph.entities
+    edges = EntityEdges.of(before.data, edge_arrays(before.data, config))
+    patched, _moved = edges.patched(after, config)
+    assert patched == EntityEdges.of(after.data, edge_arrays(after.data, config))
+    assert edges == EntityEdges.of(before.data, edge_arrays(before.data, config))  # unchanged
