@@ -27,31 +27,24 @@ from ... import display_hooks
 from ...config import CommunitySection
 from ...derived import BuildContext, DerivedBuilder, DerivedReport, Diff, Run, diff_units
 from ...models.tokenizer import count_tokens
-from ...read_first import checkpoint
 from ...store.docstore import Docstore
 from ...store.writes import UnitRecord
 from ...trust import screen_derived
 from ..follow import GraphState, advance
-from ..model import ChunkText, GraphData
+from ..model import GraphData
 from ..reports.extractive import ExtractiveReporter
 from ..reports.llm import LLMReporter
-from ..reports.model import CommunityReport, Finding, PlanIndex, ReportInput
-from ..reports.plan import report_key
-from ..stored import load_graph, node_uid
+from ..stored import load_graph
 from .build import (Budget, Community, CommunityBudgetExceeded, CommunityHierarchy,
                     CommunityUpdate, Edges, build_communities, entity_edges, recluster,
                     update_communities)
 from .config import CommunityConfig
 from .entity_graph import edge_arrays
-from .tracking import ChunkTexts, EntityEdges, Tracked, dirty, relation_uid, report_lookups
+from .community_rows import community_units, make_reports, unchanged
+from .tracking import ChunkTexts, EntityEdges, Tracked, dirty, report_lookups
 
 UNIT = "community"
 _KEY = f"derived.{UNIT}"
-MAX_ENTITIES = 64      # node uids a community row lists (most central first)
-_SOURCE_ENTITIES = 8   # 'sources' vectors: the chunks of this many most central members
-# The report's fields kept in a community row's umeta.
-_REPORT_FIELDS = ("title", "summary", "findings", "rating", "entities", "relations", "spans",
-                  "sanitized", "report")
 
 
 @dataclass(frozen=True)
@@ -68,7 +61,7 @@ class StoredCommunity:
     text: str
     findings: tuple[dict[str, str], ...]
     rating: float | None
-    entities: tuple[str, ...]          # node uids, most central first (at most MAX_ENTITIES)
+    entities: tuple[str, ...]          # node uids, most central first (capped)
 
     @property
     def uid(self) -> str:
@@ -341,14 +334,15 @@ class CommunityIndex(DerivedBuilder[CommunitySection]):
         rows = {r["uid"]: r for r in stored}
         ids = set(hier.communities) if clustering.dirty is None else clustering.dirty
         t_report = time.perf_counter()
-        reports, remade = self._reports(
-            hier, graph, ChunkTexts(store, graph.chunk_docs),
-            report_lookups(state, clustering.edges), ids, rows, rewrite=rewrite)
+        reports, remade = make_reports(
+            self.reporter, self.settings.report_tokens, hier, graph,
+            ChunkTexts(store, graph.chunk_docs), report_lookups(state, clustering.edges), ids,
+            rows, rewrite=rewrite)
         seconds_summarising = time.perf_counter() - t_report
         live = stored if clustering.dirty is None else [
             rows[u] for u in sorted(ids | clustering.gone) if u in rows]
-        diff = diff_units(live, self._units(hier, graph, reports, ids), uid=lambda u: u["uid"],
-                          text=lambda u: u["text"], same=_unchanged)
+        diff = diff_units(live, community_units(hier, graph, reports, ids),
+                          uid=lambda u: u["uid"], text=lambda u: u["text"], same=unchanged)
         t_embed = time.perf_counter()
         records = self._records(diff, graph)
         seconds_embedding = time.perf_counter() - t_embed
@@ -400,77 +394,6 @@ class CommunityIndex(DerivedBuilder[CommunitySection]):
         graph = load_graph(store, version)
         return None if graph is None else (graph, entity_edges(graph, self.config))
 
-    def _reports(self, hier: CommunityHierarchy, graph: GraphData,
-                 chunks: Mapping[str, ChunkText], lookups: PlanIndex, ids: set[str],
-                 rows: Mapping[str, Mapping[str, Any]], *, rewrite: bool
-                 ) -> tuple[dict[str, dict[str, Any]], int]:
-        """The report fields of the communities ``ids`` (text, title, summary, findings,
-        rating, entities, relations, spans, sanitized, report), children first. A stored
-        report (``rows``, by id; they hold every child of ``ids`` not among them) is kept
-        while its key and the reporter are unchanged (``rewrite``: none is kept)."""
-        budget = self.settings.report_tokens
-        identity = self.reporter.identity
-        out: dict[str, dict[str, Any]] = {}
-        made_reports: dict[str, CommunityReport] = {}
-        remade = 0
-        by_height: dict[int, list[str]] = {}
-        for cid in sorted(ids):
-            by_height.setdefault(hier.communities[cid].height, []).append(cid)
-        for height in sorted(by_height):
-            todo: list[tuple[str, ReportInput, str]] = []
-            for cid in by_height[height]:
-                checkpoint()
-                c = hier.communities[cid]
-                inp = ReportInput(community=c, graph=graph, chunks=chunks, edges={},
-                                  children=tuple(_child_report(x, made_reports, out, rows,
-                                                               identity)
-                                                 for x in c.children
-                                                 if x in out or x in rows),
-                                  index=lookups)
-                key = report_key(inp, budget)
-                row = None if rewrite else rows.get(c.id)
-                if row is not None and row["umeta"].get("report") == {"identity": identity,
-                                                                       "key": key}:
-                    out[c.id] = _stored_report(row)
-                else:
-                    todo.append((c.id, inp, key))
-            reports = self.reporter.report_many([inp for _c, inp, _k in todo], budget)
-            remade += len(reports)
-            for (cid, _inp, key), rep in zip(todo, reports):
-                made_reports[cid] = rep
-                out[cid] = {
-                    "text": rep.text, "title": rep.title, "summary": rep.summary,
-                    "findings": [{"summary": f.summary, "explanation": f.explanation}
-                                 for f in rep.findings],
-                    "rating": rep.rating,
-                    "entities": [node_uid(k) for k in rep.entities[:MAX_ENTITIES]],
-                    "central": list(rep.entities[:_SOURCE_ENTITIES]),
-                    "relations": [relation_uid(graph, i) for i in rep.relations
-                                  if 0 <= i < len(graph.relations)],
-                    "spans": rep.spans, "sanitized": rep.sanitized,
-                    "report": {"identity": identity, "key": key}}
-        return out, remade
-
-    def _units(self, hier: CommunityHierarchy, graph: GraphData,
-               reports: Mapping[str, Mapping[str, Any]], ids: set[str]
-               ) -> list[dict[str, Any]]:
-        """The unit of each community of ``ids``: uid, level, text, umeta, covers (chunk
-        rowids)."""
-        out = []
-        top = hier.top_level
-        for c in sorted((hier.communities[i] for i in ids), key=lambda c: (c.height, c.id)):
-            checkpoint()
-            rep = reports[c.id]
-            levels = hier.levels(c.id, top)
-            covers = sorted({int(k[1:]) for m in c.members for k in graph.entities[m].mentions}
-                            | {int(k[1:]) for m in c.members for k in graph.entities[m].about})
-            meta = {"levels": [levels.start, levels.stop - 1], "members": list(c.members),
-                    "parent": c.parent, "children": list(c.children), "size": c.size,
-                    **{f: rep[f] for f in _REPORT_FIELDS}}
-            out.append({"uid": c.id, "level": c.height, "text": rep["text"], "meta": meta,
-                        "covers": covers, "central": rep.get("central") or _central(meta)})
-        return out
-
     def _vectors(self, todo: list[dict[str, Any]], graph: GraphData) -> dict[str, np.ndarray]:
         """Vectors of new unit texts, by ``community_vectors`` (see EngineConfig)."""
         if not todo:
@@ -509,45 +432,3 @@ def _stats(hier: CommunityHierarchy, reason: str, counts: dict[str, int]
     return reason, {**counts, "depths": stats.depths, "leiden_calls": stats.leiden_calls,
                     "leiden_nodes": stats.leiden_nodes,
                     "budget_stopped": int(not stats.complete)}
-
-
-def _stored_report(row: Mapping[str, Any]) -> dict[str, Any]:
-    """The report fields a live community row holds."""
-    return {"text": row["text"], **{f: row["umeta"].get(f) for f in _REPORT_FIELDS}}
-
-
-def _child_report(cid: str, made: Mapping[str, CommunityReport],
-                  out: Mapping[str, Mapping[str, Any]], rows: Mapping[str, Mapping[str, Any]],
-                  identity: str) -> CommunityReport:
-    """A child's report as its parent's report reads it: made in this run, else kept."""
-    if cid in made:
-        return made[cid]
-    return _kept_report(out[cid] if cid in out else _stored_report(rows[cid]), identity)
-
-
-def _kept_report(fields: Mapping[str, Any], identity: str) -> CommunityReport:
-    """A kept report as a :class:`CommunityReport` (a parent's LLM report reads its
-    children's titles and summaries)."""
-    return CommunityReport(
-        title=fields.get("title") or "", summary=fields.get("summary") or "",
-        findings=[Finding(f["summary"], f["explanation"]) for f in fields.get("findings") or ()],
-        rating=fields.get("rating"), entities=[], relations=[],
-        spans=list(fields.get("spans") or ()), text=fields["text"],
-        sanitized=int(fields.get("sanitized") or 0), identity=identity)
-
-
-def _central(meta: Mapping[str, Any]) -> list[str]:
-    """The most central members' keys of a kept report (its ``entities`` are node uids)."""
-    key_of = {node_uid(k): k for k in meta["members"]}
-    return [key_of[u] for u in (meta.get("entities") or ())[:_SOURCE_ENTITIES] if u in key_of]
-
-
-def _unchanged(row: Mapping[str, Any], u: Mapping[str, Any]) -> bool:
-    """Whether a live community row already stores the unit as it is."""
-    return (row["text"] == u["text"] and row["covers"] == u["covers"]
-            and row["level"] == u["level"] and row["umeta"] == _json_round(u["meta"]))
-
-
-def _json_round(meta: Mapping[str, Any]) -> Any:
-    """``meta`` as it reads back from the store (tuples become lists)."""
-    return json.loads(json.dumps(meta, ensure_ascii=False))
