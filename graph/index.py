@@ -216,10 +216,11 @@ class GraphIndex(DerivedBuilder[GraphSection]):
         counts = {"nodes": len(live.entities), "triplets": live.relation_count,
                   "synonyms": live.synonym_count(), "chunks": len(live.chunks),
                   "extracted": extractor.extracted, "embedded": timer.texts}
-        if stored is None:   # kept: every live unit but the ones retired
-            stored = sum(n for u, _lv, n in self.store.unit_kinds(run.base) if u in KINDS)
+        # Kept: the live units left as they were (the units now live less the ones written).
+        kept = (stored - len(retired) if stored is not None
+                else len(live.entities) + live.relation_count - len(records))
         return DerivedReport(
-            NODE, mode, added=len(records), retired=len(retired), kept=stored - len(retired),
+            NODE, mode, added=len(records), retired=len(retired), kept=kept,
             seconds=run.seconds(), seconds_embedding=timer.embedding,
             seconds_extracting=extractor.seconds, version=version, reason=reason,
             counts=counts)

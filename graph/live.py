@@ -315,10 +315,10 @@ class LiveGraph:
                 _count(held_k, kind, sign * n)
             if not held_k:
                 del self._kinds[k]
-        row = rowid_order(key)[0]
+        order = rowid_order(key)
         sents = []
         for s in share.sentences:
-            sid = (row, s.index)
+            sid = (order, s.index)
             sents.append((sid, s.keys))
             if sign > 0:
                 self._sentences[sid] = s
@@ -372,10 +372,10 @@ class LiveGraph:
                 delta.pairs.update(self._typed_of.get(k, ()))
 
     def _entity(self, k: str) -> Entity:
-        surfaces = Counter({s: n for s, (n, _c) in self._surfaces.get(k, {}).items()})
+        surfaces = {s: n for s, (n, _c) in self._surfaces.get(k, {}).items()}
         is_title = k in self.res.about
         titles = {k: self.res.title_entry(k)} if is_title else {}
-        name = display_name(k, surfaces, titles)
+        name = display_name(k, surfaces, titles)  # type: ignore[arg-type]
         mentions = {ck: round(1.0 + math.log(n), 6) if n > 0 else 1.0
                     for ck, n in sorted(self.counts[k].items(), key=lambda kv: rowid_order(kv[0]))}
         e = Entity(key=k, name=name, kind=entity_kind(self._kinds.get(k, Counter()), is_title),
@@ -471,8 +471,7 @@ class LiveGraph:
         return Relation(subject=pair[0], object=pair[1], relation=between,
                         evidence=c.text[s.start:s.end],
                         span=Span(c.doc_id, c.start + s.start, c.start + s.end),
-                        chunks=tuple(sorted({self._sentences[i].chunk for i in where},
-                                            key=rowid_order)),
+                        chunks=tuple(k for _r, k in sorted({sid[0] for sid in where})),
                         weight=self.pairs.weight(pair))
 
     # --- the whole graph ----------------------------------------------------------------------

@@ -18,7 +18,8 @@ from collections import Counter
 from collections.abc import Iterable
 
 Pair = tuple[str, str]
-Sid = tuple[int, int]          # (chunk row, sentence index): sentences in reading order
+# A sentence: (its chunk's row order, its index), so sids sort in reading order.
+Sid = tuple[tuple[int, str], int]
 
 
 def corpus_step(n: int) -> int:
@@ -58,6 +59,7 @@ class PairTable:
         moved: set[Pair] = set()
         df_moved: set[str] = set()
         for sign, batch in ((-1, removed), (1, added)):
+            grouped: dict[Pair, list[Sid]] = {}
             for sid, keys in batch:
                 self.sentences += sign
                 for k in keys:
@@ -66,14 +68,22 @@ class PairTable:
                         del self.df[k]
                     df_moved.add(k)
                 for pair in set(self.pairs(keys)):
-                    held = self.where.setdefault(pair, [])
-                    if sign > 0:
-                        insort(held, sid)
+                    grouped.setdefault(pair, []).append(sid)
+            for pair, sids in grouped.items():
+                moved.add(pair)
+                held = self.where.get(pair)
+                if sign > 0 and not held:
+                    self.where[pair] = sorted(sids)
+                elif sign > 0:
+                    for sid in sids:
+                        insort(held, sid)  # type: ignore[arg-type]
+                else:
+                    gone = set(sids)
+                    left = [sid for sid in held or () if sid not in gone]
+                    if left:
+                        self.where[pair] = left
                     else:
-                        del held[bisect_left(held, sid)]
-                        if not held:
-                            del self.where[pair]
-                    moved.add(pair)
+                        self.where.pop(pair, None)
         step = corpus_step(self.sentences)
         if step != self.step:
             self.step = step
