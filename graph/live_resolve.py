@@ -34,7 +34,6 @@ class _ChunkFacts:
     chosen: list[RawMention]
     cands: Counter[str]          # words of sentence-initial / all-capital names
     mid: Counter[str]            # first words of names written mid-sentence
-    lower: Counter[str]          # lowercase words of its text
     words: frozenset[str]        # every folded word of its names (what `common` it reads)
     keyed: Keyed = field(default_factory=list)
     alone: frozenset[str] = frozenset()
@@ -57,10 +56,13 @@ def _word_facts(c: ChunkText, x: ChunkExtraction, chosen: list[RawMention]) -> _
             cands.update(folded)
         else:
             mid[folded[0]] += 1
-    lower = Counter(LOWER_WORD.findall(c.text))
     eks = tuple(dict.fromkeys(ek for e in title_entries(c.title) if (ek := entity_key(e)))) \
         if c.title else ()
-    return _ChunkFacts(chosen, cands, mid, lower, frozenset(words), title_eks=eks)
+    return _ChunkFacts(chosen, cands, mid, frozenset(words), title_eks=eks)
+
+
+def _lowercase(c: ChunkText) -> Counter[str]:
+    return Counter(LOWER_WORD.findall(c.text))
 
 
 def _standalone(keyed: Keyed) -> frozenset[str]:
@@ -109,13 +111,17 @@ class Resolution:
             [*(m for m in x.mentions if m.kind != "part"), *hits]))) for c, x, hits in added}
         old = {k: self._facts[k] for k in [*gone, *(k for k in new if k in self._facts)]}
         facts = [*old.values(), *(f for _c, _x, f in new.values())]
-        words = {w for f in facts for w in (*f.cands, *f.mid, *f.lower)}
+        # Lowercase words are counted from the text when a chunk comes and goes (not kept).
+        lower_old = {key: _lowercase(self.chunks[key]) for key in old}
+        lower_new = {key: _lowercase(c) for key, (c, _x, _f) in new.items()}
+        words = {w for f in facts for w in (*f.cands, *f.mid)}
+        words.update(w for counts in (*lower_old.values(), *lower_new.values()) for w in counts)
         common_before = {w: w in self._common for w in words}
         titles = {ek for f in facts for ek in f.title_eks}
         key_before: dict[str, tuple[bool, bool, bool]] = {ek: self._key_state(ek) for ek in titles}
         entry_before = {ek: self.title_entry(ek) if ek in self.about else None for ek in titles}
         for key, f in old.items():
-            self._count_words(key, f, -1)
+            self._count_words(key, f, lower_old[key], -1)
             self._count_title(key, f, -1)
             self._count_keyed(key, f, -1, key_before)
             del self._facts[key]
@@ -123,7 +129,7 @@ class Resolution:
                 del self.chunks[key], self.extractions[key], self.resolved[key]
         for key, (c, x, f) in new.items():
             self.chunks[key], self.extractions[key], self._facts[key] = c, x, f
-            self._count_words(key, f, +1)
+            self._count_words(key, f, lower_new[key], +1)
             self._count_title(key, f, +1)
         for w in words:
             if self._is_common(w):
@@ -163,9 +169,8 @@ class Resolution:
         return (self._alone.get(k, 0) >= ALONE_CHUNKS, self._named.get(k, 0) >= ALONE_CHUNKS,
                 k in self.about)
 
-    def _count_words(self, key: str, f: _ChunkFacts, sign: int) -> None:
-        for total, part in ((self._cands, f.cands), (self._mid, f.mid),
-                            (self._lower, f.lower)):
+    def _count_words(self, key: str, f: _ChunkFacts, lower: Counter[str], sign: int) -> None:
+        for total, part in ((self._cands, f.cands), (self._mid, f.mid), (self._lower, lower)):
             _add(total, part, sign)
         for w in f.words:
             if sign > 0:
