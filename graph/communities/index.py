@@ -334,10 +334,12 @@ class CommunityIndex(DerivedBuilder[CommunitySection]):
         rows = {r["uid"]: r for r in stored}
         ids = set(hier.communities) if clustering.dirty is None else clustering.dirty
         t_report = time.perf_counter()
+        chunks = ChunkTexts(store, graph.chunk_docs)
+        if clustering.dirty is None:
+            chunks.fetch(graph.chunk_docs)
         reports, remade = make_reports(
-            self.reporter, self.settings.report_tokens, hier, graph,
-            ChunkTexts(store, graph.chunk_docs), report_lookups(state, clustering.edges), ids,
-            rows, rewrite=rewrite)
+            self.reporter, self.settings.report_tokens, hier, graph, chunks,
+            report_lookups(state, clustering.edges), ids, rows, rewrite=rewrite)
         seconds_summarising = time.perf_counter() - t_report
         live = stored if clustering.dirty is None else [
             rows[u] for u in sorted(ids | clustering.gone) if u in rows]

@@ -285,12 +285,17 @@ class ChunkTexts(Mapping[str, ChunkText]):
         if got is None:
             if key not in self._docs:
                 raise KeyError(key)
-            row = self._store.leaf_texts([int(key[1:])]).get(int(key[1:]))
-            if row is None:
+            self.fetch([key])
+            got = self._read.get(key)
+            if got is None:
                 raise KeyError(key)
-            uid, doc_id, start, text, title = row
-            got = self._read[key] = ChunkText(key, uid, doc_id, title, text, start)
         return got
+
+    def fetch(self, keys: Iterable[str]) -> None:
+        """Read these chunks now (in a few queries: a run that reports every community)."""
+        todo = [int(k[1:]) for k in keys if k not in self._read and k in self._docs]
+        for r, (uid, doc_id, start, text, title) in self._store.leaf_texts(todo).items():
+            self._read[f"r{r}"] = ChunkText(f"r{r}", uid, doc_id, title, text, start)
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._docs)
