@@ -17,11 +17,11 @@ The core loads the tree (through :mod:`rcp_agentic.plugins`) only when ``build_t
 from ..text import Sentence, Span, split_sentences
 from .cluster import cluster, reduce, soft_gmm
 from .summarize import ExtractiveSummarizer, LLMSummarizer, Passage, Summary
-from .tree import (Leaf, Node, Summarizer, TreeConfig, TreeDelta, build_tree, node_id,
-                   update_tree)
+from .tree import (Leaf, Node, Summarizer, TreeConfig, TreeDelta, TreeShape, build_tree,
+                   node_id, update_tree)
 
 __all__ = [
     "ExtractiveSummarizer", "LLMSummarizer", "Leaf", "Node", "Passage", "Sentence", "Span",
-    "Summarizer", "Summary", "TreeConfig", "TreeDelta", "build_tree", "cluster",
+    "Summarizer", "Summary", "TreeConfig", "TreeDelta", "TreeShape", "build_tree", "cluster",
     "node_id", "reduce", "soft_gmm", "split_sentences", "update_tree",
 ]

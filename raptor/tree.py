@@ -15,7 +15,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import math
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Protocol
@@ -203,86 +203,198 @@ def build_tree(leaves: list[Leaf], *, embed: Embed, summarizer: Summarizer, conf
     return nodes
 
 
-@dataclass
+class TreeShape:
+    """A tree's nodes with the links an update walks: nodes by uid and by level, the parents
+    of every child (leaf or node) and, once computed, the centroid of each level-1 node.
+
+    :func:`update_tree` reads it and never changes it (it only fills the centroid cache), so
+    a caller that follows a store keeps one between updates and applies each committed
+    change (:meth:`apply`): an update then walks only the nodes it touches.
+    """
+
+    def __init__(self, nodes: Iterable[Node] = ()) -> None:
+        self.nodes: dict[str, Node] = {}
+        self.parents: dict[str, set[str]] = {}
+        self.by_level: dict[int, set[str]] = {}
+        self._centroids: dict[str, np.ndarray] = {}
+        self.apply((), nodes)
+
+    @property
+    def top(self) -> int:
+        """The highest level with a node (0: no node)."""
+        return max((level for level, uids in self.by_level.items() if uids), default=0)
+
+    def apply(self, retired: Iterable[str], added: Iterable[Node]) -> None:
+        """Take the ``retired`` nodes out, then put the ``added`` ones in (a node of a live
+        uid replaces it)."""
+        for uid in retired:
+            node = self.nodes.pop(uid, None)
+            if node is None:
+                continue
+            self._centroids.pop(uid, None)
+            self.by_level[node.level].discard(uid)
+            for child in node.children:
+                parents = self.parents.get(child)
+                if parents is not None:
+                    parents.discard(uid)
+                    if not parents:
+                        del self.parents[child]
+        for node in added:
+            if node.uid in self.nodes:
+                self.apply((node.uid,), ())
+            self.nodes[node.uid] = node
+            self.by_level.setdefault(node.level, set()).add(node.uid)
+            for child in node.children:
+                self.parents.setdefault(child, set()).add(node.uid)
+
+    def centroid(self, uid: str, leaf_vectors: Mapping[str, np.ndarray]) -> np.ndarray:
+        """The mean vector of the leaves of level-1 node ``uid``, computed once."""
+        found = self._centroids.get(uid)
+        if found is None:
+            found = self._centroids[uid] = _mean(self.nodes[uid].children, leaf_vectors)
+        return found
+
+
 class _Links:
-    """The tree while it is updated: nodes by uid, their children and parents, dirty nodes."""
+    """The tree while it is updated: a :class:`TreeShape` as given, this update's changes
+    over it (nodes written or dropped, children and parents copied on write) and the dirty
+    nodes, so an update costs what it touches and the shape stays as it was."""
 
-    current: dict[str, Node]
-    children: dict[str, list[str]]
-    parents: dict[str, set[str]]
-    dirty: set[str] = field(default_factory=set)    # nodes whose children changed
+    def __init__(self, shape: TreeShape) -> None:
+        self.shape = shape
+        self._nodes: dict[str, Node | None] = {}  # None: dropped
+        self._children: dict[str, list[str]] = {}
+        self._parents: dict[str, set[str]] = {}
+        self.dirty: set[str] = set()    # nodes whose children changed
 
-    @classmethod
-    def of(cls, nodes: list[Node]) -> _Links:
-        """The links of ``nodes``, none dirty."""
-        parents: dict[str, set[str]] = {}
-        for n in nodes:
-            for child in n.children:
-                parents.setdefault(child, set()).add(n.uid)
-        return cls({n.uid: n for n in nodes}, {n.uid: list(n.children) for n in nodes}, parents)
+    def has(self, uid: str) -> bool:
+        return self._nodes[uid] is not None if uid in self._nodes else uid in self.shape.nodes
+
+    def node(self, uid: str) -> Node:
+        node = self._nodes[uid] if uid in self._nodes else self.shape.nodes[uid]
+        if node is None:
+            raise KeyError(uid)
+        return node
+
+    def uids(self) -> list[str]:
+        """Every node now in the tree."""
+        return [u for u in {**dict.fromkeys(self.shape.nodes), **self._nodes} if self.has(u)]
+
+    def level1(self) -> list[str]:
+        """The level-1 nodes that have children, in uid order."""
+        uids = set(self.shape.by_level.get(1, set())) | {
+            u for u, n in self._nodes.items() if n is not None and n.level == 1}
+        return sorted(u for u in uids if self.has(u) and self.children(u))
+
+    def put(self, node: Node) -> None:
+        self._nodes[node.uid] = node
+        self._children[node.uid] = list(node.children)
+
+    def drop(self, uid: str) -> None:
+        self._nodes[uid] = None
+
+    def children(self, uid: str) -> Sequence[str]:
+        return self._children[uid] if uid in self._children else self.node(uid).children
+
+    def own_children(self, uid: str) -> list[str]:
+        """The children of ``uid`` as a list this update may change."""
+        if uid not in self._children:
+            self._children[uid] = list(self.children(uid))
+        return self._children[uid]
+
+    def set_children(self, uid: str, children: list[str]) -> None:
+        self._children[uid] = children
+
+    def own_parents(self, uid: str) -> set[str]:
+        """The parents of ``uid`` as a set this update may change."""
+        if uid not in self._parents:
+            self._parents[uid] = set(self.shape.parents.get(uid, ()))
+        return self._parents[uid]
+
+    def pop_parents(self, uid: str) -> set[str]:
+        """The parents of ``uid``, which then has none."""
+        parents = self.own_parents(uid)
+        self._parents[uid] = set()
+        return parents
+
+    def centroid(self, uid: str, leaf_vectors: Mapping[str, np.ndarray]) -> np.ndarray:
+        if uid in self._children:
+            return _mean(self._children[uid], leaf_vectors)
+        return self.shape.centroid(uid, leaf_vectors)
+
+    def retired(self) -> list[str]:
+        """The nodes of the shape this update dropped, in uid order."""
+        return sorted(u for u, n in self._nodes.items() if n is None and u in self.shape.nodes)
 
 
-def update_tree(nodes: list[Node], leaf_vectors: Mapping[str, np.ndarray], added: list[Leaf],
-                removed: set[str], *, embed: Embed, summarizer: Summarizer, config: TreeConfig,
-                count_tokens: CountTokens, passages: Mapping[str, Passage]) -> TreeDelta:
-    """The change to ``nodes`` after adding and removing leaves, without a full rebuild.
+def update_tree(nodes: Iterable[Node] | TreeShape, leaf_vectors: Mapping[str, np.ndarray],
+                added: list[Leaf], removed: set[str], *, embed: Embed, summarizer: Summarizer,
+                config: TreeConfig, count_tokens: CountTokens,
+                passages: Mapping[str, Passage]) -> TreeDelta:
+    """The change to ``nodes`` (or to a :class:`TreeShape`, left as it is) after adding and
+    removing leaves, without a full rebuild.
 
-    ``leaf_vectors`` holds the vector of every leaf the tree covers (removed ones
+    ``leaf_vectors`` gives the vector of every leaf the tree covers (removed ones
     may be missing); ``passages`` the passage of every such leaf (node passages
-    come from the nodes' summaries). Removed leaves leave their level-1 nodes;
+    come from the nodes' summaries); only those of the leaves the update touches are
+    read, so either may read on demand. Removed leaves leave their level-1 nodes;
     each added leaf joins the level-1 node with the nearest centroid (mean of its
     leaf vectors, cosine). Every node whose children changed is re-summarised and
     re-embedded, and so are its ancestors up to the top; its id changes when its
     leaf set does. A level-1 node grown past ``cluster_tokens`` is split; emptied
     nodes retire. With no tree yet, the tree is built from every known leaf.
     """
+    shape = nodes if isinstance(nodes, TreeShape) else TreeShape(nodes)
     added = [lf for lf in added if lf.uid not in removed]
-    if not nodes:
+    if not shape.nodes:
         return _rebuild(leaf_vectors, added, removed, embed=embed, summarizer=summarizer,
                         config=config, count_tokens=count_tokens, passages=passages)
-    links = _Links.of(nodes)
+    links = _Links(shape)
     _detach_removed(links, removed)
-    level1 = sorted(u for u, n in links.current.items() if n.level == 1 and links.children[u])
+    level1 = links.level1()
     if not level1:  # every leaf removed: whatever was added starts a new tree
         fresh = _rebuild(leaf_vectors, added, removed, embed=embed, summarizer=summarizer,
                          config=config, count_tokens=count_tokens, passages=passages)
         fresh_ids = {n.uid for n in fresh.added}
-        return TreeDelta(fresh.added, sorted(u for u in links.current if u not in fresh_ids))
+        return TreeDelta(fresh.added, sorted(u for u in links.uids() if u not in fresh_ids))
     if added:
         _attach_added(links, added, level1, leaf_vectors)
     leaf_item = partial(_leaf_item, new_leaf={lf.uid: lf for lf in added},
                         leaf_vectors=leaf_vectors, passages=passages, count_tokens=count_tokens)
     delta = TreeDelta()
-    for level in range(1, max(n.level for n in nodes) + 1):
-        todo = sorted(u for u in links.dirty if links.current[u].level == level)
+    for level in range(1, shape.top + 1):
+        todo = sorted(u for u in links.dirty if links.node(u).level == level)
         jobs = _level_jobs(links, level, todo, leaf_item, config)
         made = _make_nodes(level, [g for _, g in jobs], embed=embed, summarizer=summarizer,
                            config=config, count_tokens=count_tokens) if jobs else []
         replaced, produced = _install(links, jobs, made, todo, delta)
         _relink(links, todo, replaced, produced)
-    delta.retired = sorted(n.uid for n in nodes if n.uid not in links.current)
+    delta.retired = links.retired()
     return delta
 
 
 def _detach_removed(links: _Links, removed: set[str]) -> None:
     """Take the removed leaves out of their level-1 nodes (which become dirty)."""
     for uid in removed:
-        for p in links.parents.pop(uid, set()):
-            links.children[p].remove(uid)
+        for p in links.pop_parents(uid):
+            links.own_children(p).remove(uid)
             links.dirty.add(p)
 
 
 def _attach_added(links: _Links, added: list[Leaf], level1: list[str],
                   leaf_vectors: Mapping[str, np.ndarray]) -> None:
     """Put each added leaf in the level-1 node of the nearest centroid (cosine)."""
-    centroids = _normalize(np.stack([
-        np.mean([leaf_vectors[leaf] for leaf in links.children[u]], axis=0) for u in level1]))
+    centroids = _normalize(np.stack([links.centroid(u, leaf_vectors) for u in level1]))
     sims = _normalize(np.stack([lf.vector for lf in added])) @ centroids.T
     for lf, row in zip(added, sims):
         target = level1[int(np.argmax(row))]
-        links.children[target].append(lf.uid)
-        links.parents.setdefault(lf.uid, set()).add(target)
+        links.own_children(target).append(lf.uid)
+        links.own_parents(lf.uid).add(target)
         links.dirty.add(target)
+
+
+def _mean(leaves: Iterable[str], leaf_vectors: Mapping[str, np.ndarray]) -> np.ndarray:
+    return np.asarray(np.mean([leaf_vectors[leaf] for leaf in leaves], axis=0))
 
 
 def _leaf_item(uid: str, *, new_leaf: Mapping[str, Leaf], leaf_vectors: Mapping[str, np.ndarray],
@@ -305,13 +417,13 @@ def _level_jobs(links: _Links, level: int, todo: list[str], leaf_item: Callable[
     jobs: list[tuple[str, list[_Item]]] = []
     for uid in todo:
         if level == 1:
-            group = [leaf_item(c) for c in links.children[uid]]
+            group = [leaf_item(c) for c in links.children(uid)]
             vectors = np.stack([it.vector for it in group]) if group else np.empty((0, 0))
             tokens = np.array([it.tokens for it in group])
             parts = _split(list(range(len(group))), vectors, tokens, config) if group else []
             jobs.extend((uid, [group[i] for i in part]) for part in parts)
-        elif links.children[uid]:
-            jobs.append((uid, [_node_item(links.current[c]) for c in links.children[uid]]))
+        elif links.children(uid):
+            jobs.append((uid, [_node_item(links.node(c)) for c in links.children(uid)]))
     return jobs
 
 
@@ -324,11 +436,9 @@ def _install(links: _Links, jobs: list[tuple[str, list[_Item]]], made: list[Node
     for (old, _), node in zip(jobs, made):
         # A node with the same level and leaves as one left alone, or as one just
         # written, is that node: link to it instead of writing a duplicate.
-        if node.uid not in produced and (node.uid not in links.current
-                                         or node.uid in replaced):
+        if node.uid not in produced and (not links.has(node.uid) or node.uid in replaced):
             produced.add(node.uid)
-            links.current[node.uid] = node
-            links.children[node.uid] = list(node.children)
+            links.put(node)
             delta.added.append(node)
         if node.uid not in replaced[old]:
             replaced[old].append(node.uid)
@@ -340,16 +450,16 @@ def _relink(links: _Links, todo: list[str], replaced: Mapping[str, list[str]],
     """Drop the replaced nodes of ``todo`` and point their parents (now dirty) at the
     replacements."""
     links.dirty.difference_update(todo)
-    old_parents = {old: links.parents.pop(old, set()) for old in todo}
+    old_parents = {old: links.pop_parents(old) for old in todo}
     for old in todo:
         if old not in produced:
-            del links.current[old]
+            links.drop(old)
     for old, new in replaced.items():
         for u in new:
-            links.parents.setdefault(u, set()).update(old_parents[old])
+            links.own_parents(u).update(old_parents[old])
     for p in set().union(*old_parents.values()):
-        kids = [k for c in links.children[p] for k in replaced.get(c, [c])]
-        links.children[p] = list(dict.fromkeys(kids))
+        kids = [k for c in links.children(p) for k in replaced.get(c, [c])]
+        links.set_children(p, list(dict.fromkeys(kids)))
         links.dirty.add(p)
 
 
