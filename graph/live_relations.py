@@ -92,19 +92,27 @@ class PairTable:
             rescore = set(moved)
             for k in df_moved:
                 rescore.update(self._pairs_of.get(k, ()))
-        ends = self._rescore(rescore)
-        was = set(self.kept)
+        ends = {k for pair in rescore for k in pair}
+        before = {k: self._top(k) for k in ends}
+        self._rescore(rescore)
+        entering: set[Pair] = set()
+        leaving: set[Pair] = set()
         for k in ends:
-            ranked = self._ranked.get(k, [])
-            for _s, pair in ranked[:self.keep]:
-                self.kept.add(pair)
-        check = {p for k in ends for p in self._pairs_of.get(k, ())} | (was & rescore)
-        for pair in check:
+            now = self._top(k)
+            entering |= now - before[k]
+            leaving |= before[k] - now
+        was = {pair for pair in entering | leaving | rescore if pair in self.kept}
+        self.kept |= entering
+        for pair in leaving | rescore:
             if pair in self.kept and not self._in_top(pair):
                 self.kept.discard(pair)
-        gone = was - self.kept
-        remake = {p for p in self.kept if p in rescore or p not in was}
+        gone = {pair for pair in was if pair not in self.kept}
+        remake = {pair for pair in rescore | entering if pair in self.kept}
         return remake, gone
+
+    def _top(self, k: str) -> set[Pair]:
+        """The pairs entity ``k`` keeps (its best ``keep``)."""
+        return {pair for _s, pair in self._ranked.get(k, ())[:self.keep]}
 
     def pairs_with(self, k: str) -> set[Pair]:
         """The pairs entity ``k`` is in (scored or not)."""
