@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Container, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -75,6 +75,10 @@ class _Leaves:
 
     def __contains__(self, key: object) -> bool:
         return key in self.uid_of
+
+    def live_among(self, keys: frozenset[str]) -> set[str]:
+        """Those of ``keys`` that are live leaves."""
+        return set(self.uid_of.keys() & keys)
 
     def in_order(self) -> list[str]:
         """Every live leaf, in row order."""
@@ -146,6 +150,12 @@ class _ChangedLeaves:
             (key in self._shape.parents or key in self._followed_uncovered)
             and key not in self.left)
 
+    def live_among(self, keys: frozenset[str]) -> set[str]:
+        """Those of ``keys`` that are live leaves (set operations: a node may cover every
+        leaf)."""
+        found = ((self._shape.parents.keys() & keys) | (self._followed_uncovered & keys))
+        return (found - self.left) | (self.entered & keys)
+
     def in_order(self) -> list[str]:
         """Every live leaf, in row order (reads no row)."""
         known = {k for k in self._shape.parents if k.startswith("r")} | self._followed_uncovered
@@ -197,14 +207,6 @@ class _Followed:
     suspected: set[int]
 
 
-class _Flags:
-    """Whether live leaf rows are suspected of injection, known for ``known`` rows."""
-
-    def __init__(self, suspected: set[int], known: Container[str]) -> None:
-        self.suspected = suspected
-        self.known = known
-
-
 class TreeIndex(DerivedBuilder[TreeSection]):
     """Builds and updates the engine's RAPTOR tree (``tree-node`` units, levels >= 1).
 
@@ -227,7 +229,7 @@ class TreeIndex(DerivedBuilder[TreeSection]):
                                  cluster_tokens=settings.cluster_tokens,
                                  top_size=settings.top_size, max_levels=settings.max_levels)
         self._followed: _Followed | None = None
-        self._flags: _Flags | None = None   # the leaves' injection flags of the current run
+        self._suspected: set[int] | None = None   # the current run's suspected live leaves
 
     @property
     def identity(self) -> str:
@@ -241,7 +243,7 @@ class TreeIndex(DerivedBuilder[TreeSection]):
         try:
             return self._build(run, full)
         finally:
-            self._flags = None
+            self._suspected = None
 
     def _build(self, run: Run, full: bool) -> DerivedReport | None:
         store = self.store
@@ -284,7 +286,9 @@ class TreeIndex(DerivedBuilder[TreeSection]):
         # Live leaves the commit took out of a node (judged on the tree before it).
         uncovered = {k for u in retire if u in shape.nodes and shape.nodes[u].level == 1
                      for k in shape.nodes[u].children if k in leaves}
-        shape.apply(retire, [self._node(_row(r), r.vector) for r in records])
+        shape.apply(retire, [self._node(_row(r), r.vector, n.leaves
+                                        if len(r.covers) == len(n.leaves) else None)
+                             for r, n in zip(records, add)])
         self._follow(shape, leaves, run.base, str(version), uncovered)
         return DerivedReport(
             UNIT, "full" if reason else "incremental", added=len(records), retired=len(retire),
@@ -309,9 +313,12 @@ class TreeIndex(DerivedBuilder[TreeSection]):
         stored = store.live_derived(UNIT)
         vectors = store.vectors([n["rowid"] for n in stored])
         shape = TreeShape(self._node(n, vectors.get(n["rowid"])) for n in stored)
+        for uid in shape.by_level.get(1, ()):   # while every leaf vector is at hand
+            if all(c in leaves.vectors for c in shape.nodes[uid].children):
+                shape.centroid(uid, leaves.vectors)
         covered = {_key(leaf) for n in stored if n["level"] == 1 for leaf in n["covers"]}
         found = store.reader.unit_trust(_rowid(k) for k in leaves.uid_of)
-        self._flags = _Flags({r for r, (_t, suspected) in found.items() if suspected}, leaves)
+        self._suspected = {r for r, (_t, suspected) in found.items() if suspected}
         return (shape, leaves, sorted(set(leaves.uid_of) - covered, key=_rowid),
                 covered - set(leaves.uid_of))
 
@@ -322,8 +329,8 @@ class TreeIndex(DerivedBuilder[TreeSection]):
         leaves = _ChangedLeaves(self.store, followed, run.base)
         added = sorted(leaves.uncovered | leaves.entered, key=_rowid)
         found = self.store.reader.unit_trust(_rowid(k) for k in leaves.entered)
-        self._flags = _Flags({r for r in followed.suspected if _key(r) not in leaves.left}
-                             | {r for r, (_t, suspected) in found.items() if suspected}, leaves)
+        self._suspected = ({r for r in followed.suspected if _key(r) not in leaves.left}
+                           | {r for r, (_t, suspected) in found.items() if suspected})
         return (followed.shape, leaves, added,
                 {k for k in leaves.left if k in followed.shape.parents})
 
@@ -331,25 +338,21 @@ class TreeIndex(DerivedBuilder[TreeSection]):
                 marker: str | None, uncovered: Iterable[str] = ()) -> None:
         """Keep ``shape`` (the stored tree at ``version``) for the next run; ``uncovered``:
         live leaves the last commit took out of a node."""
-        assert self._flags is not None
+        assert self._suspected is not None
         if isinstance(leaves, _Leaves):
             left_out = {k for k in leaves.uid_of if k not in shape.parents}
         else:
             candidates = set(uncovered) | leaves.uncovered | leaves.entered
             left_out = {k for k in candidates if k not in shape.parents}
         self._followed = _Followed(shape, version, marker, self.identity, left_out,
-                                   self._flags.suspected)
+                                   self._suspected)
 
     def covers_suspected(self, covers: Iterable[int]) -> bool:
-        """Whether any of these leaf chunks is suspected: live leaves from this run's flags
-        (kept between runs), any other row read."""
-        flags = self._flags
-        if flags is None:
+        """Whether any of these leaf chunks is suspected: the covers of a node this builder
+        writes are live leaves, whose flags the run holds (kept between runs)."""
+        if self._suspected is None:
             return super().covers_suspected(covers)
-        rows = list(covers)
-        unknown = [r for r in rows if _key(r) not in flags.known]
-        return any(r in flags.suspected for r in rows) or (
-            bool(unknown) and super().covers_suspected(unknown))
+        return not self._suspected.isdisjoint(covers)
 
     def _rebuild_reason(self, full: bool, has_tree: bool, churn: int) -> str:
         """Why the whole tree is built again ("" when an incremental update does)."""
@@ -363,17 +366,21 @@ class TreeIndex(DerivedBuilder[TreeSection]):
                 if churn > drift * max(built_on, 1) else "")
 
     @staticmethod
-    def _node(row: dict[str, Any], vector: np.ndarray | None) -> Node:
+    def _node(row: dict[str, Any], vector: np.ndarray | None,
+              leaves: frozenset[str] | None = None) -> Node:
         """A stored tree-node row as a :class:`Node` keyed by leaf rows: a level-1 node's
-        children are the chunk rows it covers, a higher node's the node ids in its umeta."""
+        children are the chunk rows it covers, a higher node's the node ids in its umeta
+        (``leaves``: the keys of its covers, when known)."""
         text = row["text"]
         sentences = tuple(
             Sentence(text[s["at"][0]:s["at"][1]],
                      Span(s["doc_id"], s["start"], s["end"]) if "doc_id" in s else None)
             for s in row["umeta"].get("spans", []))
-        leaves = tuple(_key(r) for r in row["covers"])
-        children = leaves if row["level"] == 1 else tuple(row["umeta"].get("children", []))
-        return Node(row["uid"], row["level"], children, frozenset(leaves),
+        children = (tuple(map(_key, row["covers"])) if row["level"] == 1
+                    else tuple(row["umeta"].get("children", [])))
+        if leaves is None:
+            leaves = frozenset(children if row["level"] == 1 else map(_key, row["covers"]))
+        return Node(row["uid"], row["level"], children, leaves,
                     Summary(text, sentences or (Sentence(text, None),)), int(row["tokens"]),
                     vector)
 
@@ -399,7 +406,7 @@ class TreeIndex(DerivedBuilder[TreeSection]):
         return self.record(
             uid=node.uid, unit=UNIT, level=node.level, text=text, vector=node.vector,
             meta={"children": children, "spans": spans},
-            covers=sorted(_rowid(k) for k in node.leaves if k in leaves),
+            covers=sorted(map(_rowid, leaves.live_among(node.leaves))),
             sanitized=node.summary.sanitized)
 
 
