@@ -189,3 +189,30 @@ def test_a_lost_commit_keeps_the_tree_and_the_retry_follows_it(built: Path, tmp_
         report = eng.update_derived(only=UNIT)[0]
         assert len(calls) == 2 and report.mode == "incremental"
         assert tree_rows(eng) == want
+
+
+def test_another_writer_of_the_tree_makes_the_next_run_read_whole(built: Path, tmp_path: Path,
+                                                                 embedder: Any) -> None:
+    """When ``derived.tree-node.version`` is not what this process left (another process
+    wrote the tree), the kept tree is not trusted: the next run reads every chunk and node."""
+    shutil.copytree(built, tmp_path / "e")
+    with pytest.MonkeyPatch.context() as patch, open_engine(tmp_path / "e", embedder) as eng:
+        eng.update_derived()
+        index = builder(eng)
+        assert index._followed is not None
+        every = eng.builders
+        eng.builders = {}
+        eng.add_documents([document(301, [1, 6])])
+        eng.builders = every
+        eng.store.set_info(f"derived.{UNIT}.version", "1")
+        whole = index._whole
+        reads: list[int] = []
+
+        def counted() -> Any:
+            reads.append(1)
+            return whole()
+
+        patch.setattr(index, "_whole", counted)
+        want = whole_path_rows(eng, tmp_path / "whole", embedder)
+        eng.update_derived(only=UNIT)
+        assert reads and tree_rows(eng) == want
