@@ -30,7 +30,7 @@ from .aggregate_mentions import Sentence
 from .build_state import NO_SYNONYM_KINDS, BuildStats, Embed, GraphConfig, rowid_order
 from .extract import ChunkExtraction, Lexicon, RawMention, title_entries, title_key, tokens
 from .live_relations import Pair, PairTable, Sid
-from .live_resolve import Resolution
+from .live_resolve import Resolution, Resolved
 from .live_synonyms import SynonymTable
 from .model import ChunkText, Entity, GraphData, Relation, Span, Synonym
 from .resolve import entity_key
@@ -198,10 +198,15 @@ def _share(c: ChunkText, x: ChunkExtraction, keyed: list[tuple[str, RawMention]]
             if ek:
                 counts[ek] += 0
                 surfaces.setdefault(ek, Counter())[entry] += 0
-    descs = [(k, d) for surface, d in x.descriptions if (k := entity_key(surface))]
+    descs = _descriptions(x)
     typed = {(ka, kb, r.relation, r.description, r.weight, c.key) for r in x.relations
              if (ka := entity_key(r.subject)) and (kb := entity_key(r.object)) and ka != kb}
     return _Share(dict(counts), surfaces, kinds, [local[i] for i in sorted(local)], descs, typed)
+
+
+def _descriptions(x: ChunkExtraction) -> list[tuple[str, str]]:
+    """An LLM extractor's entity descriptions of a chunk, by entity key."""
+    return [(k, d) for surface, d in x.descriptions if (k := entity_key(surface))]
 
 
 class LiveGraph:
@@ -212,7 +217,6 @@ class LiveGraph:
         self.identity = identity           # the extractor's: another one starts afresh
         self.titles = TitleHits()
         self.res = Resolution()
-        self._shares: dict[str, _Share] = {}
         self.counts: dict[str, dict[str, int]] = {}          # entity -> chunk -> mentions
         self._surfaces: dict[str, dict[str, list[int]]] = {}  # entity -> surface -> [n, chunks]
         self._kinds: dict[str, Counter[str]] = {}
@@ -262,9 +266,9 @@ class LiveGraph:
             _drop(self._doc_chunks, self.res.chunks[key].doc_id, key)
         for c, _x in added:
             self._doc_chunks.setdefault(c.doc_id, set()).add(c.key)
-        redo, titles_moved = self.res.apply([*again, *fresh], removed)
+        redo, titles_moved, before = self.res.apply([*again, *fresh], removed)
         delta = GraphDelta(chunks_added=len(added), chunks_removed=len(removed))
-        self._retally(removed, redo, delta)
+        self._retally(removed, redo, before, delta)
         delta.entities |= {k for k in titles_moved if k in self.counts or k in self.entities}
         self._remake_entities(delta)
         if embed is not None:
@@ -272,19 +276,19 @@ class LiveGraph:
         self._remake_relations(delta)
         return delta
 
-    def _retally(self, removed: list[str], redo: set[str], delta: GraphDelta) -> None:
-        """Replace the tally shares of the chunks resolved again; remove the removed."""
+    def _retally(self, removed: list[str], redo: set[str], before: Mapping[str, Resolved],
+                 delta: GraphDelta) -> None:
+        """Replace the tally shares of the chunks resolved again; take out the removed. A
+        share is not kept: it is made again from what the chunk was (``before``)."""
         out_sents: list[tuple[Sid, list[str]]] = []
         in_sents: list[tuple[Sid, list[str]]] = []
         for key in [*removed, *sorted(redo, key=rowid_order)]:
             checkpoint()
-            old = self._shares.pop(key, None)
-            if old is not None:
-                out_sents += self._count(key, old, -1, delta)
+            if key in before:
+                out_sents += self._count(key, _share(*before[key]), -1, delta)
             if key in redo:
                 c, x = self.res.chunks[key], self.res.extractions[key]
-                share = self._shares[key] = _share(c, x, self.res.resolved[key])
-                in_sents += self._count(key, share, 1, delta)
+                in_sents += self._count(key, _share(c, x, self.res.resolved[key]), 1, delta)
         remake, gone = self.pairs.update(out_sents, in_sents)
         delta.pairs |= remake | gone
 
@@ -394,7 +398,7 @@ class LiveGraph:
     def _llm_descriptions(self, k: str) -> list[str]:
         out: list[str] = []
         for key in sorted(self._described_in.get(k, ()), key=rowid_order):
-            for dk, d in self._shares[key].descriptions:
+            for dk, d in _descriptions(self.res.extractions[key]):
                 if dk == k and d not in out:
                     out.append(d)
         return out

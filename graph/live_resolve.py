@@ -25,6 +25,7 @@ from .model import ChunkText
 from .resolve import entity_key
 
 Keyed = list[tuple[str, RawMention]]
+Resolved = tuple[ChunkText, ChunkExtraction, Keyed]
 
 
 @dataclass
@@ -101,10 +102,12 @@ class Resolution:
         return {ek: self.title_entry(ek) for ek in self.about}
 
     def apply(self, added: Iterable[tuple[ChunkText, ChunkExtraction, tuple[RawMention, ...]]],
-              removed: Iterable[str]) -> tuple[set[str], set[str]]:
+              removed: Iterable[str]) -> tuple[set[str], set[str], dict[str, Resolved]]:
         """Remove the chunks ``removed`` and add (or replace) ``added`` (chunk, extraction,
-        title hits): the live chunks whose resolved mentions were made again, and the title
-        entities whose entry or chunks changed."""
+        title hits): the live chunks whose resolved mentions were made again, the title
+        entities whose entry or chunks changed, and what the chunks removed or resolved
+        again were before (chunk, extraction, keyed mentions)."""
+        before: dict[str, Resolved] = {}
         added = list(added)
         gone = [k for k in dict.fromkeys(removed) if k in self._facts]
         new = {c.key: (c, x, _word_facts(c, x, choose_mentions(
@@ -121,6 +124,7 @@ class Resolution:
         key_before: dict[str, tuple[bool, bool, bool]] = {ek: self._key_state(ek) for ek in titles}
         entry_before = {ek: self.title_entry(ek) if ek in self.about else None for ek in titles}
         for key, f in old.items():
+            before[key] = (self.chunks[key], self.extractions[key], self.resolved[key])
             self._count_words(key, f, lower_old[key], -1)
             self._count_title(key, f, -1)
             self._count_keyed(key, f, -1, key_before)
@@ -152,12 +156,14 @@ class Resolution:
                 redo.update(self._by_key.get(k, ()))
         common = frozenset(self._common)
         for key in redo:
+            if key not in before and key in self.resolved:
+                before[key] = (self.chunks[key], self.extractions[key], self.resolved[key])
             self.resolved[key] = self._resolve(key, common)
         moved = {ek for ek in titles if entry_before[ek] != (
             self.title_entry(ek) if ek in self.about else None) or key_before[ek][2] != (
             ek in self.about)}
         moved.update(ek for f in facts for ek in f.title_eks)
-        return redo, moved
+        return redo, moved, before
 
     # --- the corpus-wide counts ---------------------------------------------------------------
 
