@@ -154,6 +154,8 @@ def test_write_sequences_equal_the_whole_path(built: Path,
             whole = EntityEdges.of(tracked.graph.data,
                                    edge_arrays(tracked.graph.data, builder(eng).config))
             assert tracked.edges == whole  # the patched edges are the whole computation's
+            assert all(list(near) == list(whole.adjacency[k])  # in key order, as whole
+                       for k, near in tracked.edges.adjacency.items())
             graph = eng.graph_data()
             alive = set(graph.entities) if graph is not None else set()
             texts = " ".join(t for (t,) in eng.store.query(
@@ -296,4 +298,5 @@ def test_patched_edges_equal_the_whole_computation(seed: int) -> None:
     edges = EntityEdges.of(before.data, edge_arrays(before.data, config))
     patched, _moved = edges.patched(after, config)
     assert patched == EntityEdges.of(after.data, edge_arrays(after.data, config))
+    assert all(list(near) == sorted(near) for near in patched.adjacency.values())
     assert edges == EntityEdges.of(before.data, edge_arrays(before.data, config))  # unchanged

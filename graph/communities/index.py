@@ -41,7 +41,8 @@ from .build import (Budget, Community, CommunityBudgetExceeded, CommunityHierarc
 from .config import CommunityConfig
 from .entity_graph import edge_arrays
 from .community_rows import community_units, make_reports, unchanged
-from .tracking import ChunkTexts, EntityEdges, Tracked, dirty, report_lookups
+from .tracking import (ChunkTexts, EntityEdges, Tracked, dirty, quiet_gc,
+                       report_lookups)
 
 UNIT = "community"
 _KEY = f"derived.{UNIT}"
@@ -188,6 +189,10 @@ class CommunityIndex(DerivedBuilder[CommunitySection]):
         that changed, their units, one commit. With this process's last run still what is
         stored, only the rows a write changed are read, and only the communities it reached
         are reported and diffed; otherwise the graph and the communities are read whole."""
+        with quiet_gc():
+            return self._build(run, full)
+
+    def _build(self, run: Run, full: bool) -> DerivedReport | None:
         store = self.store
         graph_version = store.info("derived.node.version") or "0"
         same_reports = store.info(f"{_KEY}.identity") == self.identity

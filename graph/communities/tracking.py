@@ -13,9 +13,11 @@ one entity or chunk at a time. The rules: ``docs/internals.md``, "The community 
 
 from __future__ import annotations
 
+import gc
 from bisect import bisect_left
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 
 from ...store.docstore import Docstore
@@ -41,8 +43,9 @@ class EdgeChange:
 
 @dataclass
 class EntityEdges:
-    """The entity edges as each entity's weighted neighbours (every entity has an entry), and
-    the entities naming each chunk (mentioned in it or about it), which a patch reads."""
+    """The entity edges as each entity's weighted neighbours in key order (every entity has
+    an entry), and the entities naming each chunk (mentioned in it or about it), which a
+    patch reads."""
 
     adjacency: dict[str, dict[str, float]]
     by_chunk: dict[str, set[str]]
@@ -52,6 +55,8 @@ class EntityEdges:
         """The edges ``arrays`` of ``graph`` (its :func:`edge_arrays`)."""
         keys = arrays.keys
         adjacency: dict[str, dict[str, float]] = {k: {} for k in keys}
+        # Pairs in key order fill each entity's neighbours in key order: those before it,
+        # then those after it.
         for a, b, w in zip(arrays.a.tolist(), arrays.b.tolist(), arrays.weight.tolist()):
             adjacency[keys[a]][keys[b]] = w
             adjacency[keys[b]][keys[a]] = w
@@ -124,11 +129,17 @@ class EntityEdges:
                     if patched[x] is adjacency.get(x):
                         patched[x] = dict(adjacency[x])
                     patched[x].pop(y, None)
+        grown: set[str] = set()
         for (a, b), w in new_pairs.items():
             for x, y in ((a, b), (b, a)):
-                if x not in reach and patched[x] is adjacency.get(x):
-                    patched[x] = dict(adjacency[x])
+                if x not in reach:
+                    if patched[x] is adjacency.get(x):
+                        patched[x] = dict(adjacency[x])
+                    if y not in patched[x]:
+                        grown.add(x)
                 patched[x][y] = w
+        for x in grown:  # neighbours stay in key order (the reports' sums run in it)
+            patched[x] = dict(sorted(patched[x].items()))
         moved = set(changed)
         for r in (*change.relations_removed, *change.relations_added):
             moved.update((r.subject, r.object))
@@ -218,26 +229,6 @@ def relation_uid(graph: GraphData, i: int) -> str:
     return triplet_uids(GraphData(relations=rels[lo:hi]))[i - lo]
 
 
-class _Neighbours(Mapping[str, Mapping[str, float]]):
-    """Each entity's neighbours in key order (sorted when first asked for)."""
-
-    def __init__(self, adjacency: Mapping[str, Mapping[str, float]]) -> None:
-        self._adjacency = adjacency
-        self._sorted: dict[str, Mapping[str, float]] = {}
-
-    def __getitem__(self, key: str) -> Mapping[str, float]:
-        got = self._sorted.get(key)
-        if got is None:
-            got = self._sorted[key] = dict(sorted(self._adjacency[key].items()))
-        return got
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._adjacency)
-
-    def __len__(self) -> int:
-        return len(self._adjacency)
-
-
 class _RelationsOf(Mapping[str, Sequence[int]]):
     """Each entity's relations as ascending indexes into the graph's relations."""
 
@@ -265,7 +256,7 @@ class _RelationsOf(Mapping[str, Sequence[int]]):
 def report_lookups(state: GraphState, edges: EntityEdges) -> PlanIndex:
     """The plan's lookups over ``state``'s graph and its ``edges``, made per entity when a
     report asks (what :func:`..reports.plan.plan_index` makes whole)."""
-    return PlanIndex(_Neighbours(edges.adjacency), _RelationsOf(state))
+    return PlanIndex(edges.adjacency, _RelationsOf(state))
 
 
 class ChunkTexts(Mapping[str, ChunkText]):
@@ -337,3 +328,16 @@ def dirty(old: CommunityHierarchy, new: CommunityHierarchy, update: CommunityUpd
                 break
             out.add(up)
     return out
+
+
+@contextmanager
+def quiet_gc() -> Iterator[None]:
+    """The cyclic collector paused: a run makes many small objects beside the large tracked
+    state, which the collector would walk again and again (none of them forms a cycle)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
