@@ -17,6 +17,7 @@ that from its leaves).
 from __future__ import annotations
 
 import json
+import sys
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
@@ -432,8 +433,9 @@ def _changes(live: Mapping[str, Node], written: list[Node], gone: set[str]
 
 
 def _key(rowid: int) -> str:
-    """How the tree names a leaf chunk: by its row."""
-    return f"r{rowid}"
+    """How the tree names a leaf chunk: by its row (one string per row however many nodes
+    cover it: the kept tree holds every leaf at every level)."""
+    return sys.intern(f"r{rowid}")
 
 
 def _rowid(key: str) -> int:

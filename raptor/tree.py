@@ -214,7 +214,7 @@ class TreeShape:
 
     def __init__(self, nodes: Iterable[Node] = ()) -> None:
         self.nodes: dict[str, Node] = {}
-        self.parents: dict[str, set[str]] = {}
+        self.parents: dict[str, tuple[str, ...]] = {}   # tuples: a leaf has one or two
         self.by_level: dict[int, set[str]] = {}
         self._centroids: dict[str, np.ndarray] = {}
         self.apply((), nodes)
@@ -234,18 +234,19 @@ class TreeShape:
             self._centroids.pop(uid, None)
             self.by_level[node.level].discard(uid)
             for child in node.children:
-                parents = self.parents.get(child)
-                if parents is not None:
-                    parents.discard(uid)
-                    if not parents:
-                        del self.parents[child]
+                parents = tuple(p for p in self.parents.get(child, ()) if p != uid)
+                if parents:
+                    self.parents[child] = parents
+                else:
+                    self.parents.pop(child, None)
         for node in added:
             if node.uid in self.nodes:
                 self.apply((node.uid,), ())
             self.nodes[node.uid] = node
             self.by_level.setdefault(node.level, set()).add(node.uid)
             for child in node.children:
-                self.parents.setdefault(child, set()).add(node.uid)
+                if node.uid not in self.parents.get(child, ()):
+                    self.parents[child] = (*self.parents.get(child, ()), node.uid)
 
     def centroid(self, uid: str, leaf_vectors: Mapping[str, np.ndarray]) -> np.ndarray:
         """The mean vector of the leaves of level-1 node ``uid``, computed once."""
