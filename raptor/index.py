@@ -324,10 +324,14 @@ class TreeIndex(DerivedBuilder[TreeSection]):
                 covered - set(leaves.uid_of))
 
     def _changed(self, followed: _Followed, run: Run
-                 ) -> tuple[TreeShape, _ChangedLeaves, list[str], set[str]]:
+                 ) -> tuple[TreeShape, _ChangedLeaves | _Leaves, list[str], set[str]]:
         """The kept tree and the chunks that entered and left since its version; the leaves
-        to add and remove (the live chunks no node covers, the covered ones that left)."""
+        to add and remove (the live chunks no node covers, the covered ones that left).
+        Everything is read instead when a write collected the rows of that version
+        meanwhile (some that left may be gone)."""
         leaves = _ChangedLeaves(self.store, followed, run.base)
+        if self.store.oldest_retained() > followed.version:
+            return self._whole()
         added = sorted(leaves.uncovered | leaves.entered, key=_rowid)
         found = self.store.reader.unit_trust(_rowid(k) for k in leaves.entered)
         self._suspected = ({r for r in followed.suspected if _key(r) not in leaves.left}
