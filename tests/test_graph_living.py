@@ -139,7 +139,7 @@ UNIQUE = "Zorblaxian"   # a name only one document holds (Zorblaxian0, Zorblaxia
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-@settings(max_examples=4, deadline=None,
+@settings(max_examples=3, deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(ops=st.lists(st.tuples(st.sampled_from(["add", "upsert", "delete"]), passages(),
                               st.integers(0, 50)), min_size=2, max_size=6))
