@@ -285,8 +285,8 @@ class ChunkTexts(Mapping[str, ChunkText]):
     def fetch(self, keys: Iterable[str]) -> None:
         """Read these chunks now (in a few queries: a run that reports every community)."""
         todo = [int(k[1:]) for k in keys if k not in self._read and k in self._docs]
-        for r, (uid, doc_id, start, text, title) in self._store.leaf_texts(todo).items():
-            self._read[f"r{r}"] = ChunkText(f"r{r}", uid, doc_id, title, text, start)
+        for r, uid, doc_id, start, text, title in self._store.leaves_of(todo):
+            self._read[f"r{r}"] = ChunkText(f"r{r}", uid, doc_id, title, text, int(start or 0))
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._docs)

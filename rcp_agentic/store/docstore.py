@@ -77,7 +77,6 @@ class Docstore:
         self.live_titles = reader.live_titles
         self.leaves_of = reader.leaves_of
         self.live_derived = reader.live_derived
-        self.leaf_texts = reader.leaf_texts
         self.derived_rows = reader.derived_rows
         self.leaf_docs = reader.leaf_docs
         self.derived_delta = reader.derived_delta

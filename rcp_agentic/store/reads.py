@@ -410,19 +410,6 @@ class Reader:
         rows.sort(key=lambda r: (r[2], r[0]))
         return _derived_rows(rows, covers)
 
-    def leaf_texts(self, rowids: Iterable[int]) -> dict[int, tuple[str, str, int, str, str | None]]:
-        """(uid, doc_id, start, text, document title) of per-document units by rowid (missing
-        ones absent): the chunks a builder reads, without their vectors or postings."""
-        wanted = list(dict.fromkeys(int(r) for r in rowids))
-        out: dict[int, tuple[str, str, int, str, str | None]] = {}
-        for i in range(0, len(wanted), 900):
-            part = wanted[i:i + 900]
-            marks = ",".join("?" * len(part))
-            for r, uid, doc_id, start, text, title in self._conn.query(
-                    "SELECT u.rowid, u.uid, u.doc_id, u.start, u.text, d.title FROM units u"
-                    f" JOIN documents d ON d.drow = u.doc_row WHERE u.rowid IN ({marks})", part):
-                out[int(r)] = (uid, doc_id, int(start or 0), text, title)
-        return out
     def derived_rows(self, kinds: Sequence[str], version: int) -> list[tuple[str, str, str, str]]:
         """(uid, unit, text, umeta JSON) of every unit of the derived ``kinds`` valid at
         ``version`` (visible, and every leaf it covers visible), in rowid order."""
