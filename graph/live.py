@@ -2,7 +2,7 @@
 
 :class:`LiveGraph` holds what the aggregation (:mod:`.aggregate`) computes from the per-chunk
 results, in a form a write can update: the title lexicon and a word index to scan only the
-chunks a new title can occur in (:class:`TitleHits`), the resolved mentions
+chunks a new title can occur in (:class:`~.live_titles.TitleHits`), the resolved mentions
 (:class:`~.live_resolve.Resolution`), each chunk's share of the tally, the sentence pairs
 (:class:`~.live_relations.PairTable`) and the synonym neighbours
 (:class:`~.live_synonyms.SynonymTable`). :meth:`LiveGraph.apply` takes the chunks a write
@@ -28,9 +28,10 @@ from ..read_first import checkpoint
 from .aggregate import cap_tokens, describe, display_name, entity_kind, joining_words
 from .aggregate_mentions import Sentence
 from .build_state import NO_SYNONYM_KINDS, BuildStats, Embed, GraphConfig, rowid_order
-from .extract import ChunkExtraction, Lexicon, RawMention, title_entries, title_key, tokens
+from .extract import ChunkExtraction, RawMention, title_entries
 from .live_relations import Pair, PairTable, Sid
 from .live_resolve import Resolution, Resolved
+from .live_titles import TitleHits, count, drop
 from .live_synonyms import SynonymTable
 from .model import ChunkText, Entity, GraphData, Relation, Span, Synonym
 from .resolve import entity_key
@@ -54,111 +55,6 @@ class GraphDelta:
         self.pairs |= other.pairs
         self.chunks_added += other.chunks_added
         self.chunks_removed += other.chunks_removed
-
-
-class TitleHits:
-    """Every chunk's title-lexicon hits, with the lexicon and a folded-word index of the
-    chunks, so a new title is looked for only in chunks holding its first word."""
-
-    def __init__(self) -> None:
-        self.hits: dict[str, tuple[RawMention, ...]] = {}
-        self.lexicon = Lexicon((), expand=False)
-        self._entries: Counter[str] = Counter()       # title entries of the live chunks
-        self._keys: Counter[str] = Counter()          # their lexicon keys
-        self._entries_of: dict[str, set[str]] = {}    # lexicon key -> its entries
-        self._by_word: dict[str, list[str]] = {}      # folded word -> chunks (dead ones too)
-        self._by_title: dict[str, set[str]] = {}      # lexicon key -> chunks with a hit
-        self._dead = 0
-        self.rescanned = 0      # chunks held before that the last write scanned for new titles
-
-    def apply(self, added: Sequence[tuple[ChunkText, ChunkExtraction]], removed: Iterable[str],
-              chunks: Mapping[str, ChunkText], extractions: Mapping[str, ChunkExtraction]
-              ) -> set[str]:
-        """Update for a write (``chunks`` / ``extractions``: the live chunks before it, the
-        removed ones included): the chunks held before whose hits changed."""
-        gone_entries: list[str] = []
-        new_entries: list[str] = []
-        for key in removed:
-            c = chunks[key]
-            gone_entries += _entries(c.title)
-            for h in self.hits.pop(key, ()):
-                _drop(self._by_title, title_key(h.surface), key)
-            self._dead += 1
-        for c, _x in added:
-            new_entries += _entries(c.title)
-        keys_before = set(self._keys)
-        entries_before = set(self._entries)
-        for sign, entries in ((-1, gone_entries), (1, new_entries)):
-            for e in entries:
-                _count(self._entries, e, sign)
-                k = title_key(e)
-                if k:
-                    _count(self._keys, k, sign)
-        removed_e = sorted({e for e in gone_entries if e not in self._entries})
-        added_e = sorted({e for e in new_entries if e not in entries_before})
-        for e in removed_e:
-            _drop(self._entries_of, title_key(e), e)
-        for e in added_e:
-            self._entries_of.setdefault(title_key(e), set()).add(e)
-        self.lexicon = self.lexicon.changed(removed_e, added_e)
-        self.rescanned = 0
-        gone_keys = keys_before - set(self._keys)
-        new_keys = set(self._keys) - keys_before
-        changed: set[str] = set()
-        for k in gone_keys:
-            for key in self._by_title.pop(k, set()):
-                self.hits[key] = tuple(h for h in self.hits[key]
-                                       if title_key(h.surface) not in gone_keys)
-                changed.add(key)
-        if new_keys:
-            fresh = Lexicon(sorted(e for k in new_keys for e in self._entries_of.get(k, ())),
-                            expand=False)
-            todo = {key for k in new_keys for key in self._by_word.get(k.split(" ")[0], ())
-                    if key in self.hits}
-            self.rescanned = len(todo)
-            for key in sorted(todo, key=rowid_order):
-                checkpoint()
-                more = fresh.scan(chunks[key].text, extractions[key].sentences)
-                if more:
-                    self.hits[key] = self.hits[key] + tuple(more)
-                    for h in more:
-                        self._by_title.setdefault(title_key(h.surface), set()).add(key)
-                    changed.add(key)
-        for c, x in added:
-            toks = tokens(c.text)
-            self.hits[c.key] = tuple(self.lexicon.scan(c.text, x.sentences, toks))
-            for h in self.hits[c.key]:
-                self._by_title.setdefault(title_key(h.surface), set()).add(c.key)
-            for w in {t for t, _a, _b in toks}:
-                self._by_word.setdefault(w, []).append(c.key)
-        if self._dead > len(self.hits):
-            self._compact()
-        return changed
-
-    def _compact(self) -> None:
-        self._by_word = {w: live for w, held in self._by_word.items()
-                         if (live := [k for k in held if k in self.hits])}
-        self._dead = 0
-
-
-def _entries(title: str | None) -> list[str]:
-    return [e for e in title_entries(title)] if title else []
-
-
-def _count(counter: Counter[str], key: str, step: int) -> None:
-    n = counter.get(key, 0) + step
-    if n > 0:
-        counter[key] = n
-    else:
-        counter.pop(key, None)
-
-
-def _drop(index: dict[str, set[str]], k: str, key: str) -> None:
-    held = index.get(k)
-    if held is not None:
-        held.discard(key)
-        if not held:
-            del index[k]
 
 
 @dataclass
@@ -263,7 +159,7 @@ class LiveGraph:
                  for k in sorted(retitled - fresh_keys - set(removed), key=rowid_order)]
         fresh = [(c, x, self.titles.hits[c.key]) for c, x in added]
         for key in [*removed, *replaced]:
-            _drop(self._doc_chunks, self.res.chunks[key].doc_id, key)
+            drop(self._doc_chunks, self.res.chunks[key].doc_id, key)
         for c, _x in added:
             self._doc_chunks.setdefault(c.doc_id, set()).add(c.key)
         redo, titles_moved, before = self.res.apply([*again, *fresh], removed)
@@ -316,7 +212,7 @@ class LiveGraph:
         for k, kinds in share.kinds.items():
             held_k = self._kinds.setdefault(k, Counter())
             for kind, n in kinds.items():
-                _count(held_k, kind, sign * n)
+                count(held_k, kind, sign * n)
             if not held_k:
                 del self._kinds[k]
         order = rowid_order(key)
@@ -341,7 +237,7 @@ class LiveGraph:
             if sign > 0:
                 self._described_in.setdefault(k, set()).add(key)
             else:
-                _drop(self._described_in, k, key)
+                drop(self._described_in, k, key)
         for t in share.typed:
             pair = (t[0], t[1])
             delta.pairs.add(pair)
@@ -355,7 +251,7 @@ class LiveGraph:
                 if not held_t:
                     del self._typed[pair]
                     for k in pair:
-                        _drop(self._typed_of, k, pair)  # type: ignore[arg-type]
+                        drop(self._typed_of, k, pair)  # type: ignore[arg-type]
         return sents
 
     # --- entities -----------------------------------------------------------------------------
