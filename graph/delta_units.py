@@ -15,8 +15,15 @@ from dataclasses import dataclass, field
 from .live import GraphDelta, LiveGraph
 from .live_relations import Pair
 from .model import ChunkText, Entity
-from .stored import (TRIPLET, StoredUnit, canonical_entity, canonical_relations, node_uid,
-                     node_unit, triplet_units)
+from .stored import (
+    TRIPLET,
+    StoredUnit,
+    canonical_entity,
+    canonical_relations,
+    node_uid,
+    node_unit,
+    triplet_units,
+)
 
 
 class _DocTexts:

@@ -31,10 +31,11 @@ from .build_state import NO_SYNONYM_KINDS, BuildStats, Embed, GraphConfig, rowid
 from .extract import ChunkExtraction, RawMention, title_entries
 from .live_relations import Pair, PairTable, Sid
 from .live_resolve import Resolution, Resolved
-from .live_titles import TitleHits, count, drop
 from .live_synonyms import SynonymTable
+from .live_titles import TitleHits
 from .model import ChunkText, Entity, GraphData, Relation, Span, Synonym
 from .resolve import entity_key
+from .tallies import count, drop
 
 Typed = tuple[str, str, str, str, float, str]
 

@@ -14,15 +14,24 @@ pass would, so the result equals resolving every chunk afresh.
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from .aggregate_mentions import (ALONE_CHUNKS, HAS_LETTER, LOWER_WORD, NAME_KINDS, name_parts,
-                                 nested_parts, sentence_initial, truecase)
+from .aggregate_mentions import (
+    ALONE_CHUNKS,
+    HAS_LETTER,
+    LOWER_WORD,
+    NAME_KINDS,
+    name_parts,
+    nested_parts,
+    sentence_initial,
+    truecase,
+)
 from .build_state import NO_SYNONYM_KINDS, rowid_order
 from .extract import ChunkExtraction, RawMention, choose_mentions, fold, title_entries, title_name
 from .model import ChunkText
 from .resolve import entity_key
+from .tallies import count_all, drop
 
 Keyed = list[tuple[str, RawMention]]
 Resolved = tuple[ChunkText, ChunkExtraction, Keyed]
@@ -177,12 +186,12 @@ class Resolution:
 
     def _count_words(self, key: str, f: _ChunkFacts, lower: Counter[str], sign: int) -> None:
         for total, part in ((self._cands, f.cands), (self._mid, f.mid), (self._lower, lower)):
-            _add(total, part, sign)
+            count_all(total, part, sign)
         for w in f.words:
             if sign > 0:
                 self._by_word[w].add(key)
             else:
-                _discard(self._by_word, w, key)
+                drop(self._by_word, w, key)
 
     def _count_title(self, key: str, f: _ChunkFacts, sign: int) -> None:
         for ek in f.title_eks:
@@ -203,13 +212,13 @@ class Resolution:
             f.named = frozenset(k for k, m in f.keyed if m.kind != "initial")
         for k, _m in f.keyed:
             before.setdefault(k, self._key_state(k))
-        _add(self._alone, Counter(f.alone), sign)
-        _add(self._named, Counter(f.named), sign)
+        count_all(self._alone, Counter(f.alone), sign)
+        count_all(self._named, Counter(f.named), sign)
         for k, _m in f.keyed:
             if sign > 0:
                 self._by_key[k].add(key)
             else:
-                _discard(self._by_key, k, key)
+                drop(self._by_key, k, key)
 
     # --- one chunk ----------------------------------------------------------------------------
 
@@ -246,20 +255,3 @@ class _AtLeast:
 
     def __contains__(self, k: object) -> bool:
         return isinstance(k, str) and self._counts.get(k, 0) >= ALONE_CHUNKS
-
-
-def _add(total: Counter[str], part: Mapping[str, int], sign: int) -> None:
-    for k, n in part.items():
-        left = total.get(k, 0) + sign * n
-        if left > 0:
-            total[k] = left
-        else:
-            total.pop(k, None)
-
-
-def _discard(index: dict[str, set[str]], k: str, key: str) -> None:
-    held = index.get(k)
-    if held is not None:
-        held.discard(key)
-        if not held:
-            del index[k]

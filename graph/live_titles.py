@@ -15,6 +15,7 @@ from ..read_first import checkpoint
 from .build_state import rowid_order
 from .extract import ChunkExtraction, Lexicon, RawMention, title_entries, title_key, tokens
 from .model import ChunkText
+from .tallies import count, drop
 
 
 class TitleHits:
@@ -104,21 +105,3 @@ class TitleHits:
 
 def _entries(title: str | None) -> list[str]:
     return [e for e in title_entries(title)] if title else []
-
-
-def count(counter: Counter[str], key: str, step: int) -> None:
-    """Add ``step`` to ``key``'s count, dropping it at zero."""
-    n = counter.get(key, 0) + step
-    if n > 0:
-        counter[key] = n
-    else:
-        counter.pop(key, None)
-
-
-def drop(index: dict[str, set[str]], k: str, key: str) -> None:
-    """Take ``key`` out of ``index[k]``, dropping the entry once empty."""
-    held = index.get(k)
-    if held is not None:
-        held.discard(key)
-        if not held:
-            del index[k]
