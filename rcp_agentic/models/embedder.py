@@ -48,7 +48,7 @@ def normalize_rows(vectors: Any) -> np.ndarray:
     return np.ascontiguousarray(arr / norms)
 
 
-SHORT_TEXT_CHARS = 64   # texts this short at most embed on the ONNX encoder
+SHORT_TEXT_CHARS = 64   # a batch of texts this short at most embeds on the ONNX encoder
 
 
 class SentenceTransformerEmbedder:
@@ -134,21 +134,14 @@ class SentenceTransformerEmbedder:
         return normalize_rows(out)
 
     def embed_documents(self, texts: list[str]) -> np.ndarray:
-        # Short texts (entity names: a graph embeds ~7 per chunk) run on the ONNX encoder,
-        # ~2.6x faster than torch on them, the same weights to ~1e-7; the rest on torch.
-        short = [i for i, t in enumerate(texts) if len(t) <= SHORT_TEXT_CHARS]
-        encoder = self._query_encoder() if short else None
-        if encoder is None:
-            return ingest_lane(self.torch_threads, self.ingest_nice).run(self._encode, texts)
-        made = np.concatenate([encoder.encode([texts[i] for i in short[lo:lo + self.batch_size]])
-                               for lo in range(0, len(short), self.batch_size)])
-        out = np.zeros((len(texts), made.shape[1]), dtype=np.float32)
-        out[short] = made
-        long = [i for i, t in enumerate(texts) if len(t) > SHORT_TEXT_CHARS]
-        if long:
-            out[long] = ingest_lane(self.torch_threads, self.ingest_nice).run(
-                self._encode, [texts[i] for i in long])
-        return out
+        # Short texts (entity names: a graph embeds ~6 per chunk) run on the ONNX encoder,
+        # ~2.6x faster than torch on them, the same weights to ~1e-7.
+        if texts and max(map(len, texts)) <= SHORT_TEXT_CHARS:
+            encoder = self._query_encoder()
+            if encoder is not None:
+                return np.concatenate([encoder.encode(texts[i:i + self.batch_size])
+                                       for i in range(0, len(texts), self.batch_size)])
+        return ingest_lane(self.torch_threads, self.ingest_nice).run(self._encode, texts)
 
     def embed_query(self, text: str) -> np.ndarray:
         encoder = self._query_encoder()
