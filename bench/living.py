@@ -228,8 +228,13 @@ def stream(size: str, tree: bool, seconds: int, drain_limit: float = 600.0) -> d
                             for k in kinds)
             behind = [t for v, t in committed if v > reflected]
             now = time.monotonic()
-            samples.append({"t": round(now - started, 1), "behind": data - reflected,
-                            "oldest_s": round(now - min(behind), 1) if behind else 0.0})
+            row = {"t": round(now - started, 1), "behind": data - reflected,
+                   "oldest_s": round(now - min(behind), 1) if behind else 0.0}
+            for k in kinds:     # each kind's own lag: which one holds the others back
+                at = int(engine.store.info(f"derived.{k}.version") or 0)
+                late = [t for v, t in committed if v > at]
+                row[f"oldest_s {k}"] = round(now - min(late), 1) if late else 0.0
+            samples.append(row)
 
     watcher = threading.Thread(target=sample, daemon=True)
     watcher.start()
@@ -252,6 +257,9 @@ def stream(size: str, tree: bool, seconds: int, drain_limit: float = 600.0) -> d
                                        for q in quarters],
             "max_oldest_s_per_quarter": [max((s["oldest_s"] for s in q), default=0.0)
                                          for q in quarters],
+            **{f"max_oldest_s_per_quarter {k}": [max((s[f"oldest_s {k}"] for s in q),
+                                                     default=0.0) for q in quarters]
+               for k in kinds},
             "peak_rss_mb": round(peak_rss_mb(), 1)}
 
 
