@@ -43,19 +43,15 @@ Typed = tuple[str, str, str, str, float, str]
 @dataclass
 class GraphDelta:
     """What one :meth:`LiveGraph.apply` changed: entity keys whose node must be made again
-    (present or gone), relation pairs (subject, object keys) whose triplets must be made
-    again, and the chunks added and removed."""
+    (present or gone) and relation pairs (subject, object keys) whose triplets must be made
+    again."""
 
     entities: set[str] = field(default_factory=set)
     pairs: set[Pair] = field(default_factory=set)
-    chunks_added: int = 0
-    chunks_removed: int = 0
 
     def merge(self, other: GraphDelta) -> None:
         self.entities |= other.entities
         self.pairs |= other.pairs
-        self.chunks_added += other.chunks_added
-        self.chunks_removed += other.chunks_removed
 
 
 @dataclass
@@ -164,7 +160,7 @@ class LiveGraph:
         for c, _x in added:
             self._doc_chunks.setdefault(c.doc_id, set()).add(c.key)
         redo, titles_moved, before = self.res.apply([*again, *fresh], removed)
-        delta = GraphDelta(chunks_added=len(added), chunks_removed=len(removed))
+        delta = GraphDelta()
         self._retally(removed, redo, before, delta)
         delta.entities |= {k for k in titles_moved if k in self.counts or k in self.entities}
         self._remake_entities(delta)

@@ -107,9 +107,6 @@ class Resolution:
         first = self.chunks[self.about[ek][0]]
         return next(e for e in title_entries(first.title or "") if entity_key(e) == ek)
 
-    def title_keys(self) -> dict[str, str]:
-        return {ek: self.title_entry(ek) for ek in self.about}
-
     def apply(self, added: Iterable[tuple[ChunkText, ChunkExtraction, tuple[RawMention, ...]]],
               removed: Iterable[str]) -> tuple[set[str], set[str], dict[str, Resolved]]:
         """Remove the chunks ``removed`` and add (or replace) ``added`` (chunk, extraction,
@@ -131,7 +128,6 @@ class Resolution:
         common_before = {w: w in self._common for w in words}
         titles = {ek for f in facts for ek in f.title_eks}
         key_before: dict[str, tuple[bool, bool, bool]] = {ek: self._key_state(ek) for ek in titles}
-        entry_before = {ek: self.title_entry(ek) if ek in self.about else None for ek in titles}
         for key, f in old.items():
             before[key] = (self.chunks[key], self.extractions[key], self.resolved[key])
             self._count_words(key, f, lower_old[key], -1)
@@ -168,11 +164,8 @@ class Resolution:
             if key not in before and key in self.resolved:
                 before[key] = (self.chunks[key], self.extractions[key], self.resolved[key])
             self.resolved[key] = self._resolve(key, common)
-        moved = {ek for ek in titles if entry_before[ek] != (
-            self.title_entry(ek) if ek in self.about else None) or key_before[ek][2] != (
-            ek in self.about)}
-        moved.update(ek for f in facts for ek in f.title_eks)
-        return redo, moved, before
+        # Every title entity of a chunk that came or went may have another entry or chunks.
+        return redo, titles, before
 
     # --- the corpus-wide counts ---------------------------------------------------------------
 
