@@ -76,8 +76,11 @@ class GraphIndex(DerivedBuilder[GraphSection]):
         self._made = False
         self._cache: GraphCache | None = None  # the live graph of this process's last build
         # The index version the live graph reflects once its units were committed (None: the
-        # next run reads every chunk), the triplet ids committed, what awaits a commit.
+        # next run reads every chunk), the version that committed them (another process
+        # writing the graph since makes the next run read every chunk), the triplet ids
+        # committed, what awaits a commit.
         self._version: int | None = None
+        self._written: str | None = None
         self._committed = CommittedTriplets()
         self._pending = GraphDelta()
         self._names: dict[str, np.ndarray] = {}  # names embedded for node vectors, not by the resolver
@@ -141,8 +144,7 @@ class GraphIndex(DerivedBuilder[GraphSection]):
         # An extraction is a function of the chunk's text and the extractor alone: even a full
         # build reads it from the leaf cache (entries of another extractor are never read).
         extractor = _StoredExtractions(self.extractor, store)
-        info = {f"{_KEY}.identity": identity, f"{_KEY}.version": str(run.base + 1),
-                f"derived.{TRIPLET}.version": str(run.base + 1)}
+        info = {f"{_KEY}.identity": identity}
         if reason or not self._follows(run):
             return self._whole(run, reason, extractor, timer, info,
                                comparable=same or not has_graph)
@@ -153,6 +155,7 @@ class GraphIndex(DerivedBuilder[GraphSection]):
         cache = self._cache
         return (cache is not None and cache.live is not None and self._version is not None
                 and self._version >= self.store.oldest_retained()
+                and self.store.info(f"{_KEY}.written") == self._written
                 and cache.identity == self.extractor.identity  # type: ignore[union-attr]
                 and cache.live.config == self.graph_config)
 
@@ -173,7 +176,7 @@ class GraphIndex(DerivedBuilder[GraphSection]):
                                       info=info)
         if version is None:
             return None
-        self._version, self._pending = run.base, GraphDelta()
+        self._version, self._written, self._pending = run.base, str(version), GraphDelta()
         self._committed = CommittedTriplets.of(units)
         return self._report(run, "full" if reason else "incremental", reason, records,
                             diff.retire, len(stored), extractor, timer, version)
@@ -199,12 +202,13 @@ class GraphIndex(DerivedBuilder[GraphSection]):
         diff = self._diff(stored, units, True, tolerance=self.settings.weight_tolerance)
         records = self._records(diff, timer)
         info[f"{_KEY}.chunks"] = str(len(cache.live.chunks))
+        # Every read above was made at run.base, so writes since need not refuse the commit.
         version = store.write_derived(KINDS, records, diff.retire, base_version=run.base,
-                                      info=info)
+                                      info=info, reads=())
         if version is None:
             return None
         self._committed.commit(made)
-        self._pending = GraphDelta()
+        self._written, self._pending = str(version), GraphDelta()
         return self._report(run, "incremental", "", records, diff.retire, None, extractor,
                             timer, version)
 

@@ -196,7 +196,7 @@ class _ChangedLeaves:
 class _Followed:
     """The tree as this process last committed (or found) it, which the next run starts
     from instead of reading every chunk and node: its nodes as the store holds them, the
-    index version whose chunks it reflects, ``derived.tree-node.version`` as it was left
+    index version whose chunks it reflects, ``derived.tree-node.written`` as it was left
     (another writer of the tree changes it), the live chunks no node covers (only while
     there is no tree) and the live chunk rows suspected of injection."""
 
@@ -258,7 +258,7 @@ class TreeIndex(DerivedBuilder[TreeSection]):
             shape, leaves, added_keys, removed_keys = self._whole()
         if not reason and not added_keys and not removed_keys:
             self.mark_current(run, UNIT)
-            self._follow(shape, leaves, run.base, store.info(f"{_KEY}.version"))
+            self._follow(shape, leaves, run.base, store.info(f"{_KEY}.written"))
             return DerivedReport(UNIT, "none", kept=len(shape.nodes), levels=shape.top,
                                  seconds=run.seconds(), reason="up to date")
         timer = _Timer(self.ctx)
@@ -279,8 +279,10 @@ class TreeIndex(DerivedBuilder[TreeSection]):
             add, retire = _changes(shape.nodes, delta.added, set(delta.retired))
             info = {f"{_KEY}.churn": str(churn)}
         records = [self._record(n, leaves) for n in add]
-        info[f"{_KEY}.version"] = str(run.base + 1)
-        version = store.write_derived(UNIT, records, retire, base_version=run.base, info=info)
+        # A run that follows the kept tree read every chunk at run.base (rows by rowid), so
+        # document writes since need not refuse its commit; a whole read is of the live rows.
+        version = store.write_derived(UNIT, records, retire, base_version=run.base, info=info,
+                                      reads=() if isinstance(leaves, _ChangedLeaves) else None)
         if version is None:
             return None
         kept = len(shape.nodes) - len(retire)
@@ -304,7 +306,7 @@ class TreeIndex(DerivedBuilder[TreeSection]):
         followed = self._followed
         return (followed is not None and followed.identity == self.identity
                 and followed.version >= self.store.oldest_retained()
-                and self.store.info(f"{_KEY}.version") == followed.marker)
+                and self.store.info(f"{_KEY}.written") == followed.marker)
 
     def _whole(self) -> tuple[TreeShape, _Leaves, list[str], set[str]]:
         """Every live chunk and tree node read; the leaves to add and remove."""

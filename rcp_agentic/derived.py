@@ -5,8 +5,10 @@ A builder reads the committed chunks, decides what changed since its units were 
 written, and writes its units (each with the leaf chunks it covers) in one commit through
 ``Docstore.write_derived``, recording ``derived.<kind>.version`` for each kind it writes.
 Builders run off the write path (:mod:`.catchup`) under the engine's build lock, so writes
-commit while one computes: its commit is conditional on the version it read, recomputed
-when that moved. :class:`DerivedBuilder` holds that skeleton — refresh, read the base
+commit while one computes: a builder that made every read at the version it started from
+commits unless its own kinds (or the derived kinds it read) were written since, and the
+documents written meanwhile are folded in by its next run; any other build is recomputed
+when the version moved. :class:`DerivedBuilder` holds that skeleton — refresh, read the base
 version, build, commit on it, retry — and the steps every builder shares (unit records with
 terms and injection screening, diffing against the live units, timed embedding); a builder
 supplies :meth:`DerivedBuilder.build`. It receives a :class:`BuildContext` and its own
@@ -283,11 +285,14 @@ class DerivedBuilder(ABC, Generic[S]):
         """One attempt on the version ``run.base``: its report, or None when another write
         committed meanwhile (``Docstore.write_derived`` refused the commit)."""
 
-    def mark_current(self, run: Run, kind: str) -> None:
-        """Record that ``kind`` reflects ``run.base`` (nothing needed rebuilding)."""
-        if self.store.info(f"derived.{kind}.version") != str(run.base):
-            self.store.set_info_if(f"derived.{kind}.version", str(run.base),
-                                   base_version=run.base)
+    def mark_current(self, run: Run, kind: str, at_most: int | None = None) -> None:
+        """Record that ``kind`` reflects ``run.base`` (nothing needed rebuilding), or
+        ``at_most`` (what the units it is made from reflect) while that lags the documents."""
+        data_version = int(self.store.info("data_version") or 0)
+        lags = at_most is not None and at_most < data_version
+        reflects = str(min(run.base, at_most) if lags and at_most is not None else run.base)
+        if self.store.info(f"derived.{kind}.version") != reflects:
+            self.store.set_info_if(f"derived.{kind}.version", reflects, base_version=run.base)
 
     def record(self, *, uid: str, unit: str, level: int, text: str, vector: np.ndarray,
                meta: Mapping[str, Any], covers: list[int], sanitized: bool = False

@@ -204,3 +204,65 @@ def test_a_deleted_documents_unique_entity_leaves_every_derived_unit(tmp_path: P
             for row in engine.store.live_derived(kind):
                 assert "Quorvane" not in row["text"] + json.dumps(row["umeta"]), kind
         assert engine.graph("global", query="Who produced Katy Lied?")  # still answers
+
+
+# --- documents written while the builders compute ---------------------------------------------
+
+def test_a_document_written_while_a_builder_computes_leaves_it_lagging_not_refused(
+        tmp_path: Path, embedder: Any) -> None:
+    """Each builder that follows its kept state commits although a document write landed
+    between its read and its commit (no retry, no run under the write lock): it records the
+    version it read, says it lags, and its next run folds the write in. The end state equals
+    a fresh build of the same documents, and the deleted document's facts are gone."""
+    settings_: dict[str, Any] = {"build_graph": True, "build_tree": True,
+                                 "derived_updates": "inline", "chunk_size": 64,
+                                 "chunk_overlap": 8}
+    docs = [{"id": f"doc{i}", "title": NAMES[i],
+             "text": f"{NAMES[i]} recorded with {NAMES[i + 4]}. {NAMES[i + 1]} toured with "
+                     f"{NAMES[i]}. {UNIQUE}{i} met {NAMES[i + 2]}."} for i in range(8)]
+    with Engine(tmp_path / "live", embedder=embedder, **settings_) as engine:
+        engine.add_documents(docs[:4])
+        every = engine.builders
+        engine.builders = {}
+        engine.add_documents(docs[4:5])
+        engine.builders = every
+        interleaved = iter([lambda: engine.add_documents(docs[5:6]),
+                            lambda: engine.delete_documents(["doc0"]),
+                            lambda: engine.add_documents(docs[6:8])])
+        write_derived = engine.store.write_derived
+        refused: list[str] = []
+
+        def with_a_write_first(unit: Any, *args: Any, **kwargs: Any) -> Any:
+            write = next(interleaved, None)
+            if write is not None:
+                engine.builders = {}
+                write()
+                engine.builders = every
+            version = write_derived(unit, *args, **kwargs)
+            if version is None:
+                refused.append(str(unit))
+            return version
+
+        engine.store.write_derived = with_a_write_first  # type: ignore[method-assign]
+        reports = engine.update_derived()
+        assert sorted(r.unit for r in reports) == ["community", "node", "tree-node"]
+        assert not refused and all(r.version is not None and not r.contended for r in reports)
+        data_version = int(engine.store.info("data_version") or 0)
+        assert all(int(engine.store.info(f"derived.{kind}.version") or 0) < data_version
+                   for kind in ("node", "triplet", "community", "tree-node"))
+        assert sorted(engine.lagging_builders()) == ["community", "node", "tree-node"]
+        engine.store.write_derived = write_derived  # type: ignore[method-assign]
+        engine.update_derived()
+        assert not engine.lagging_builders()
+        incremental = _graph_rows(engine)
+        for kind in ("node", "triplet", "community", "tree-node"):
+            for row in engine.store.live_derived(kind):
+                assert f"{UNIQUE}0" not in row["text"] + json.dumps(row["umeta"]), kind
+        tolerance = engine.config.graph_weight_tolerance
+    with Engine(tmp_path / "fresh", embedder=embedder, **settings_) as fresh:
+        fresh.add_documents(docs[1:8])
+        rebuilt = _graph_rows(fresh)
+    assert incremental.keys() == rebuilt.keys()
+    for uid, (text, meta) in rebuilt.items():
+        assert incremental[uid][0] == text
+        assert _same_meta(incremental[uid][1], meta, tolerance), uid

@@ -193,7 +193,7 @@ def test_a_lost_commit_keeps_the_tree_and_the_retry_follows_it(built: Path, tmp_
 
 def test_another_writer_of_the_tree_makes_the_next_run_read_whole(built: Path, tmp_path: Path,
                                                                  embedder: Any) -> None:
-    """When ``derived.tree-node.version`` is not what this process left (another process
+    """When ``derived.tree-node.written`` is not what this process left (another process
     wrote the tree), the kept tree is not trusted: the next run reads every chunk and node."""
     shutil.copytree(built, tmp_path / "e")
     with pytest.MonkeyPatch.context() as patch, open_engine(tmp_path / "e", embedder) as eng:
@@ -204,7 +204,7 @@ def test_another_writer_of_the_tree_makes_the_next_run_read_whole(built: Path, t
         eng.builders = {}
         eng.add_documents([document(301, [1, 6])])
         eng.builders = every
-        eng.store.set_info(f"derived.{UNIT}.version", "1")
+        eng.store.set_info(f"derived.{UNIT}.written", "1")
         whole = index._whole
         reads: list[int] = []
 

@@ -34,7 +34,7 @@ from ..follow import GraphState, advance
 from ..model import GraphData
 from ..reports.extractive import ExtractiveReporter
 from ..reports.llm import LLMReporter
-from ..stored import load_graph
+from ..stored import KINDS, load_graph
 from .build import (Budget, Community, CommunityBudgetExceeded, CommunityHierarchy,
                     CommunityUpdate, Edges, build_communities, entity_edges, recluster,
                     update_communities)
@@ -203,13 +203,13 @@ class CommunityIndex(DerivedBuilder[CommunitySection]):
                                     or store.info(f"{_KEY}.written") != tracked.written):
             tracked = None  # another process wrote the communities since
         if not full and same and built_on == graph_version:
-            current = self._up_to_date(run, tracked)
+            current = self._up_to_date(run, tracked, int(graph_version))
             if current is not None:
                 return current
         self._tracked = None  # advancing hands the tracked graph's rows on to the new state
         state = advance(tracked.graph if tracked is not None else None, store, run.base)
         if state.graph is None:
-            return self._no_graph(run, store.live_derived(UNIT))
+            return self._no_graph(run, store.live_derived(UNIT), graph_version)
         if (tracked is not None and tracked.hierarchy.communities and not full and same
                 and state.change is not None and state.base == tracked.graph.version
                 and store.info(f"{_KEY}.complete") != "0"):
@@ -231,7 +231,8 @@ class CommunityIndex(DerivedBuilder[CommunitySection]):
         return self._write(run, state, stored, total, clustering, graph_version,
                            rewrite=not same_reports)
 
-    def _up_to_date(self, run: Run, tracked: Tracked | None) -> DerivedReport | None:
+    def _up_to_date(self, run: Run, tracked: Tracked | None, graph_version: int
+                    ) -> DerivedReport | None:
         """The report of a run with nothing to do (None: no communities are stored)."""
         if tracked is not None:
             count, levels = len(tracked.hierarchy.communities), tracked.hierarchy.top_level
@@ -241,17 +242,18 @@ class CommunityIndex(DerivedBuilder[CommunitySection]):
             levels = max((r["umeta"]["levels"][1] for r in stored), default=0)
         if not count:
             return None
-        self.mark_current(run, UNIT)
+        self.mark_current(run, UNIT, at_most=graph_version)
         return DerivedReport(UNIT, "none", kept=count, levels=levels, seconds=run.seconds(),
                              reason="up to date")
 
-    def _no_graph(self, run: Run, stored: list[dict[str, Any]]) -> DerivedReport | None:
+    def _no_graph(self, run: Run, stored: list[dict[str, Any]], graph_version: str
+                  ) -> DerivedReport | None:
         """Without a graph: nothing to build, or every stored community retires."""
         if not stored:
             return DerivedReport(UNIT, "none", reason="no knowledge graph yet")
         version = self.store.write_derived(UNIT, [], [r["uid"] for r in stored],
-                                           base_version=run.base,
-                                           info={f"{_KEY}.version": str(run.base + 1)})
+                                           base_version=run.base, reads=KINDS,
+                                           reflects_at_most=int(graph_version))
         if version is None:
             return None
         return DerivedReport(UNIT, "full", retired=len(stored), version=version,
@@ -353,16 +355,17 @@ class CommunityIndex(DerivedBuilder[CommunitySection]):
         t_embed = time.perf_counter()
         records = self._records(diff, graph)
         seconds_embedding = time.perf_counter() - t_embed
-        written = str(run.base + 1)
         info = {f"{_KEY}.identity": self.identity, f"{_KEY}.clusters": self.config.identity,
-                f"{_KEY}.version": written, f"{_KEY}.graph": graph_version,
-                f"{_KEY}.complete": "1" if hier.stats.complete else "0",
-                f"{_KEY}.written": written}
+                f"{_KEY}.graph": graph_version,
+                f"{_KEY}.complete": "1" if hier.stats.complete else "0"}
+        # The graph and the chunks were read at run.base, so document writes since need not
+        # refuse the commit; the communities reflect no more than that graph does.
         version = store.write_derived(UNIT, records, diff.retire, base_version=run.base,
-                                      info=info)
+                                      info=info, reads=KINDS,
+                                      reflects_at_most=int(graph_version))
         if version is None:
             return None
-        self._tracked = Tracked(state, clustering.edges, hier, graph_version, written)
+        self._tracked = Tracked(state, clustering.edges, hier, graph_version, str(version))
         counts = {**clustering.counts, "communities": len(hier.communities),
                   "entities": len(graph.entities), "reports_written": remade,
                   "fallbacks": int(getattr(self.reporter, "fallbacks", 0))}

@@ -117,7 +117,9 @@ class Writer:
         return deleted, version
 
     def write_derived(self, unit: str | Sequence[str], add: list[UnitRecord], retire: list[str],
-                      *, base_version: int, info: Mapping[str, str] | None = None) -> int | None:
+                      *, base_version: int, info: Mapping[str, str] | None = None,
+                      reads: Sequence[str] | None = None,
+                      reflects_at_most: int | None = None) -> int | None:
         """Replace derived units of one kind, or of several kinds at once, in one transaction;
         the new index version.
 
@@ -125,17 +127,27 @@ class Writer:
         together, so no version holds the nodes of one build and the triplets of
         another). ``retire`` names live units of those kinds (by uid) that leave; ``add``
         are new rows, each with the leaf chunk rowids it ``covers``. ``base_version`` is
-        the index version the builder read: if another write committed since, nothing is
-        written and None is returned (the caller recomputes). ``info`` keys are stored in
-        the same commit.
+        the index version the builder read. ``info`` keys are stored in the same commit.
+
+        When the write is refused (None is returned, nothing written, the caller
+        recomputes): with ``reads`` None, if any write committed since ``base_version``;
+        with ``reads`` (the other derived kinds the builder read, every read made at
+        ``base_version``), only if a kind written or read was written since, or the rows
+        of ``base_version`` may have been collected. Document writes in between then stay
+        to be folded in by the next run: each kind written records the version it reflects
+        (``derived.<kind>.version``: the new version when no document was written since
+        ``base_version``, else ``base_version``) and the
+        version that wrote it (``derived.<kind>.written``). ``reflects_at_most`` is the
+        version the derived units a builder read reflect: it caps the record while it lags
+        the documents.
         """
         kinds = (unit,) if isinstance(unit, str) else tuple(unit)
         marks = ",".join("?" * len(kinds))
         with self._conn.transaction() as db:
-            if self._info.index_version() != base_version:
+            if not self._may_commit(kinds, reads, base_version):
                 return None
             self._vocab.assign(db, (t for u in add for t in u.terms))
-            version = base_version + 1
+            version = self._info.index_version() + 1
             for i in range(0, len(retire), 900):
                 part = retire[i:i + 900]
                 db.execute(f"UPDATE units SET v_to = ? WHERE unit IN ({marks}) AND v_to IS NULL"
@@ -146,8 +158,26 @@ class Writer:
                 self._insert_unit(db, u, None, None, version)
             for key, value in (info or {}).items():
                 self._info.put(db, key, value)
+            data_version = int(self._info.info("data_version") or 0)
+            reflects = version if data_version <= base_version else base_version
+            if reflects_at_most is not None and reflects_at_most < data_version:
+                reflects = min(reflects, reflects_at_most)
+            for kind in kinds:
+                self._info.put(db, f"derived.{kind}.version", str(reflects))
+                self._info.put(db, f"derived.{kind}.written", str(version))
             self._commit_version(db, version, data=False)
         return version
+
+    def _may_commit(self, kinds: tuple[str, ...], reads: Sequence[str] | None,
+                    base_version: int) -> bool:
+        """Whether a derived write on ``base_version`` may commit now (:meth:`write_derived`)."""
+        current = self._info.index_version()
+        if current == base_version:
+            return True
+        if reads is None or self._info.oldest_retained(current + 1) > base_version:
+            return False
+        return all(int(self._info.info(f"derived.{kind}.written") or 0) <= base_version
+                   for kind in (*kinds, *reads))
 
     def _insert_unit(self, db: sqlite3.Connection, u: UnitRecord, doc_id: str | None,
                      doc_row: int | None, version: int) -> int:
