@@ -105,7 +105,7 @@ def advance(state: GraphState | None, store: Docstore, version: int) -> GraphSta
     if len(entered) + len(left) > FULL_SHARE * max(1, len(rows.nodes) + len(rows.triplets)):
         return load_state(store, version)
     chunks_in, chunks_out = store.leaf_delta(state.version, version)
-    if store.oldest_retained() > state.version:  # rows retired since may be collected
+    if not store.readable_since(state.version):  # rows retired since were collected
         return load_state(store, version)
     state.rows = None
     return _quietly(lambda: _Patch(state, rows).apply(version, entered, left, chunks_in,

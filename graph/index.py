@@ -154,7 +154,7 @@ class GraphIndex(DerivedBuilder[GraphSection]):
         """Whether the live graph can be brought to ``run.base`` by the chunks in between."""
         cache = self._cache
         return (cache is not None and cache.live is not None and self._version is not None
-                and self._version >= self.store.oldest_retained()
+                and self.store.readable_since(self._version)
                 and self.store.info(f"{_KEY}.written") == self._written
                 and cache.identity == self.extractor.identity  # type: ignore[union-attr]
                 and cache.live.config == self.graph_config)

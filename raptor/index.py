@@ -305,7 +305,7 @@ class TreeIndex(DerivedBuilder[TreeSection]):
         version can still be read."""
         followed = self._followed
         return (followed is not None and followed.identity == self.identity
-                and followed.version >= self.store.oldest_retained()
+                and self.store.readable_since(followed.version)
                 and self.store.info(f"{_KEY}.written") == followed.marker)
 
     def _whole(self) -> tuple[TreeShape, _Leaves, list[str], set[str]]:
@@ -332,7 +332,7 @@ class TreeIndex(DerivedBuilder[TreeSection]):
         Everything is read instead when a write collected the rows of that version
         meanwhile (some that left may be gone)."""
         leaves = _ChangedLeaves(self.store, followed, run.base)
-        if self.store.oldest_retained() > followed.version:
+        if not self.store.readable_since(followed.version):
             return self._whole()
         added = sorted(leaves.uncovered | leaves.entered, key=_rowid)
         found = self.store.reader.unit_trust(_rowid(k) for k in leaves.entered)

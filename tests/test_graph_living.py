@@ -266,3 +266,41 @@ def test_a_document_written_while_a_builder_computes_leaves_it_lagging_not_refus
     for uid, (text, meta) in rebuilt.items():
         assert incremental[uid][0] == text
         assert _same_meta(incremental[uid][1], meta, tolerance), uid
+
+
+def test_builders_follow_a_lag_longer_than_the_readers_window(tmp_path: Path,
+                                                              embedder: Any) -> None:
+    """More writes than ``snapshots_retained`` land while every builder waits: each still
+    folds in only the rows that changed (no whole read), and the units equal a fresh build."""
+    settings_: dict[str, Any] = {"build_graph": True, "build_tree": True,
+                                 "derived_updates": "inline", "chunk_size": 64,
+                                 "chunk_overlap": 8, "snapshots_retained": 2,
+                                 "tree_rebuild_drift": 100.0}   # no planned tree rebuild
+    docs = [{"id": f"doc{i}", "title": NAMES[i],
+             "text": f"{NAMES[i]} recorded with {NAMES[i + 5]}. {NAMES[i + 2]} toured with "
+                     f"{NAMES[i]}."} for i in range(9)]
+    with Engine(tmp_path / "live", embedder=embedder, **settings_) as engine:
+        engine.add_documents(docs[:3])
+        every = engine.builders
+        engine.builders = {}
+        for doc in docs[3:9]:
+            engine.add_documents([doc])
+        engine.delete_documents(["doc1"])
+        engine.builders = every
+        graph, tree = engine.builders["node"], engine.builders["tree-node"]
+
+        def whole(*_args: Any, **_kwargs: Any) -> Any:
+            raise AssertionError("a builder read the whole corpus again")
+
+        graph._whole = whole  # type: ignore[attr-defined]
+        tree._whole = whole  # type: ignore[attr-defined]
+        assert {r.mode for r in engine.update_derived()} == {"incremental"}
+        incremental = _graph_rows(engine)
+        tolerance = engine.config.graph_weight_tolerance
+    with Engine(tmp_path / "fresh", embedder=embedder, **settings_) as fresh:
+        fresh.add_documents([d for d in docs if d["id"] != "doc1"])
+        rebuilt = _graph_rows(fresh)
+    assert incremental.keys() == rebuilt.keys()
+    for uid, (text, meta) in rebuilt.items():
+        assert incremental[uid][0] == text
+        assert _same_meta(incremental[uid][1], meta, tolerance), uid

@@ -199,3 +199,29 @@ def test_bad_cursors(paged: Engine, tmp_path: Path, embedder: Any) -> None:
     with pytest.raises(InvalidParams):
         other.retrieve("water cycle rivers", k=3, cursor=cur)
     other.close()
+
+
+def test_a_lagging_derived_kind_holds_retired_rows_until_it_folds_them_in(
+        tmp_path: Path, embedder: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Collection stops at the version a derived kind still reflects (not past the readers'
+    window alone), for at most ``FOLLOW_VERSIONS`` versions; ``readable_since`` says which
+    versions' changes can still be read."""
+    from rcp_agentic.store import info
+
+    monkeypatch.setattr(info, "FOLLOW_VERSIONS", 6)
+    eng = Engine(tmp_path / "e", embedder=embedder, snapshots_retained=1)
+    store = eng.store
+    eng.add_documents(DOCS[:3])
+    pinned = int(eng.index_version[1:])
+    store.set_info("derived.tree-node.version", str(pinned))   # a kind that lags from here
+    for n in range(3):
+        eng.add_documents([{"id": "d1", "text": f"Replaced text {n}."}])
+    retired = store.query("SELECT COUNT(*) FROM units WHERE v_to IS NOT NULL")[0][0]
+    assert retired >= 3 and store.readable_since(pinned)
+    with pytest.raises(BackendUnavailable):      # readers keep their own window
+        eng.retrieve("x", index_version=f"v{pinned}")
+    for n in range(3, 8):                        # past FOLLOW_VERSIONS: no longer held
+        eng.add_documents([{"id": "d1", "text": f"Replaced text {n}."}])
+    assert store.query("SELECT COUNT(*) FROM units WHERE v_to IS NOT NULL")[0][0] == 0
+    assert not store.readable_since(pinned)
+    eng.close()

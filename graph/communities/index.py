@@ -399,7 +399,7 @@ class CommunityIndex(DerivedBuilder[CommunitySection]):
         if tracked is not None:
             return tracked.graph.data, tracked.edges.as_dict()
         version = int(built_on)
-        if version < store.oldest_retained():
+        if not store.readable_since(version):
             return None
         graph = load_graph(store, version)
         return None if graph is None else (graph, entity_edges(graph, self.config))

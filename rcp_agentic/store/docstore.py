@@ -53,6 +53,7 @@ class Docstore:
         self.info_default = info.info_default
         self.index_version = info.index_version
         self.oldest_retained = info.oldest_retained
+        self.readable_since = info.readable_since
         self.fields = fields.fields
         self.set_fields = fields.set_fields
         self.term_id = vocabulary.term_id

@@ -7,6 +7,13 @@ import sqlite3
 
 from .connection import Connection
 
+# How many versions behind the newest a derived kind may hold retired rows from collection
+# (:meth:`InfoTable.collect_through`). A builder that follows a write stream folds in the
+# rows retired since the version its kind reflects; at one write a second a pass over three
+# builders at 46k chunks spans ~10-30 versions, past the 8 kept for readers. A kind no
+# longer built (its key stays behind) holds rows at most this long.
+FOLLOW_VERSIONS = 256
+
 
 class InfoTable:
     """Keys of the ``info`` table and the index versions they record."""
@@ -60,3 +67,23 @@ class InfoTable:
         """The oldest index version still readable."""
         current = self.index_version() if version is None else version
         return max(0, current - self.retain + 1)
+
+    def collect_through(self, version: int) -> int:
+        """Up to which version retired rows may be deleted by the commit of ``version``: the
+        oldest retained one, or lower while a derived kind reflects an older version (within
+        :data:`FOLLOW_VERSIONS`) and so has yet to fold in the rows retired since."""
+        floor = self.oldest_retained(version)
+        for (value,) in self._conn.query(
+                "SELECT value FROM info WHERE key LIKE 'derived.%.version'"):
+            # One below: a builder follows from the version it read, which is one below the
+            # version its commit records when no document was written in between.
+            kept = int(value) - 1
+            if version - FOLLOW_VERSIONS <= kept < floor:
+                floor = max(0, kept)
+        return floor
+
+    def readable_since(self, version: int) -> bool:
+        """Whether every row retired after ``version`` is still stored, so the changes since
+        it can be read (no collection went past it)."""
+        collected = self.info("collected_through")
+        return version >= (int(collected) if collected is not None else self.oldest_retained())

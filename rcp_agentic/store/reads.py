@@ -110,7 +110,7 @@ class Reader:
             (*params, self._last_rowid_at(since), since, version, version), version,
             with_vectors)
         left = self._conn.query(_LEFT, (since, version, since, since, version, since))
-        if self._info.oldest_retained() > since:
+        if not self._info.readable_since(since):
             return None
         return entered, [r for (r,) in left]
 
@@ -458,7 +458,7 @@ class Reader:
             f"SELECT unit, level, COUNT(*) FROM units u WHERE rowid IN ({_LEFT})"
             f" AND {visible('u')} AND {valid('u')} GROUP BY unit, level",
             (since, version, since, since, version, since, since, since, since, since))
-        if self._info.oldest_retained() > since:
+        if not self._info.readable_since(since):
             return None
         out: dict[tuple[str, int], int] = {}
         for rows, sign in ((entered, 1), (left, -1)):

@@ -174,7 +174,7 @@ class Writer:
         current = self._info.index_version()
         if current == base_version:
             return True
-        if reads is None or self._info.oldest_retained(current + 1) > base_version:
+        if reads is None or not self._info.readable_since(base_version):
             return False
         return all(int(self._info.info(f"derived.{kind}.written") or 0) <= base_version
                    for kind in (*kinds, *reads))
@@ -217,9 +217,12 @@ class Writer:
         self._info.record_version(db, version, data=data)
 
     def _collect_garbage(self, db: sqlite3.Connection, version: int) -> None:
-        """Delete rows that no retained version can see, queueing their Chroma deletes, and
+        """Delete rows that no retained version can see and no lagging derived kind still has
+        to fold in (``InfoTable.collect_through``), queueing their Chroma deletes, and
         forget the inferred fields only those documents used."""
-        oldest = self._info.oldest_retained(version)
+        oldest = self._info.collect_through(version)
+        collected = self._info.info("collected_through")
+        self._info.put(db, "collected_through", str(max(oldest, int(collected or 0))))
         old = db.execute("SELECT rowid, unit, level FROM units WHERE v_to IS NOT NULL AND v_to <= ?",
                          (oldest,)).fetchall()
         db.executemany("INSERT INTO outbox(op, unit, level, urow) VALUES ('del', ?, ?, ?)",
