@@ -35,12 +35,14 @@ Reporter = ExtractiveReporter | LLMReporter
 
 def make_reports(reporter: Reporter, budget: int, hier: CommunityHierarchy, graph: GraphData,
                  chunks: Mapping[str, ChunkText], lookups: PlanIndex, ids: set[str],
-                 rows: Mapping[str, Mapping[str, Any]], *, rewrite: bool
-                 ) -> tuple[dict[str, dict[str, Any]], int]:
+                 rows: Mapping[str, Mapping[str, Any]], *, rewrite: bool,
+                 reported: set[str] | None = None) -> tuple[dict[str, dict[str, Any]], int]:
     """The report fields of the communities ``ids`` (text, title, summary, findings,
     rating, entities, relations, spans, sanitized, report), children first. A stored
     report (``rows``, by id; they hold every child of ``ids`` not among them) is kept
-    while its key and the reporter are unchanged (``rewrite``: none is kept)."""
+    while its key and the reporter are unchanged (``rewrite``: none is kept); one outside
+    ``reported`` (the ids whose report may change; None: all) is kept without computing
+    its key."""
     identity = reporter.identity
     out: dict[str, dict[str, Any]] = {}
     made_reports: dict[str, CommunityReport] = {}
@@ -53,6 +55,11 @@ def make_reports(reporter: Reporter, budget: int, hier: CommunityHierarchy, grap
         for cid in by_height[height]:
             checkpoint()
             c = hier.communities[cid]
+            row = None if rewrite else rows.get(cid)
+            if (reported is not None and cid not in reported and row is not None
+                    and (row["umeta"].get("report") or {}).get("identity") == identity):
+                out[cid] = _stored_report(row)
+                continue
             inp = ReportInput(community=c, graph=graph, chunks=chunks, edges={},
                               children=tuple(_child_report(x, made_reports, out, rows,
                                                            identity)
@@ -60,7 +67,6 @@ def make_reports(reporter: Reporter, budget: int, hier: CommunityHierarchy, grap
                                              if x in out or x in rows),
                               index=lookups)
             key = report_key(inp, budget)
-            row = None if rewrite else rows.get(c.id)
             if row is not None and row["umeta"].get("report") == {"identity": identity,
                                                                    "key": key}:
                 out[c.id] = _stored_report(row)

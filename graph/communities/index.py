@@ -151,6 +151,7 @@ class _Clustering:
     counts: dict[str, int]
     seconds: float
     dirty: set[str] | None = None
+    reported: set[str] | None = None   # those of ``dirty`` whose report may change
     gone: set[str] = field(default_factory=set)
 
 
@@ -291,7 +292,7 @@ class CommunityIndex(DerivedBuilder[CommunitySection]):
                   "entities_touched": upd.entities_touched}
         return _Clustering(hier, edges, "incremental", *_stats(hier, "", counts),
                            time.perf_counter() - started,
-                           dirty=dirty(old, hier, upd, moved.moved),
+                           *dirty(old, hier, upd, moved.moved),
                            gone=upd.replaced - hier.communities.keys())
 
     def _cluster(self, run: Run, graph: GraphData, stored: list[dict[str, Any]],
@@ -346,7 +347,8 @@ class CommunityIndex(DerivedBuilder[CommunitySection]):
             chunks.fetch(graph.chunk_docs)
         reports, remade = make_reports(
             self.reporter, self.settings.report_tokens, hier, graph, chunks,
-            report_lookups(state, clustering.edges), ids, rows, rewrite=rewrite)
+            report_lookups(state, clustering.edges), ids, rows, rewrite=rewrite,
+            reported=clustering.reported)
         seconds_summarising = time.perf_counter() - t_report
         live = stored if clustering.dirty is None else [
             rows[u] for u in sorted(ids | clustering.gone) if u in rows]

@@ -309,21 +309,28 @@ class Tracked:
 
 
 def dirty(old: CommunityHierarchy, new: CommunityHierarchy, update: CommunityUpdate,
-          moved: Iterable[str]) -> set[str]:
-    """The communities of ``new`` whose row may differ from ``old``'s after ``update``: those
-    placed anew or moved in the tree, their children (their levels end below the parent),
-    every root when the top level moved, those holding a ``moved`` entity, and the
-    ancestors of all of them (a report reads its children's)."""
+          moved: Iterable[str]) -> tuple[set[str], set[str]]:
+    """The communities of ``new`` whose row may differ from ``old``'s after ``update``, and
+    those among them whose report may: a report changes with the communities placed anew
+    or moved in the tree and those holding a ``moved`` entity; a row also with their
+    children (their levels end below the parent) and every root when the top level moved;
+    each with its ancestors (a report reads its children's)."""
     comms = new.communities
-    out = {cid for cid in update.placed if old.communities.get(cid) != comms[cid]}
-    for cid in list(out):
-        out.update(comms[cid].children)
-    if new.top_level != old.top_level:
-        out.update(c.id for c in new.roots())
+    placed = {cid for cid in update.placed if old.communities.get(cid) != comms[cid]}
     leaf_of = new.leaf_of()
-    out.update(leaf_of[k] for k in moved if k in leaf_of)
+    reports = placed | {leaf_of[k] for k in moved if k in leaf_of}
+    rows = set(reports)
+    for cid in placed:
+        rows.update(comms[cid].children)
+    if new.top_level != old.top_level:
+        rows.update(c.id for c in new.roots())
+    return _with_ancestors(new, rows), _with_ancestors(new, reports)
+
+
+def _with_ancestors(hier: CommunityHierarchy, ids: set[str]) -> set[str]:
+    out = set(ids)
     for cid in list(out):
-        for up in new.lineage(cid)[1:]:
+        for up in hier.lineage(cid)[1:]:
             if up in out:
                 break
             out.add(up)

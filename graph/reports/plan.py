@@ -34,6 +34,10 @@ TOP_MEMBERS = 24          # members whose chunks are read for evidence
 MAX_CHUNKS = 24           # chunks read per community
 RANKED_RELATIONS = 200    # relations kept in the plan (what any reporter may show)
 
+# The key's JSON, made by one encoder (json.dumps with these settings makes a new one for
+# each of the ~100 parts a key hashes; the bytes are the same).
+_KEY_JSON = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
+
 
 _CACHE_LOCK = threading.Lock()
 _CACHE: list[tuple[Any, Any, PlanIndex]] = []   # (graph, edges, index); one slot
@@ -160,7 +164,7 @@ def report_key(inp: ReportInput, budget_tokens: int) -> str:
     h = hashlib.sha1()
 
     def put(*parts: Any) -> None:
-        h.update(json.dumps(parts, ensure_ascii=False, separators=(",", ":")).encode("utf-8"))
+        h.update(_KEY_JSON.encode(parts).encode("utf-8"))
         h.update(b"\n")
 
     put("reports/key/1", budget_tokens, len(inp.community.members), plan.documents, plan.kinds,
