@@ -5,7 +5,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..communities.build import Community
@@ -54,6 +54,12 @@ class PlanIndex:
 
     adjacency: Mapping[str, Mapping[str, float]]
     relations_of: Mapping[str, Sequence[int]]
+    # What the plans of one build compute per entity, kept for the next community (an
+    # entity sits in one community per level): its total edge weight, the documents behind
+    # it, its part of a report key.
+    totals: dict[str, float] = field(default_factory=dict)
+    documents: dict[str, frozenset[str]] = field(default_factory=dict)
+    key_parts: dict[str, bytes] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

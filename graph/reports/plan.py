@@ -27,7 +27,7 @@ from typing import Any
 
 from ...errors import InvalidParams
 from ..stored import object_first, triplet_header
-from ..model import GraphData, Relation
+from ..model import ChunkText, GraphData, Relation
 from .model import PlanIndex, ReportInput
 
 TOP_MEMBERS = 24          # members whose chunks are read for evidence
@@ -94,7 +94,9 @@ def make_plan(inp: ReportInput) -> Plan:
             own = sum(w for b, w in nbrs.items() if b in inside)
         else:
             own = sum(nbrs.get(b, 0.0) for b in members)
-        total = sum(nbrs.values())
+        total = idx.totals.get(m)
+        if total is None:
+            total = idx.totals[m] = sum(nbrs.values())
         centrality[m] = own * own / total if total > 0 else 0.0
 
     def mentions(k: str) -> int:
@@ -135,10 +137,12 @@ def make_plan(inp: ReportInput) -> Plan:
         if e is None:
             continue
         kinds[e.kind] += 1
-        for ck in (*e.mentions, *e.about):
-            d = graph.chunk_docs.get(ck)
-            if d is not None:
-                docs.add(d)
+        behind = idx.documents.get(k)
+        if behind is None:
+            behind = idx.documents[k] = frozenset(
+                d for ck in (*e.mentions, *e.about)
+                if (d := graph.chunk_docs.get(ck)) is not None)
+        docs |= behind
     return Plan(order, weight, ranked, len(among), chunks, context, len(docs),
                 sorted(kinds.items(), key=lambda kv: (-kv[1], kv[0])))
 
@@ -170,19 +174,33 @@ def report_key(inp: ReportInput, budget_tokens: int) -> str:
     put("reports/key/1", budget_tokens, len(inp.community.members), plan.documents, plan.kinds,
         plan.relation_count)
     ents = inp.graph.entities
+    parts = (inp.index if inp.index is not None else plan_index(inp.graph, inp.edges)).key_parts
     for k in plan.order:
-        e = ents.get(k)
-        put(k, None if e is None else [e.name, e.kind, list(e.aliases), e.description])
+        part = parts.get(k)
+        if part is None:
+            e = ents.get(k)
+            part = parts[k] = _KEY_JSON.encode(
+                (k, None if e is None else [e.name, e.kind, list(e.aliases), e.description])
+            ).encode("utf-8") + b"\n"
+        h.update(part)
     for i in plan.relations:
         r = inp.graph.relations[i]
         put(r.subject, r.object, r.relation, r.evidence, r.typed,
             None if r.span is None else [r.span.doc_id, r.span.start, r.span.end])
-    for ck in plan.chunks:
-        c = inp.chunks[ck]
+    for c in read_chunks(inp.chunks, plan.chunks):
         put(c.doc_id, c.start, c.text)
     for child in inp.children:
         put(child.title, child.summary, child.text)
     return h.hexdigest()
+
+
+def read_chunks(chunks: Mapping[str, ChunkText], keys: list[str]) -> list[ChunkText]:
+    """The chunks ``keys`` of a report's input; a mapping that reads from the store on
+    demand (one with ``fetch``, as the community builder's) reads them in one query."""
+    fetch = getattr(chunks, "fetch", None)
+    if fetch is not None:
+        fetch(keys)
+    return [chunks[k] for k in keys]
 
 
 def relation_header(graph: GraphData, r: Relation) -> str:
