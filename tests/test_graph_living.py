@@ -8,6 +8,8 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -135,6 +137,18 @@ def _same_meta(a: Any, b: Any, tolerance: float) -> bool:
     return bool(a == b)
 
 
+def assert_same_graph(incremental: dict[str, tuple[str, dict[str, Any]]],
+                      rebuilt: dict[str, tuple[str, dict[str, Any]]], tolerance: float) -> None:
+    """The graph kept current write by write holds the units a fresh build makes."""
+    assert incremental.keys() == rebuilt.keys()
+    for uid, (text, meta) in rebuilt.items():
+        assert incremental[uid][0] == text
+        assert _same_meta(incremental[uid][1], meta, tolerance), uid
+
+
+# Engines of these tests: every derived kind, updated inside each write; small chunks.
+LIVING: dict[str, Any] = {"build_graph": True, "build_tree": True, "derived_updates": "inline",
+                          "chunk_size": 64, "chunk_overlap": 8}
 UNIQUE = "Zorblaxian"   # a name only one document holds (Zorblaxian0, Zorblaxian1, ...)
 
 
@@ -147,9 +161,7 @@ def test_stored_units_after_writes_equal_a_fresh_build(
         backend: str, ops: list[tuple[str, dict[str, Any], int]], embedder: Any,
         tmp_path_factory: pytest.TempPathFactory) -> None:
     tmp = tmp_path_factory.mktemp(f"living-{backend}")
-    settings_: dict[str, Any] = {"build_graph": True, "build_tree": True,
-                                 "derived_updates": "inline", "chunk_size": 64,
-                                 "chunk_overlap": 8}
+    settings_ = LIVING
     docs: dict[str, dict[str, Any]] = {}
     deleted: list[str] = []
     path = tmp / "live"
@@ -183,10 +195,7 @@ def test_stored_units_after_writes_equal_a_fresh_build(
         fresh.add_documents([{k: v for k, v in d.items() if k != "unique"}
                              for d in docs.values()])
         rebuilt = _graph_rows(fresh)
-    assert incremental.keys() == rebuilt.keys()
-    for uid, (text, meta) in rebuilt.items():
-        assert incremental[uid][0] == text
-        assert _same_meta(incremental[uid][1], meta, tolerance), uid
+    assert_same_graph(incremental, rebuilt, tolerance)
 
 
 def test_a_deleted_documents_unique_entity_leaves_every_derived_unit(tmp_path: Path,
@@ -208,24 +217,37 @@ def test_a_deleted_documents_unique_entity_leaves_every_derived_unit(tmp_path: P
 
 # --- documents written while the builders compute ---------------------------------------------
 
+def named_documents(count: int, partner: int) -> list[dict[str, Any]]:
+    """Documents doc0.. titled by NAMES, each joining its name with two others."""
+    return [{"id": f"doc{i}", "title": NAMES[i],
+             "text": f"{NAMES[i]} recorded with {NAMES[i + partner]}. {NAMES[i + 1]} toured "
+                     f"with {NAMES[i]}."} for i in range(count)]
+
+
+@contextmanager
+def no_builders(engine: Engine) -> Iterator[None]:
+    """Writes commit documents only (the derived kinds are left lagging)."""
+    every = engine.builders
+    engine.builders = {}
+    try:
+        yield
+    finally:
+        engine.builders = every
+
+
 def test_a_document_written_while_a_builder_computes_leaves_it_lagging_not_refused(
         tmp_path: Path, embedder: Any) -> None:
     """Each builder that follows its kept state commits although a document write landed
     between its read and its commit (no retry, no run under the write lock): it records the
     version it read, says it lags, and its next run folds the write in. The end state equals
     a fresh build of the same documents, and the deleted document's facts are gone."""
-    settings_: dict[str, Any] = {"build_graph": True, "build_tree": True,
-                                 "derived_updates": "inline", "chunk_size": 64,
-                                 "chunk_overlap": 8}
-    docs = [{"id": f"doc{i}", "title": NAMES[i],
-             "text": f"{NAMES[i]} recorded with {NAMES[i + 4]}. {NAMES[i + 1]} toured with "
-                     f"{NAMES[i]}. {UNIQUE}{i} met {NAMES[i + 2]}."} for i in range(8)]
+    settings_ = LIVING
+    docs = [{**doc, "text": f"{doc['text']} {UNIQUE}{i} met {NAMES[i + 2]}."}
+            for i, doc in enumerate(named_documents(8, 4))]
     with Engine(tmp_path / "live", embedder=embedder, **settings_) as engine:
         engine.add_documents(docs[:4])
-        every = engine.builders
-        engine.builders = {}
-        engine.add_documents(docs[4:5])
-        engine.builders = every
+        with no_builders(engine):
+            engine.add_documents(docs[4:5])
         interleaved = iter([lambda: engine.add_documents(docs[5:6]),
                             lambda: engine.delete_documents(["doc0"]),
                             lambda: engine.add_documents(docs[6:8])])
@@ -235,9 +257,8 @@ def test_a_document_written_while_a_builder_computes_leaves_it_lagging_not_refus
         def with_a_write_first(unit: Any, *args: Any, **kwargs: Any) -> Any:
             write = next(interleaved, None)
             if write is not None:
-                engine.builders = {}
-                write()
-                engine.builders = every
+                with no_builders(engine):
+                    write()
             version = write_derived(unit, *args, **kwargs)
             if version is None:
                 refused.append(str(unit))
@@ -262,31 +283,22 @@ def test_a_document_written_while_a_builder_computes_leaves_it_lagging_not_refus
     with Engine(tmp_path / "fresh", embedder=embedder, **settings_) as fresh:
         fresh.add_documents(docs[1:8])
         rebuilt = _graph_rows(fresh)
-    assert incremental.keys() == rebuilt.keys()
-    for uid, (text, meta) in rebuilt.items():
-        assert incremental[uid][0] == text
-        assert _same_meta(incremental[uid][1], meta, tolerance), uid
+    assert_same_graph(incremental, rebuilt, tolerance)
 
 
 def test_builders_follow_a_lag_longer_than_the_readers_window(tmp_path: Path,
                                                               embedder: Any) -> None:
     """More writes than ``snapshots_retained`` land while every builder waits: each still
     folds in only the rows that changed (no whole read), and the units equal a fresh build."""
-    settings_: dict[str, Any] = {"build_graph": True, "build_tree": True,
-                                 "derived_updates": "inline", "chunk_size": 64,
-                                 "chunk_overlap": 8, "snapshots_retained": 2,
-                                 "tree_rebuild_drift": 100.0}   # no planned tree rebuild
-    docs = [{"id": f"doc{i}", "title": NAMES[i],
-             "text": f"{NAMES[i]} recorded with {NAMES[i + 5]}. {NAMES[i + 2]} toured with "
-                     f"{NAMES[i]}."} for i in range(9)]
+    settings_ = {**LIVING, "snapshots_retained": 2,
+                 "tree_rebuild_drift": 100.0}   # no planned tree rebuild
+    docs = named_documents(9, 5)
     with Engine(tmp_path / "live", embedder=embedder, **settings_) as engine:
         engine.add_documents(docs[:3])
-        every = engine.builders
-        engine.builders = {}
-        for doc in docs[3:9]:
-            engine.add_documents([doc])
-        engine.delete_documents(["doc1"])
-        engine.builders = every
+        with no_builders(engine):
+            for doc in docs[3:9]:
+                engine.add_documents([doc])
+            engine.delete_documents(["doc1"])
         graph, tree = engine.builders["node"], engine.builders["tree-node"]
 
         def whole(*_args: Any, **_kwargs: Any) -> Any:
@@ -300,7 +312,4 @@ def test_builders_follow_a_lag_longer_than_the_readers_window(tmp_path: Path,
     with Engine(tmp_path / "fresh", embedder=embedder, **settings_) as fresh:
         fresh.add_documents([d for d in docs if d["id"] != "doc1"])
         rebuilt = _graph_rows(fresh)
-    assert incremental.keys() == rebuilt.keys()
-    for uid, (text, meta) in rebuilt.items():
-        assert incremental[uid][0] == text
-        assert _same_meta(incremental[uid][1], meta, tolerance), uid
+    assert_same_graph(incremental, rebuilt, tolerance)
