@@ -34,6 +34,7 @@ from .models.llm_usage import BUILD_STAGES, LLMUsage, StageUsage
 from .models.tokenizer import count_tokens
 from .read_first import checkpoint
 from .store.docstore import Docstore
+from .store.info import capped_reflects
 from .store.writes import UnitRecord
 from .trust import InjectionScreen, screen_derived
 
@@ -289,8 +290,7 @@ class DerivedBuilder(ABC, Generic[S]):
         """Record that ``kind`` reflects ``run.base`` (nothing needed rebuilding), or
         ``at_most`` (what the units it is made from reflect) while that lags the documents."""
         data_version = int(self.store.info("data_version") or 0)
-        lags = at_most is not None and at_most < data_version
-        reflects = str(min(run.base, at_most) if lags and at_most is not None else run.base)
+        reflects = str(capped_reflects(run.base, at_most, data_version))
         if self.store.info(f"derived.{kind}.version") != reflects:
             self.store.set_info_if(f"derived.{kind}.version", reflects, base_version=run.base)
 

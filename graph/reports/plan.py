@@ -64,6 +64,11 @@ def plan_index(graph: GraphData, edges: Mapping[tuple[str, str], float]) -> Plan
     return out
 
 
+def _lookups(inp: ReportInput) -> PlanIndex:
+    """The plan's lookups of ``inp``: its own, else those of its graph and edges."""
+    return inp.index if inp.index is not None else plan_index(inp.graph, inp.edges)
+
+
 @dataclass
 class Plan:
     """A community's members by centrality, its ranked relations and candidate chunks."""
@@ -82,7 +87,7 @@ def make_plan(inp: ReportInput) -> Plan:
     """The plan of ``inp``'s report (module doc)."""
     graph, members = inp.graph, inp.community.members
     ents = graph.entities
-    idx = inp.index if inp.index is not None else plan_index(graph, inp.edges)
+    idx = _lookups(inp)
     inside = set(members)
     # Centrality: the weight of a member's edges inside the community times the share of its
     # edges that lie inside. A corpus-wide hub ("CI", "OBJECTIVE") has much weight inside
@@ -174,7 +179,7 @@ def report_key(inp: ReportInput, budget_tokens: int) -> str:
     put("reports/key/1", budget_tokens, len(inp.community.members), plan.documents, plan.kinds,
         plan.relation_count)
     ents = inp.graph.entities
-    parts = (inp.index if inp.index is not None else plan_index(inp.graph, inp.edges)).key_parts
+    parts = _lookups(inp).key_parts
     for k in plan.order:
         part = parts.get(k)
         if part is None:

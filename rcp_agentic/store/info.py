@@ -15,6 +15,15 @@ from .connection import Connection
 FOLLOW_VERSIONS = 256
 
 
+def capped_reflects(reflects: int, at_most: int | None, data_version: int) -> int:
+    """The version a derived kind reflects: ``reflects``, or ``at_most`` (what the derived
+    units it was made from reflect) when that is lower and lags the documents
+    (``data_version``)."""
+    if at_most is not None and at_most < data_version:
+        return min(reflects, at_most)
+    return reflects
+
+
 class InfoTable:
     """Keys of the ``info`` table and the index versions they record."""
 

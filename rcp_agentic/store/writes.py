@@ -23,7 +23,7 @@ import numpy as np
 
 from .connection import Connection
 from .fields import FilterFields
-from .info import InfoTable
+from .info import InfoTable, capped_reflects
 from .vocabulary import Vocabulary
 
 
@@ -159,9 +159,8 @@ class Writer:
             for key, value in (info or {}).items():
                 self._info.put(db, key, value)
             data_version = int(self._info.info("data_version") or 0)
-            reflects = version if data_version <= base_version else base_version
-            if reflects_at_most is not None and reflects_at_most < data_version:
-                reflects = min(reflects, reflects_at_most)
+            reflects = capped_reflects(version if data_version <= base_version else base_version,
+                                       reflects_at_most, data_version)
             for kind in kinds:
                 self._info.put(db, f"derived.{kind}.version", str(reflects))
                 self._info.put(db, f"derived.{kind}.written", str(version))
